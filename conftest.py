@@ -1,0 +1,9 @@
+"""Doctests see the whole public API of moye, as a user's session would."""
+import pytest
+
+import moye
+
+
+@pytest.fixture(autouse=True)
+def _moye_doctest_namespace(doctest_namespace):
+    doctest_namespace.update({n: getattr(moye, n) for n in dir(moye) if not n.startswith("_")})

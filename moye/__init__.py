@@ -1,0 +1,10 @@
+"""moye: CuTe's programming model for Python.
+
+Layouts and their algebra, arrays seen through layouts, tiled copies and
+tiled MMAs, and GPU kernels written in Python.
+"""
+from .errors import DynamicValueError, LayoutError, MoyeError
+from .layout import *  # noqa: F401,F403
+
+
+__version__ = "0.1.0"

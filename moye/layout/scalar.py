@@ -1,0 +1,130 @@
+"""Static and dynamic integers: the scalar protocol of the layout algebra.
+
+A *static* value is a Python ``int`` (anything with ``__index__`` is turned
+into one where layouts are built). A *dynamic* value is any other object with
+integer arithmetic (``+ - * // %``, both sides, unary ``-``, ``abs``) and
+comparisons whose results behave as 0/1 in arithmetic, the way Python's bools
+do. Inside kernels the tracer's symbolic scalars are dynamic values; the
+algebra never calls ``bool()`` on a dynamic value, and never branches on one.
+
+The helpers here fold to plain ints whenever their inputs are static, and
+drop the trivial operations (``x*1``, ``x+0``, ``x//1``) with a dynamic
+operand so results stay small.
+"""
+from ..errors import DynamicValueError
+
+
+def is_static(x):
+    """True for a static integer (a Python int)."""
+    return type(x) is int or isinstance(x, int)
+
+
+def is_dynamic_scalar(x):
+    """True for an object that can stand for a run-time integer."""
+    return not isinstance(x, (int, tuple, float, complex, str, bytes)) and \
+        hasattr(x, "__add__") and hasattr(x, "__mul__") and hasattr(x, "__floordiv__")
+
+
+def as_scalar(x, what="value"):
+    """`x` as a static int (from anything with ``__index__``) or a dynamic value."""
+    if type(x) is int:
+        return x
+    if hasattr(x, "__index__"):
+        return int(x.__index__())
+    if is_dynamic_scalar(x):
+        return x
+    raise TypeError(f"{what}: expected an integer or a dynamic integer, got {x!r} "
+                    f"of type {type(x).__name__}")
+
+
+def require_static(x, what):
+    """`x` itself if static, else a DynamicValueError naming `what`."""
+    if type(x) is int:
+        return x
+    raise DynamicValueError(f"{what} must be static (known while tracing), "
+                            f"got the dynamic value {x!r}")
+
+
+def is_const(x, value):
+    """True when `x` is the static integer `value` (CuTe's is_constant)."""
+    return type(x) is int and x == value
+
+
+def mul(a, b):
+    if type(a) is int:
+        if type(b) is int:
+            return a * b
+        if a == 1:
+            return b
+        if a == 0:
+            return 0
+    elif type(b) is int:
+        if b == 1:
+            return a
+        if b == 0:
+            return 0
+    return a * b
+
+
+def add(a, b):
+    if type(a) is int:
+        if type(b) is int:
+            return a + b
+        if a == 0:
+            return b
+    elif type(b) is int and b == 0:
+        return a
+    return a + b
+
+
+def sub(a, b):
+    if type(b) is int and b == 0:
+        return a
+    return a - b
+
+
+def floordiv(a, b):
+    if type(b) is int and b == 1:
+        return a
+    return a // b
+
+
+def ceil_div(a, b):
+    """ceil(a / b) for positive b."""
+    if type(a) is int and type(b) is int:
+        return -(-a // b)
+    if type(b) is int and b == 1:
+        return a
+    return (a + b - 1) // b
+
+
+def sabs(x):
+    return abs(x)
+
+
+def sign(x):
+    if type(x) is int:
+        return (x > 0) - (x < 0)
+    return (x > 0) - (x < 0)
+
+
+def smin(a, b):
+    if type(a) is int and type(b) is int:
+        return a if a < b else b
+    return b + (a - b) * (a < b)
+
+
+def smax(a, b):
+    if type(a) is int and type(b) is int:
+        return a if a > b else b
+    return a + (b - a) * (a < b)
+
+
+def same(a, b):
+    """Structural identity of two int tuples: ints by value, dynamic values
+    by identity (the algebra cannot compare them)."""
+    if type(a) is tuple:
+        return type(b) is tuple and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if type(a) is int:
+        return type(b) is int and a == b
+    return a is b
