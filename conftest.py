@@ -7,3 +7,5 @@ import moye
 @pytest.fixture(autouse=True)
 def _moye_doctest_namespace(doctest_namespace):
     doctest_namespace.update({n: getattr(moye, n) for n in dir(moye) if not n.startswith("_")})
+
+collect_ignore = ["moye/__main__.py"]

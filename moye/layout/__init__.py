@@ -18,6 +18,7 @@ from .algebra import (blocked_product, coalesce, complement, composition, downca
 from .swizzle import ComposedLayout, Swizzle, make_composed_layout
 from .printing import layout_to_text, print_layout
 from .scalar import is_static
+from .memo import clear_cache
 
 __all__ = sorted(n for n, v in dict(globals()).items()
                  if not n.startswith("_") and type(v).__name__ != "module")

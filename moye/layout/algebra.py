@@ -11,6 +11,7 @@ from ..errors import DynamicValueError, LayoutError
 from . import inttuple as T
 from . import scalar as S
 from .layout import Layout, _L, as_layout, make_ordered_layout
+from .memo import memoized
 
 
 def _through(x, fn, *args):
@@ -66,6 +67,7 @@ def _bw_coalesce(fs, fd, ns, nd):
     return _L(tuple(shapes), tuple(strides))
 
 
+@memoized
 def coalesce(layout, profile=None):
     """The same function on its domain with the fewest modes; with a
     `profile`, coalesce each mode it names separately. CuTe: coalesce.
@@ -99,6 +101,7 @@ def filter_zeros(layout, profile=None):
     return _L(T.filter_zeros(ref, layout.shape), layout.stride)
 
 
+@memoized
 def filter(layout, profile=None):
     """`layout` without its stride-0 and size-1 modes, coalesced. CuTe: filter.
         >>> filter(Layout((2, 3, 1, 4), (0, 1, 5, 6)))
@@ -113,6 +116,7 @@ def filter(layout, profile=None):
 
 # -- composition --------------------------------------------------------------
 
+@memoized
 def composition(lhs, rhs):
     """``lhs o rhs``: the layout whose value at c is lhs(rhs(c)), with the
     shape of `rhs`. `rhs` may be a Layout, an int n (n:1), a shape tuple,
@@ -186,6 +190,7 @@ def _compose(flat_lhs, rshape, rstride, lhs, rhs):
 
 # -- complement ---------------------------------------------------------------
 
+@memoized
 def complement(layout, cotarget=None):
     """The layout that fills the gaps of `layout` up to `cotarget` (an int or
     a shape; default cosize(filter(layout))), ordered and disjoint from it.
@@ -266,6 +271,7 @@ def _exclusive_prefix(shape):
     return out
 
 
+@memoized
 def right_inverse(layout):
     """A layout R with layout(R(i)) == i for every i < size(R), as large as
     possible; stride-0 and dynamic-stride modes are skipped. CuTe: right_inverse.
@@ -292,6 +298,7 @@ def right_inverse(layout):
     return coalesce(_L(tuple(result_shape), tuple(result_stride)))
 
 
+@memoized
 def left_inverse(layout):
     """A layout L with L(layout(i)) == i for every i < size(layout) when
     `layout` is injective. CuTe: left_inverse.
@@ -329,6 +336,7 @@ def left_inverse(layout):
 
 # -- divides --------------------------------------------------------------------
 
+@memoized
 def logical_divide(layout, tiler):
     """Split `layout` into (tile, rest): composition with the tiler and its
     complement within shape(coalesce(layout)). CuTe: logical_divide.
@@ -368,6 +376,7 @@ def tile_unzip(layout, tiler):
     return _L(_zip2_by(layout.shape, tiler), _zip2_by(layout.stride, tiler))
 
 
+@memoized
 def zipped_divide(layout, tiler):
     """((tile modes), (rest modes)). CuTe: zipped_divide.
         >>> zipped_divide(Layout((4, 6)), (2, 3))
@@ -388,6 +397,7 @@ def _unpack(layout, first, second):
     return _L(s0 + s1, d0 + d1)
 
 
+@memoized
 def tiled_divide(layout, tiler):
     """((tile modes), rest0, rest1, ...). CuTe: tiled_divide.
         >>> tiled_divide(Layout((4, 6)), (2, 3))
@@ -398,6 +408,7 @@ def tiled_divide(layout, tiler):
     return _unpack(zipped_divide(layout, tiler), False, True)
 
 
+@memoized
 def flat_divide(layout, tiler):
     """(tile0, tile1, ..., rest0, rest1, ...). CuTe: flat_divide.
         >>> flat_divide(Layout((4, 6)), (2, 3))
@@ -410,6 +421,7 @@ def flat_divide(layout, tiler):
 
 # -- products -------------------------------------------------------------------
 
+@memoized
 def logical_product(block, tiler):
     """(block, tiler's repetition of it): the block, then the tiler composed
     with the block's complement. CuTe: logical_product.
@@ -430,6 +442,7 @@ def logical_product(block, tiler):
     return logical_product(block, as_layout(tiler, "logical_product tiler"))
 
 
+@memoized
 def zipped_product(block, tiler):
     """((block modes), (tiler modes)). CuTe: zipped_product."""
     if type(block) is not Layout:
@@ -437,6 +450,7 @@ def zipped_product(block, tiler):
     return tile_unzip(logical_product(block, tiler), tiler)
 
 
+@memoized
 def tiled_product(block, tiler):
     """((block modes), tiler0, tiler1, ...). CuTe: tiled_product."""
     if type(block) is not Layout:
@@ -444,6 +458,7 @@ def tiled_product(block, tiler):
     return _unpack(zipped_product(block, tiler), False, True)
 
 
+@memoized
 def flat_product(block, tiler):
     """(block0, block1, ..., tiler0, tiler1, ...). CuTe: flat_product."""
     if type(block) is not Layout:
@@ -468,6 +483,7 @@ def _rank_product(block, tiler, raked):
     return _zip_modes(second, first) if raked else _zip_modes(first, second)
 
 
+@memoized
 def blocked_product(block, tiler):
     """The block repeated over the tiler, mode by mode: each mode is
     (block_i, tiler_i). CuTe: blocked_product.
@@ -479,6 +495,7 @@ def blocked_product(block, tiler):
     return _rank_product(block, tiler, raked=False)
 
 
+@memoized
 def raked_product(block, tiler):
     """The block's elements interleaved over the tiler: each mode is
     (tiler_i, block_i). CuTe: raked_product.
@@ -490,6 +507,7 @@ def raked_product(block, tiler):
     return _rank_product(block, tiler, raked=True)
 
 
+@memoized
 def tile_to_shape(block, target_shape, order=T.GenColMajor):
     """Repeat `block` until it has `target_shape`, repeating along the modes
     in `order`. CuTe: tile_to_shape.
@@ -527,6 +545,7 @@ def _is_static_tuple(t):
 
 # -- vectors and kernels ----------------------------------------------------------
 
+@memoized
 def max_common_layout(a, b):
     """The layout of the most contiguous elements that `a` and `b` both
     place at consecutive offsets. CuTe: max_common_layout.
@@ -541,6 +560,7 @@ def max_common_layout(a, b):
     return _L(1, 0)
 
 
+@memoized
 def max_common_vector(a, b):
     """How many elements `a` and `b` both place contiguously from offset 0:
     the widest vector a copy between them can use. CuTe: max_common_vector.
@@ -578,6 +598,7 @@ def nullspace(layout):
     return _L(tuple(fs[i] for i in picks), tuple(rstride[i] for i in picks))
 
 
+@memoized
 def upcast(layout, n):
     """The layout of the same data seen as elements `n` times wider: the
     stride-1 mode shrinks by n, other strides are divided by n. CuTe: upcast<N>.
@@ -606,6 +627,7 @@ def _upcast(s, d, n, layout):
     return s, S.floordiv(d, n)
 
 
+@memoized
 def downcast(layout, n):
     """The layout of the same data seen as elements `n` times narrower: the
     stride-1 mode grows by n, other strides are multiplied by n. CuTe: downcast<N>.

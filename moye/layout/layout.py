@@ -17,7 +17,7 @@ class Layout:
         >>> Layout((4, 3))
         (4,3):(1,4)
     """
-    __slots__ = ("shape", "stride", "_hash")
+    __slots__ = ("shape", "stride", "_hash", "_skey")
 
     def __init__(self, shape, stride=None):
         if isinstance(shape, Layout):
@@ -36,6 +36,7 @@ class Layout:
         self.shape = shape
         self.stride = stride
         self._hash = None
+        self._skey = None
 
     # -- structure -------------------------------------------------------
     def __len__(self):
@@ -123,12 +124,13 @@ class Layout:
         return T.index_to_coord(index, self.shape)
 
 
-def _L(shape, stride):
+def _L(shape, stride, _new=object.__new__):
     """A Layout from already-normalized, congruent parts (no checks)."""
-    layout = object.__new__(Layout)
+    layout = _new(Layout)
     layout.shape = shape
     layout.stride = stride
     layout._hash = None
+    layout._skey = None
     return layout
 
 

@@ -1,0 +1,1 @@
+"""Runnable examples: `python -m moye.examples.<name>`."""
