@@ -5,6 +5,7 @@ tiled MMAs, and GPU kernels written in Python.
 """
 from .errors import DynamicValueError, LayoutError, MoyeError
 from .layout import *  # noqa: F401,F403
-
+from .types import *  # noqa: F401,F403
+from .array import *  # noqa: F401,F403
 
 __version__ = "0.1.0"

@@ -14,7 +14,8 @@ from .algebra import (blocked_product, coalesce, complement, composition, downca
                        filter_zeros, flat_divide, flat_product, left_inverse, logical_divide,
                        logical_product, max_common_layout, max_common_vector, nullspace,
                        raked_product, recast_layout, right_inverse, tile_to_shape, tile_unzip,
-                       tiled_divide, tiled_product, upcast, zipped_divide, zipped_product)
+                       tiled_divide, tiled_product, upcast, zipped_divide, zipped_product,
+                       make_fragment_like)
 from .swizzle import ComposedLayout, Swizzle, make_composed_layout
 from .printing import layout_to_text, print_layout
 from .scalar import is_static

@@ -696,3 +696,28 @@ def max_alignment(layout):
     s0 = T.product(permuted.shape[0])
     d1 = permuted.stride[1]
     return gcd(s0, T.flatten_to_tuple(d1)[0] if type(d1) is tuple else d1)
+
+
+@memoized
+def make_fragment_like(layout):
+    """A compact layout with `layout`'s shape for a register fragment: mode 0
+    column-major (keeping its static 0 strides), the other modes in the
+    stride order of `layout`. CuTe: make_fragment_like.
+        >>> make_fragment_like(Layout(((1, (2, 3)), 1, 1), ((0, (1, 4)), 0, 0)))
+        ((1,(2,3)),1,1):((0,(1,2)),0,0)
+        >>> make_fragment_like(Layout((4, 8), (8, 1)))
+        (4,8):(1,4)
+    """
+    if type(layout) is not Layout:
+        if type(layout) is tuple or type(layout) is int:
+            return Layout(layout)
+        inner = getattr(layout, "inner", None)
+        if inner is None:
+            raise TypeError(f"make_fragment_like: expected a layout or shape, got {layout!r}")
+        return make_fragment_like(inner)
+    shape, stride = layout.shape, layout.stride
+    if type(shape) is tuple and len(shape) > 1 and _is_static_tuple(shape):
+        mode0 = _L(shape[0], T.compact_col_major(T.filter_zeros(stride[0], shape[0])))
+        rest = make_ordered_layout(shape[1:], stride[1:])
+        return tiled_product(mode0, rest)
+    return Layout(shape)

@@ -307,8 +307,14 @@ def slice_and_offset(coord, layout):
 
 
 def dice(coord, layout):
-    """The modes of `layout` paired with integers in `coord`. CuTe: dice."""
+    """The modes of `layout` (or an int tuple) paired with integers in
+    `coord`. CuTe: dice.
+        >>> dice((1, None), Layout((4, 4)))
+        (4):(1)
+    """
     coord = _norm_coord(coord)
+    if not isinstance(layout, Layout):
+        return T.dice(coord, layout)
     return _L(T.dice(coord, layout.shape), T.dice(coord, layout.stride))
 
 
