@@ -9,3 +9,5 @@ from .types import *  # noqa: F401,F403
 from .array import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
+from .atom import *  # noqa: F401,F403,E402
+from .tiled import *  # noqa: F401,F403,E402

@@ -1,0 +1,113 @@
+"""copyto and gemm with atoms: what a tiled copy or MMA does to a thread's
+partitions. MoYe: copyto!, gemm!; CuTe: copy, gemm."""
+import numpy as np
+
+from ..array import MoYeArray
+from ..array import copyto as _copy_arrays
+from ..atom.copy import CopyAtom
+from ..atom.mma import MMAAtom, mma_reference
+from ..errors import MoyeError
+from ..layout import size
+from ..layout import inttuple as T
+from .copy import TiledCopy
+from .mma import TiledMMA
+
+
+def copyto(*args):
+    """copyto(dst, src) copies array to array in logical order;
+    copyto(tiled_copy_or_atom, dst, src) copies a thread's partitions with
+    that copy's instruction (each mode-0 slice is one atom's values).
+    MoYe: copyto!; CuTe: copy.
+        >>> a = MoYeArray(np.arange(4.0), 4); b = MoYeArray.zeros(Float64, 4)
+        >>> copyto(CopyAtom(UniversalCopy(Float64), Float64), b, a).numpy().tolist()
+        [0.0, 1.0, 2.0, 3.0]
+    """
+    if len(args) == 2:
+        return _copy_arrays(*args)
+    if len(args) != 3:
+        raise TypeError("copyto takes (dst, src) or (copy, dst, src)")
+    op, dst, src = args
+    atom = op.atom if isinstance(op, TiledCopy) else op
+    if not isinstance(atom, CopyAtom):
+        raise TypeError(f"copyto: expected a TiledCopy or CopyAtom first, got {op!r}")
+    for name, a, n in (("dst", dst, atom.num_val_dst), ("src", src, atom.num_val_src)):
+        if not isinstance(a, MoYeArray):
+            raise TypeError(f"copyto: {name} must be a MoYeArray, got {type(a).__name__}")
+        v = size(a, 0)
+        if type(v) is int and v % n:
+            raise MoyeError(f"copyto: mode 0 of {name} (shape {T.fmt(a.shape)}) holds {v} values, "
+                            f"not a multiple of the {n} that one {atom.op} copies")
+    return _copy_arrays(dst, src)
+
+
+def gemm(mma, *operands):
+    """D = A * B^T + C with the MMA's instruction and precision:
+    gemm(mma, D, A, B, C) or gemm(mma, A, B, C) (C accumulates).
+    Operands are a thread's partitions (MMA, MMA_M, MMA_K) for one-thread
+    atoms (UniversalFMA), or whole tiles (M,K), (N,K), (M,N) for warp-wide
+    atoms, which the host emulates for all threads at once.
+    MoYe: gemm!; CuTe: gemm.
+    """
+    if len(operands) == 3:
+        a, b, c = operands
+        d = c
+    elif len(operands) == 4:
+        d, a, b, c = operands
+    else:
+        raise TypeError("gemm takes (mma, D, A, B, C) or (mma, A, B, C)")
+    atom = mma.atom if isinstance(mma, TiledMMA) else getattr(mma, "tiled_mma", mma)
+    atom = atom.atom if isinstance(atom, TiledMMA) else atom
+    if not isinstance(atom, MMAAtom):
+        raise TypeError(f"gemm: expected a TiledMMA, ThrMMA or MMAAtom first, got {mma!r}")
+    if size(atom.thr_id) == 1:
+        return _gemm_thread(atom, d, a, b, c)
+    return _gemm_tiles(atom, d, a, b, c)
+
+
+def _values(x, rank):
+    v = np.asarray(x.numpy())
+    return v.reshape(v.shape + (1,) * (rank - v.ndim))
+
+
+def _gemm_thread(atom, d, a, b, c):
+    """(V,M,N) += (V,M,K) x (V,N,K), k outermost as CuTe's gemm orders it."""
+    A, B, C = _values(a, 3), _values(b, 3), _values(c, 3)
+    if A.shape[0] != 1 or B.shape[0] != 1:
+        raise MoyeError(f"gemm: {atom.op} takes one value per thread; got A of shape "
+                        f"{T.fmt(a.shape)} and B of shape {T.fmt(b.shape)}")
+    (_, M, K), (_, N, K2) = A.shape, B.shape
+    if K != K2 or C.shape[1:] != (M, N):
+        raise MoyeError(f"gemm: A {T.fmt(a.shape)}, B {T.fmt(b.shape)} and C {T.fmt(c.shape)} "
+                        "do not form (V,M,K) x (V,N,K) -> (V,M,N)")
+    op = atom.op
+    acc = C[0]
+    for k in range(K):
+        acc = mma_reference(op, A[0, :, k:k + 1], B[0, :, k:k + 1], acc)
+    d.engine.write(d.layout, np.asarray(acc).reshape(1, M, N).reshape(-1, order="F"))
+    return d
+
+
+def _gemm_tiles(atom, d, a, b, c):
+    A, B, C = a.numpy(), b.numpy(), c.numpy()
+    if A.ndim != 2 or B.ndim != 2 or C.ndim != 2 or A.shape[1] != B.shape[1] \
+            or C.shape != (A.shape[0], B.shape[0]):
+        raise MoyeError(f"gemm: {atom.op} is warp-wide; on the host give whole tiles A (M,K), "
+                        f"B (N,K), C (M,N); got {T.fmt(a.shape)}, {T.fmt(b.shape)}, "
+                        f"{T.fmt(c.shape)}")
+    am, an, ak = atom.shape_mnk
+    M, K = A.shape
+    N = B.shape[0]
+    if M % am or N % an or K % ak:
+        raise MoyeError(f"gemm: the tiles ({M},{N},{K}) are not multiples of {atom.op}'s "
+                        f"shape ({am},{an},{ak})")
+    acc = C
+    for k0 in range(0, K, ak):
+        acc = mma_reference(atom.op, A[:, k0:k0 + ak], B[:, k0:k0 + ak], acc)
+    d.engine.write(d.layout, np.asarray(acc).reshape(-1, order="F"))
+    return d
+
+
+def axpby(alpha, x, beta, y):
+    """y = alpha * x + beta * y element-wise, in place. CuTe: axpby."""
+    from ..array.ops import elementwise_into
+    return elementwise_into(y, lambda xv, yv: alpha * xv + beta * yv, x, y)
