@@ -11,3 +11,5 @@ from .array import *  # noqa: F401,F403
 __version__ = "0.1.0"
 from .atom import *  # noqa: F401,F403,E402
 from .tiled import *  # noqa: F401,F403,E402
+from .kernel import *  # noqa: F401,F403,E402
+from .kernel import range  # noqa: E402,A004  (moye.range; `from moye import *` keeps builtins.range)

@@ -17,7 +17,7 @@ from ..layout import Layout, as_layout, cosize, slice_and_offset
 from ..layout import inttuple as T
 from ..layout.layout import _norm_coord
 from ..types import as_element_type
-from .engine import HostEngine
+from .engine import HostEngine, allocate
 
 
 class MoYeArray:
@@ -65,9 +65,7 @@ class MoYeArray:
     def empty(cls, dtype, layout):
         """A new host array of `dtype` over cosize(layout) uninitialized elements."""
         layout = _as_layout(layout)
-        dtype = as_element_type(dtype)
-        return cls.view_of(HostEngine(np.empty(cosize(layout), dtype=dtype.numpy), 0, dtype),
-                           layout)
+        return cls.view_of(allocate(dtype, cosize(layout)), layout)
 
     @classmethod
     def zeros(cls, dtype, layout):
@@ -78,7 +76,7 @@ class MoYeArray:
              0.0  0.0
         """
         a = cls.empty(dtype, layout)
-        a.engine.buffer[...] = 0
+        a.engine.write(Layout(cosize(a.layout)), 0)
         return a
 
     @classmethod
@@ -91,7 +89,7 @@ class MoYeArray:
         """
         dtype = as_element_type(type(value) if dtype is None else dtype)
         a = cls.empty(dtype, layout)
-        a.engine.buffer[...] = value
+        a.engine.write(Layout(cosize(a.layout)), value)
         return a
 
     # -- queries -----------------------------------------------------------------
@@ -286,6 +284,8 @@ def _cell(v):
 def _format(a):
     dims = _dims(a.layout.shape)
     head = f"{'×'.join(str(d) for d in dims)} MoYeArray{{{a.dtype}}} with layout {a.layout}:"
+    if a.engine.space != "host":
+        return f"{head[:-1]} in {a.engine.space} memory"
     try:
         values = a.numpy()
     except MoyeError:

@@ -74,6 +74,33 @@ class HostEngine:
         return f"HostEngine({self.dtype}, {len(self.buffer)} elements, start={self.start})"
 
 
+def host_allocate(dtype, size):
+    """A new host engine of `size` uninitialized elements."""
+    return HostEngine(np.empty(size, dtype=dtype.numpy), 0, dtype)
+
+
+_allocators = [host_allocate]
+
+
+def allocate(dtype, size):
+    """New storage for an owning array: a NumPy buffer on the host; inside a
+    kernel being traced, the tracer's allocator (a register array)."""
+    return _allocators[-1](as_element_type(dtype), size)
+
+
+class allocator:
+    """Within this context, owning arrays are allocated by `fn(dtype, size)`."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __enter__(self):
+        _allocators.append(self.fn)
+
+    def __exit__(self, *exc):
+        _allocators.pop()
+
+
 @memoized
 def _offsets(layout):
     off = np.zeros(1, dtype=np.int64)

@@ -11,6 +11,8 @@ The helpers here fold to plain ints whenever their inputs are static, and
 drop the trivial operations (``x*1``, ``x+0``, ``x//1``) with a dynamic
 operand so results stay small.
 """
+import numbers
+
 from ..errors import DynamicValueError
 
 
@@ -29,8 +31,8 @@ def as_scalar(x, what="value"):
     """`x` as a static int (from anything with ``__index__``) or a dynamic value."""
     if type(x) is int:
         return x
-    if hasattr(x, "__index__"):
-        return int(x.__index__())
+    if isinstance(x, numbers.Integral):
+        return int(x)
     if is_dynamic_scalar(x):
         return x
     raise TypeError(f"{what}: expected an integer or a dynamic integer, got {x!r} "
@@ -98,13 +100,7 @@ def ceil_div(a, b):
     return (a + b - 1) // b
 
 
-def sabs(x):
-    return abs(x)
-
-
 def sign(x):
-    if type(x) is int:
-        return (x > 0) - (x < 0)
     return (x > 0) - (x < 0)
 
 

@@ -1,0 +1,244 @@
+"""IR -> one readable CUDA C++ translation unit.
+
+Each IR value becomes a `const` local, each Var a mutable local, register
+arrays are local arrays indexed by constants, vector accesses are aligned
+casts, and every statement that starts a new kernel source line is preceded
+by a `// file.py:LINE  source` comment.
+"""
+import math
+import os
+
+from ...kernel import ir
+
+PRELUDE = """\
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+"""
+
+_CTYPE = {"Bool": "bool", "Float16": "half", "BFloat16": "__nv_bfloat16", "TFloat32": "float",
+          "Float32": "float", "Float64": "double", "Int8": "int8_t", "UInt8": "uint8_t",
+          "Int16": "int16_t", "UInt16": "uint16_t", "Int32": "int", "UInt32": "uint32_t",
+          "Int64": "int64_t", "UInt64": "uint64_t", "UInt128": "uint4",
+          "Float8E4M3": "uint8_t", "Float8E5M2": "uint8_t"}
+
+_BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&", "or": "|",
+          "xor": "^", "shl": "<<", "shr": ">>", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+          "eq": "==", "ne": "!="}
+
+_MATH32 = {"exp": "__expf", "exp2": "exp2f", "log": "__logf", "log2": "log2f", "sqrt": "sqrtf",
+           "rsqrt": "rsqrtf", "sin": "__sinf", "cos": "__cosf", "tanh": "tanhf", "fma": "fmaf"}
+_MATH64 = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt",
+           "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "fma": "fma"}
+
+
+def ctype(t):
+    if isinstance(t, ir.PtrType):
+        return ctype(t.elem) + "*"
+    try:
+        return _CTYPE[t.name]
+    except KeyError:
+        raise NotImplementedError(f"no CUDA type for {t}") from None
+
+
+def _vec_type(elem_bits, width):
+    bits = elem_bits * width
+    return {16: "uint16_t", 32: "uint32_t", 64: "uint2", 128: "uint4"}[bits]
+
+
+class _Writer:
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.lines = []
+        self.names = {}
+        self.last_loc = None
+
+    def name(self, x):
+        n = self.names.get(id(x))
+        if n is None:
+            if isinstance(x, ir.Value):
+                n = f"{x.hint}{x.id}" if x.hint not in ("v",) else f"v{x.id}"
+            elif isinstance(x, ir.Var):
+                n = f"{x.hint}_{x.id}"
+            elif isinstance(x, ir.Array):
+                n = f"{'rf' if x.space == 'local' else 'smem'}{x.id}"
+            else:
+                raise TypeError(x)
+            self.names[id(x)] = n
+        return n
+
+    def operand(self, x):
+        if isinstance(x, (ir.Value, ir.Var, ir.Array)):
+            return self.name(x)
+        if isinstance(x, bool):
+            return "true" if x else "false"
+        if isinstance(x, int):
+            if -2**31 <= x < 2**31:
+                return str(x)
+            return f"{x}ll"
+        if isinstance(x, float):
+            return self._float_lit(x, None)
+        if x is None:
+            return ""
+        raise TypeError(f"cannot print operand {x!r}")
+
+    def emit(self, ind, text):
+        self.lines.append(ind + text)
+
+    def loc(self, stmt, ind):
+        loc = getattr(stmt, "loc", None)
+        if loc is None:
+            return
+        key = (loc.file, loc.line)
+        if key != self.last_loc:
+            self.last_loc = key
+            self.emit(ind, f"// {os.path.basename(loc.file)}:{loc.line}  {loc.text}")
+
+    def body(self, stmts, ind):
+        for s in stmts:
+            self.loc(s, ind)
+            if isinstance(s, ir.Instr):
+                self.instr(s, ind)
+            elif isinstance(s, ir.For):
+                v = self.name(s.var)
+                if s.unroll is not None:
+                    self.emit(ind, f"#pragma unroll {s.unroll}" if s.unroll != 1
+                              else "#pragma unroll 1")
+                self.emit(ind, f"for ({ctype(s.var.type)} {v} = {self.operand(s.start)}; "
+                               f"{v} < {self.operand(s.stop)}; {v} += {self.operand(s.step)}) {{")
+                self.body(s.body, ind + "  ")
+                self.emit(ind, "}")
+            elif isinstance(s, ir.If):
+                self.emit(ind, f"if ({self.operand(s.cond)}) {{")
+                self.body(s.then, ind + "  ")
+                if s.orelse:
+                    self.emit(ind, "} else {")
+                    self.body(s.orelse, ind + "  ")
+                self.emit(ind, "}")
+            elif isinstance(s, ir.While):
+                self.emit(ind, "while (true) {")
+                self.body(s.cond_body, ind + "  ")
+                self.emit(ind + "  ", f"if (!({self.operand(s.cond)})) break;")
+                self.body(s.body, ind + "  ")
+                self.emit(ind, "}")
+
+    def _float_lit(self, x, t):
+        x = float(x)
+        if not math.isfinite(x):
+            return "(1.0/0.0)" if x > 0 else "(-1.0/0.0)" if x < 0 else "(0.0/0.0)"
+        return repr(x) if t is not None and t.name == "Float64" else repr(x) + "f"
+
+    def arg(self, x, t=None):
+        if isinstance(x, float):
+            return self._float_lit(x, t) if t is not None else repr(x) + "f"
+        return self.operand(x)
+
+    def instr(self, s, ind):
+        op, a, r = s.op, s.args, s.result
+        rt = r.type if r is not None else None
+        decl = f"const {ctype(rt)} {self.name(r)} = " if r is not None else ""
+        if op in _BINOP:
+            t = rt if op not in ("lt", "le", "gt", "ge", "eq", "ne") else None
+            self.emit(ind, f"{decl}{self.arg(a[0], t)} {_BINOP[op]} {self.arg(a[1], t)};")
+        elif op == "neg":
+            self.emit(ind, f"{decl}-{self.operand(a[0])};")
+        elif op == "not":
+            self.emit(ind, f"{decl}!{self.operand(a[0])};")
+        elif op == "abs":
+            self.emit(ind, f"{decl}abs({self.operand(a[0])});")
+        elif op in ("min", "max"):
+            self.emit(ind, f"{decl}{op}({self.arg(a[0], rt)}, {self.arg(a[1], rt)});")
+        elif op == "select":
+            self.emit(ind, f"{decl}{self.operand(a[0])} ? {self.arg(a[1], rt)} : "
+                           f"{self.arg(a[2], rt)};")
+        elif op == "cast":
+            if s.attrs.get("ptr"):
+                self.emit(ind, f"{decl}reinterpret_cast<{ctype(rt)}>({self.operand(a[0])});")
+            else:
+                self.emit(ind, f"{decl}static_cast<{ctype(rt)}>({self.arg(a[0])});")
+        elif op == "call":
+            table = _MATH64 if rt.name == "Float64" else _MATH32
+            args = ", ".join(self.arg(x, rt) for x in a)
+            self.emit(ind, f"{decl}{table[s.attrs['fn']]}({args});")
+        elif op == "special":
+            self.emit(ind, f"{decl}{s.attrs['name']};")
+        elif op == "read":
+            self.emit(ind, f"{decl}{self.name(a[0])};")
+        elif op == "write":
+            self.emit(ind, f"{self.name(a[0])} = {self.arg(a[1], a[0].type)};")
+        elif op == "decl":
+            init = f" = {self.arg(a[1], a[0].type)}" if a[1] is not None else ""
+            self.emit(ind, f"{ctype(a[0].type)} {self.name(a[0])}{init};")
+        elif op == "addr":
+            self.emit(ind, f"{decl}&{self.name(a[0])}[0];")
+        elif op == "offset":
+            self.emit(ind, f"{decl}{self.operand(a[0])} + {self.operand(a[1])};")
+        elif op == "load":
+            self.emit(ind, f"{decl}{self.access(a[0], a[1], s.attrs, rt)};")
+        elif op == "store":
+            elem = s.attrs["elem"]
+            self.emit(ind, f"{self.access(a[0], a[1], s.attrs, None)} = "
+                           f"{self.arg(a[2], elem if s.attrs.get('width', 1) == 1 else None)};")
+        elif op == "barrier":
+            self.emit(ind, "__syncthreads();")
+        elif op == "print":
+            fmt = s.attrs["fmt"].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            args = "".join(", " + self.operand(x) for x in a)
+            self.emit(ind, f'printf("{fmt}"{args});')
+        elif op == "asm":
+            self.emit(ind, s.attrs["text"])
+        elif op == "comment":
+            self.emit(ind, "// " + s.attrs["text"])
+        else:
+            raise NotImplementedError(f"CUDA codegen: no rule for IR op {op!r}")
+
+    def access(self, base, idx, attrs, rt):
+        width = attrs.get("width", 1)
+        b, i = self.operand(base), self.operand(idx)
+        if width == 1:
+            return f"{b}[{i}]"
+        vt = _vec_type(attrs["elem"].bits, width)
+        return f"*reinterpret_cast<{vt}*>(&{b}[{i}])"
+
+
+def generate(kernel, block_threads=None):
+    """The CUDA C++ source of an IR kernel."""
+    w = _Writer(kernel)
+    params = []
+    for p in kernel.params:
+        if isinstance(p.type, ir.PtrType):
+            params.append(f"{ctype(p.type)} __restrict__ {w.name(p.value)}")
+        elif p.nbytes:
+            params.append(f"const __grid_constant__ {p.type} {w.name(p.value)}")
+        else:
+            params.append(f"{ctype(p.type)} {w.name(p.value)}")
+    bounds = f"__launch_bounds__({block_threads}) " if block_threads else ""
+    w.lines.append(PRELUDE)
+    w.lines.append(f'extern "C" __global__ void {bounds}{kernel.name}(' + ", ".join(params) + ") {")
+    ind = "  "
+    dyn = [a for a in kernel.arrays if a.space == "shared" and kernel.dynamic_smem]
+    if dyn:
+        w.emit(ind, "extern __shared__ __align__(1024) unsigned char moye_dynamic_smem[];")
+    offset = 0
+    for a in kernel.arrays:
+        if a.space == "shared":
+            if dyn:
+                offset = -(-offset // a.align) * a.align
+                w.emit(ind, f"{ctype(a.elem)}* {w.name(a)} = reinterpret_cast<{ctype(a.elem)}*>"
+                            f"(moye_dynamic_smem + {offset});")
+                offset += a.size * a.elem.bits // 8
+            else:
+                w.emit(ind, f"__shared__ __align__({a.align}) {ctype(a.elem)} {w.name(a)}"
+                            f"[{a.size}];")
+        else:
+            w.emit(ind, f"__align__(16) {ctype(a.elem)} {w.name(a)}[{a.size}];")
+    w.body(kernel.body, ind)
+    w.lines.append("}")
+    return "\n".join(w.lines) + "\n"

@@ -1,0 +1,434 @@
+"""Run-time side of the control-flow rewrite (see rewrite.py): each loop or
+branch is static (Python runs it) or dynamic (it becomes IR control flow),
+decided by whether its range or condition holds a dynamic value.
+"""
+import builtins
+
+from .. import types as T
+from ..array import MoYeArray
+from . import ir
+from .memory import PointerEngine
+from .tracer import KernelError, Sym, _coerce, current, promote, sym_minmax, sym_select, type_of
+
+
+class _Unbound:
+    """The value of a name that is not bound (yet)."""
+
+    def __repr__(self):
+        return "<unbound>"
+
+
+UNBOUND = _Unbound()
+
+
+class OutOfScope:
+    """A name assigned inside dynamic control flow and used after it without
+    a value on every path."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def _fail(self, *a, **k):
+        raise KernelError(f"'{self.name}' is assigned inside a dynamic branch or loop but has no "
+                          "value on every path; give it a value before the branch")
+
+    __getattr__ = __call__ = __add__ = __radd__ = __mul__ = __getitem__ = __bool__ = _fail
+
+
+def get(thunk):
+    try:
+        return thunk()
+    except (NameError, UnboundLocalError):
+        return UNBOUND
+
+
+def is_dynamic(x):
+    return isinstance(x, Sym)
+
+
+# -- carried state: scalars and array pointers held in variables ----------------------
+
+class _Slot:
+    """One name carried through dynamic control flow, held in an IR variable."""
+
+    def __init__(self, name, example):
+        self.name = name
+        if isinstance(example, MoYeArray) and isinstance(example.engine, PointerEngine):
+            eng = example.engine
+            self.kind, self.layout = "array", example.layout
+            self.dtype, self.space, self.align = eng.dtype, eng.space, eng.align
+            self.var = ir.Var(ir.PtrType(eng.dtype, eng.space), "p")
+        elif isinstance(example, (Sym, int, float)) and not isinstance(example, bool):
+            self.kind = "scalar"
+            self.var = ir.Var(type_of(example), name if name.isidentifier() else "x")
+        else:
+            self.kind, self.example = "static", example
+
+    def encode(self, value):
+        """The IR operand to store for `value`."""
+        if self.kind == "scalar":
+            if not isinstance(value, (Sym, int, float)):
+                raise KernelError(f"'{self.name}' changes from a number to {value!r} inside "
+                                  "dynamic control flow")
+            return _coerce(value, self.var.type)
+        if self.kind == "array":
+            if not isinstance(value, MoYeArray) or value.layout != self.layout or \
+                    value.engine.dtype is not self.dtype:
+                raise KernelError(f"'{self.name}' must stay an array of layout {self.layout} "
+                                  f"inside dynamic control flow, got {value!r}")
+            return pointer_of(value.engine)
+        return None
+
+    def decode(self):
+        b = current()
+        if self.kind == "scalar":
+            v = b.instr("read", (self.var,), self.var.type, hint=self.var.hint)
+            return Sym(v, self.var.type)
+        if self.kind == "array":
+            v = b.instr("read", (self.var,), self.var.type, hint="p")
+            return MoYeArray.view_of(PointerEngine(v, self.dtype, self.space, 0, self.align),
+                                     self.layout)
+        return self.example
+
+    def check_static(self, value):
+        if self.kind == "static" and value is not self.example and value is not UNBOUND:
+            same = False
+            try:
+                same = bool(value == self.example)
+            except Exception:
+                pass
+            if not same:
+                raise KernelError(f"'{self.name}' holds the static value {self.example!r} and is "
+                                  f"reassigned to {value!r} inside dynamic control flow; only "
+                                  "numbers and arrays can change there")
+
+
+def pointer_of(engine):
+    """A pointer Value to an engine's first element."""
+    b = current()
+    base = engine.base
+    if isinstance(base, ir.Array):
+        base = b.instr("addr", (base,), ir.PtrType(base.elem, engine.space))
+    off = engine.offset
+    if isinstance(off, int) and off == 0:
+        return base
+    off = _coerce(off, T.Int32) if isinstance(off, Sym) else off
+    return b.instr("offset", (base, off), ir.PtrType(engine.dtype, engine.space))
+
+
+def _declare(slot, value, body, index=None):
+    init = slot.encode(value) if value is not UNBOUND else None
+    stmt = ir.Instr("decl", (slot.var, init))
+    if index is None:
+        current().emit(stmt)
+    else:
+        body.insert(index, stmt)
+
+
+# -- for -----------------------------------------------------------------------------
+
+class range:
+    """A dynamic-or-static range with an explicit unroll request:
+    `for k in moye.range(n, unroll=4)`. With static bounds and no unroll it
+    unrolls completely, like Python's range."""
+
+    def __init__(self, *args, unroll=None):
+        if not 1 <= len(args) <= 3:
+            raise TypeError("moye.range(stop) or moye.range(start, stop[, step])")
+        start, stop, step = (0, args[0], 1) if len(args) == 1 else \
+            (args[0], args[1], args[2] if len(args) == 3 else 1)
+        self.start, self.stop, self.step, self.unroll = start, stop, step, unroll
+
+    @property
+    def dynamic(self):
+        return self.unroll is not None or any(isinstance(x, Sym) for x in
+                                              (self.start, self.stop, self.step))
+
+
+class for_loop:
+    def __init__(self, iterable, names, values):
+        self.names, self.values = names, list(values)
+        self.dynamic = isinstance(iterable, range) and iterable.dynamic
+        if not self.dynamic:
+            if isinstance(iterable, range):
+                iterable = builtins.range(iterable.start, iterable.stop, iterable.step)
+            self.iterable = iterable
+            return
+        self.range = iterable
+        b = current()
+        self.slots = [_Slot(n, v) for n, v in zip(names, values)]
+        for s, v in zip(self.slots, values):
+            if s.kind != "static":
+                _declare(s, v, None)
+        t = promote(type_of(iterable.start), type_of(iterable.stop))
+        self.iv = ir.Var(T.Int32 if t.name in ("Bool", "Int8", "Int16") else t, "i")
+        start = _coerce(iterable.start, self.iv.type)
+        stop = _coerce(iterable.stop, self.iv.type)
+        step = _coerce(iterable.step, self.iv.type)
+        self.stmt = ir.For(self.iv, start, stop, step, [], iterable.unroll)
+        b.emit(self.stmt)
+
+    def __iter__(self):
+        b = current()
+        if not self.dynamic:
+            b.loop_kinds.append("static")
+            try:
+                yield from self.iterable
+            finally:
+                b.loop_kinds.pop()
+            return
+        b.push(self.stmt.body)
+        b.loop_kinds.append("dynamic")
+        try:
+            v = b.instr("read", (self.iv,), self.iv.type, hint="i")
+            yield Sym(v, self.iv.type, 1)
+        finally:
+            b.loop_kinds.pop()
+            b.pop()
+
+    def carried(self):
+        if not self.dynamic:
+            return tuple(self.values) if len(self.values) != 1 else self.values[0]
+        out = tuple(s.decode() for s in self.slots)
+        return out if len(out) != 1 else out[0]
+
+    def next(self, values):
+        if not self.dynamic:
+            self.values = list(values)
+            return
+        b = current()
+        for s, v in zip(self.slots, values):
+            if s.kind == "static":
+                s.check_static(v)
+            else:
+                b.instr("write", (s.var, s.encode(v)))
+
+    def done(self):
+        if not self.dynamic:
+            return tuple(self.values) if len(self.values) != 1 else self.values[0]
+        out = tuple(s.decode() for s in self.slots)
+        return out if len(out) != 1 else out[0]
+
+
+# -- while ---------------------------------------------------------------------------
+
+class while_loop:
+    def __init__(self, names, values, test):
+        self.names, self.values = names, list(values)
+        b = current()
+        scratch = []
+        b.push(scratch)
+        try:
+            probe = test()
+        finally:
+            b.pop()
+        self.dynamic = isinstance(probe, Sym)
+        self.state = "start"
+        if not self.dynamic:
+            b.loop_kinds.append("static")
+            return
+        self.slots = [_Slot(n, v) for n, v in zip(names, values)]
+        for s, v in zip(self.slots, values):
+            if s.kind != "static":
+                _declare(s, v, None)
+        self.stmt = ir.While([], None, [])
+        b.emit(self.stmt)
+
+    def carried(self):
+        if not self.dynamic:
+            return tuple(self.values) if len(self.values) != 1 else self.values[0]
+        b = current()
+        b.push(self.stmt.cond_body)
+        self.state = "cond"
+        out = tuple(s.decode() for s in self.slots)
+        return out if len(out) != 1 else out[0]
+
+    def test(self, cond):
+        if not self.dynamic:
+            if isinstance(cond, Sym):
+                raise KernelError("a while condition that was static became dynamic")
+            return bool(cond)
+        b = current()
+        if not isinstance(cond, Sym):
+            cond = Sym(b.instr("cast", (bool(cond),), T.Bool, to=T.Bool), T.Bool)
+        self.stmt.cond = cond.value if cond.type is T.Bool else (cond != 0).value
+        b.pop()
+        b.push(self.stmt.body)
+        b.loop_kinds.append("dynamic")
+        self.state = "body"
+        return True
+
+    def next(self, values):
+        if not self.dynamic:
+            self.values = list(values)
+            return
+        b = current()
+        for s, v in zip(self.slots, values):
+            if s.kind == "static":
+                s.check_static(v)
+            else:
+                b.instr("write", (s.var, s.encode(v)))
+        b.loop_kinds.pop()
+        b.pop()
+        self.state = "done"
+
+    def finished(self):
+        return self.dynamic and self.state == "done"
+
+    def done(self):
+        if not self.dynamic:
+            current().loop_kinds.pop()
+            return tuple(self.values) if len(self.values) != 1 else self.values[0]
+        out = tuple(s.decode() for s in self.slots)
+        return out if len(out) != 1 else out[0]
+
+
+# -- if --------------------------------------------------------------------------------
+
+class if_:
+    def __init__(self, cond, names, values):
+        self.names, self.before = names, list(values)
+        self.dynamic = isinstance(cond, Sym)
+        self.then_values = self.else_values = None
+        if not self.dynamic:
+            self.cond = bool(cond)
+            return
+        c = cond.value if cond.type is T.Bool else (cond != 0).value
+        self.stmt = ir.If(c, [], [])
+        b = current()
+        b.emit(self.stmt)
+        self.parent = b.bodies[-1]
+        self.index = len(self.parent) - 1
+
+    def then(self):
+        if not self.dynamic:
+            return self.cond
+        current().push(self.stmt.then)
+        current().dynamic_ifs += 1
+        return True
+
+    def then_done(self, values):
+        self.then_values = list(values)
+        if self.dynamic:
+            current().dynamic_ifs -= 1
+            current().pop()
+
+    def orelse(self):
+        if not self.dynamic:
+            return not self.cond
+        current().push(self.stmt.orelse)
+        current().dynamic_ifs += 1
+        return True
+
+    def restore(self):
+        vals = self.before
+        return tuple(vals) if len(vals) != 1 else vals[0]
+
+    def else_done(self, values):
+        self.else_values = list(values)
+        if self.dynamic:
+            current().dynamic_ifs -= 1
+            current().pop()
+
+    def result(self):
+        if not self.dynamic:
+            vals = self.then_values if self.cond else self.else_values
+            vals = self.before if vals is None else vals
+        else:
+            vals = [self._merge(i) for i in builtins.range(len(self.names))]
+        return tuple(vals) if len(vals) != 1 else vals[0]
+
+    def _merge(self, i):
+        name, before = self.names[i], self.before[i]
+        t = self.then_values[i] if self.then_values is not None else before
+        e = self.else_values[i] if self.else_values is not None else before
+        if t is e:
+            return t
+        if t is UNBOUND or e is UNBOUND:
+            return OutOfScope(name)
+        slot = _Slot(name, t)
+        if slot.kind == "static":
+            slot.check_static(e)
+            return t
+        decl = ir.Instr("decl", (slot.var, None))
+        self.parent.insert(self.index, decl)
+        self.index += 1
+        b = current()
+        for body, v in ((self.stmt.then, t), (self.stmt.orelse, e)):
+            b.push(body)
+            try:
+                b.instr("write", (slot.var, slot.encode(v)))
+            finally:
+                b.pop()
+        return slot.decode()
+
+
+# -- expressions -------------------------------------------------------------------------
+
+def _as_bool(x):
+    if isinstance(x, Sym):
+        return x if x.type is T.Bool else x != 0
+    return x
+
+
+def and_(*thunks):
+    result = True
+    for th in thunks:
+        v = th()
+        if isinstance(v, Sym):
+            result = _as_bool(v) if result is True else Sym(
+                current().instr("and", (_as_bool(result).value, _as_bool(v).value), T.Bool), T.Bool)
+        elif not v:
+            return v if result is True else Sym(
+                current().instr("and", (_as_bool(result).value, False), T.Bool), T.Bool)
+        elif result is True:
+            result = v if len(thunks) == 1 else True
+    return result
+
+
+def or_(*thunks):
+    result = False
+    for th in thunks:
+        v = th()
+        if isinstance(v, Sym):
+            result = _as_bool(v) if result is False else Sym(
+                current().instr("or", (_as_bool(result).value, _as_bool(v).value), T.Bool), T.Bool)
+        elif v:
+            return v if result is False else v
+    return result
+
+
+def not_(x):
+    if isinstance(x, Sym):
+        return Sym(current().instr("not", (_as_bool(x).value,), T.Bool), T.Bool)
+    return not x
+
+
+def ifexp(cond, a, b):
+    if isinstance(cond, Sym):
+        return sym_select(cond, a(), b())
+    return a() if cond else b()
+
+
+def min_(*args, **kw):
+    if len(args) == 2 and not kw and (isinstance(args[0], Sym) or isinstance(args[1], Sym)):
+        return sym_minmax("min", *args)
+    return builtins.min(*args, **kw)
+
+
+def max_(*args, **kw):
+    if len(args) == 2 and not kw and (isinstance(args[0], Sym) or isinstance(args[1], Sym)):
+        return sym_minmax("max", *args)
+    return builtins.max(*args, **kw)
+
+
+def check_jump(kind):
+    b = current()
+    if kind == "return":
+        if "dynamic" in b.loop_kinds or b.dynamic_ifs:
+            raise KernelError("`return` inside dynamic control flow is not supported; "
+                              "let the kernel body end instead")
+        return
+    if b.loop_kinds and b.loop_kinds[-1] == "dynamic":
+        raise KernelError(f"`{kind}` inside a dynamic loop is not supported; use a `while` "
+                          "with a condition instead")

@@ -1,0 +1,236 @@
+"""The kernel IR: small, typed, structured, printable.
+
+A kernel is a list of parameters and a body. A body is a list of
+statements; statements are instructions (`Instr`, with an optional result
+`Value`) and structured control flow (`For`, `If`, `While`). Values are
+SSA-like temporaries defined once; mutable state lives in `Var`s (loop
+carried and merged values) and `Array`s (register and shared arrays).
+Operands are Values, Vars (read where they appear) or Python numbers
+(constants).
+
+Both backends consume this IR: backend/cuda prints it as C++,
+backend/cpu interprets it with NumPy.
+"""
+from dataclasses import dataclass, field
+
+from ..types import ElementType
+
+
+@dataclass(frozen=True)
+class PtrType:
+    """A pointer to `elem` elements in an address space: global, shared or local."""
+    elem: ElementType
+    space: str
+
+    def __repr__(self):
+        return f"{self.elem}*{self.space}"
+
+
+class Value:
+    """A temporary defined once by an instruction (or a parameter / special register)."""
+    __slots__ = ("id", "type", "hint")
+    _next = 0
+
+    def __init__(self, type, hint="v"):
+        Value._next += 1
+        self.id, self.type, self.hint = Value._next, type, hint
+
+    def __repr__(self):
+        return f"%{self.hint}{self.id}"
+
+
+class Var:
+    """A mutable scalar (or pointer) local variable."""
+    __slots__ = ("id", "type", "hint")
+    _next = 0
+
+    def __init__(self, type, hint="x"):
+        Var._next += 1
+        self.id, self.type, self.hint = Var._next, type, hint
+
+    def __repr__(self):
+        return f"${self.hint}{self.id}"
+
+
+class Array:
+    """A fixed-size array in registers ("local") or shared memory ("shared")."""
+    __slots__ = ("id", "elem", "size", "space", "align")
+    _next = 0
+
+    def __init__(self, elem, size, space, align=16):
+        Array._next += 1
+        self.id, self.elem, self.size, self.space, self.align = Array._next, elem, size, space, align
+
+    def __repr__(self):
+        return f"@{'rf' if self.space == 'local' else 'smem'}{self.id}[{self.size}]"
+
+
+@dataclass
+class Param:
+    """A kernel parameter: a pointer, a scalar, or an opaque byte blob (TMA descriptors)."""
+    name: str
+    type: object
+    value: Value = None
+    nbytes: int = 0
+
+
+@dataclass
+class Loc:
+    file: str
+    line: int
+    text: str = ""
+
+
+@dataclass
+class Instr:
+    """`result = op(args...)`; attrs hold static details (e.g. the vector width)."""
+    op: str
+    args: tuple
+    result: Value = None
+    attrs: dict = field(default_factory=dict)
+    loc: Loc = None
+
+
+@dataclass
+class For:
+    var: Var
+    start: object
+    stop: object
+    step: object
+    body: list
+    unroll: object = None
+    loc: Loc = None
+
+
+@dataclass
+class If:
+    cond: object
+    then: list
+    orelse: list
+    loc: Loc = None
+
+
+@dataclass
+class While:
+    cond_body: list
+    cond: object
+    body: list
+    loc: Loc = None
+
+
+@dataclass
+class Kernel:
+    name: str
+    params: list
+    body: list
+    arrays: list = field(default_factory=list)
+    vars: list = field(default_factory=list)
+    dynamic_smem: int = 0
+    source_file: str = ""
+
+
+# Instruction set (op: meaning). Arithmetic follows C on the operand types.
+#   add sub mul div mod neg  and or xor shl shr not  lt le gt ge eq ne  min max abs
+#   select(c, a, b)  cast(x) [attrs: to]  call(args) [attrs: fn]   math functions
+#   special [attrs: name]    threadIdx.x, blockIdx.y, ...
+#   read(var)  write(var, x)  decl(var, init)
+#   load(ptr, idx) [attrs: width]  store(ptr, idx, x) [attrs: width]   ptr: Value or Array
+#   aload(array, idx) astore(array, idx, x)   register/shared arrays, idx static for local
+#   addr(array)  pointer to an array's first element
+#   offset(ptr, k)   pointer arithmetic in elements
+#   barrier   print [attrs: fmt]   asm [attrs: text, outputs, inputs]   comment [attrs: text]
+PURE_OPS = frozenset("add sub mul div mod neg and or xor shl shr not lt le gt ge eq ne min max "
+                     "abs select cast call special offset addr".split())
+
+
+def format_kernel(kernel):
+    """The IR as readable text."""
+    lines = [f"kernel {kernel.name}(" + ", ".join(f"{p.name}: {p.type}" for p in kernel.params)
+             + ")"]
+    for a in kernel.arrays:
+        lines.append(f"  array {a!r}: {a.elem} {a.space}")
+    _format_body(kernel.body, lines, "  ")
+    return "\n".join(lines)
+
+
+def _fmt(x):
+    if isinstance(x, tuple):
+        return "(" + ", ".join(_fmt(e) for e in x) + ")"
+    return repr(x)
+
+
+def _format_body(body, lines, ind):
+    for s in body:
+        if isinstance(s, Instr):
+            attrs = "".join(f" {k}={v!r}" for k, v in s.attrs.items())
+            lhs = f"{s.result!r}: {s.result.type} = " if s.result is not None else ""
+            lines.append(f"{ind}{lhs}{s.op}({', '.join(_fmt(a) for a in s.args)}){attrs}")
+        elif isinstance(s, For):
+            unroll = f" unroll={s.unroll}" if s.unroll is not None else ""
+            lines.append(f"{ind}for {s.var!r} in range({_fmt(s.start)}, {_fmt(s.stop)}, "
+                         f"{_fmt(s.step)}){unroll}:")
+            _format_body(s.body, lines, ind + "  ")
+        elif isinstance(s, If):
+            lines.append(f"{ind}if {_fmt(s.cond)}:")
+            _format_body(s.then, lines, ind + "  ")
+            if s.orelse:
+                lines.append(f"{ind}else:")
+                _format_body(s.orelse, lines, ind + "  ")
+        elif isinstance(s, While):
+            lines.append(f"{ind}while:")
+            _format_body(s.cond_body, lines, ind + "    ")
+            lines.append(f"{ind}  test {_fmt(s.cond)}")
+            _format_body(s.body, lines, ind + "  ")
+
+
+def _operands(stmt):
+    if isinstance(stmt, Instr):
+        return stmt.args
+    if isinstance(stmt, For):
+        return (stmt.start, stmt.stop, stmt.step)
+    if isinstance(stmt, If):
+        return (stmt.cond,)
+    if isinstance(stmt, While):
+        return (stmt.cond,)
+    return ()
+
+
+def _children(stmt):
+    if isinstance(stmt, For):
+        return (stmt.body,)
+    if isinstance(stmt, If):
+        return (stmt.then, stmt.orelse)
+    if isinstance(stmt, While):
+        return (stmt.cond_body, stmt.body)
+    return ()
+
+
+def eliminate_dead_code(kernel):
+    """Drop pure instructions whose results are never used (in place)."""
+    while True:
+        used = set()
+
+        def count(body):
+            for s in body:
+                for a in _operands(s):
+                    if isinstance(a, Value):
+                        used.add(a.id)
+                for child in _children(s):
+                    count(child)
+        count(kernel.body)
+        removed = [False]
+
+        def sweep(body):
+            keep = []
+            for s in body:
+                if isinstance(s, Instr) and s.op in PURE_OPS and s.result is not None \
+                        and s.result.id not in used:
+                    removed[0] = True
+                    continue
+                for child in _children(s):
+                    child[:] = sweep(child)
+                keep.append(s)
+            return keep
+        kernel.body[:] = sweep(kernel.body)
+        if not removed[0]:
+            return kernel

@@ -1,0 +1,175 @@
+"""Engines inside kernels: symbolic pointers into global, shared and
+register memory. They implement the engine interface of moye.array, so
+`tile`, `parallelize`, `copyto` and arithmetic work unchanged in kernels.
+
+Loads and stores become IR instructions. A whole-array copy is widened to
+vector accesses of up to 16 bytes where both layouts keep that many
+elements contiguous and the offsets are provably aligned.
+"""
+import numpy as np
+
+from .. import types as T
+from ..layout import Layout, complement, composition, make_layout, max_common_layout, size
+from ..layout import inttuple as IT
+from . import ir
+from .tracer import KernelError, Sym, _coerce, current
+
+
+def _div_of(x):
+    if isinstance(x, Sym):
+        return x.div
+    if isinstance(x, int):
+        return abs(x) if x else 1 << 30
+    return 1
+
+
+class PointerEngine:
+    """Elements of `dtype` at `base` (a pointer Value or an ir.Array) + `offset`.
+    `align` is the byte alignment known for `base`."""
+    __slots__ = ("base", "dtype", "space", "offset", "align")
+
+    def __init__(self, base, dtype, space, offset=0, align=16):
+        self.base, self.dtype, self.space, self.offset, self.align = base, dtype, space, offset, align
+
+    def offset_by(self, k):
+        if isinstance(k, int) and k == 0:
+            return self
+        return PointerEngine(self.base, self.dtype, self.space, self.offset + k, self.align)
+
+    def _index(self, i):
+        idx = self.offset + i
+        if self.space == "local" and not isinstance(idx, int):
+            raise KernelError("a register fragment is indexed with a dynamic value; fragments "
+                              "live in registers and take static indices only")
+        return idx
+
+    def _idx_operand(self, idx):
+        return _coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
+
+    def load(self, i, width=1):
+        idx = self._index(i)
+        t = self.dtype if width == 1 else T.uint_of_bits(self.dtype.bits * width)
+        v = current().instr("load", (self.base, self._idx_operand(idx)), t, width=width,
+                            elem=self.dtype)
+        return Sym(v, t)
+
+    def store(self, i, value, width=1):
+        idx = self._index(i)
+        if width == 1:
+            value = _coerce(value, self.dtype) if isinstance(value, (Sym, int, float)) else value
+        else:
+            value = value.value if isinstance(value, Sym) else value
+        current().instr("store", (self.base, self._idx_operand(idx), value), width=width,
+                        elem=self.dtype)
+
+    def read(self, layout):
+        return Loaded(self, layout)
+
+    def write(self, layout, values):
+        if isinstance(values, Loaded):
+            return _copy(self, layout, values.engine, values.layout)
+        n = size(layout)
+        if isinstance(values, (Sym, int, float)):
+            for i in range(n):
+                self.store(layout(i), values)
+            return
+        flat = np.asarray(values, dtype=object).reshape(-1, order="F") \
+            if not isinstance(values, list) else values
+        if len(flat) != n:
+            raise KernelError(f"writing {len(flat)} values into an array of {n} elements")
+        for i in range(n):
+            self.store(layout(i), flat[i])
+
+    def recast(self, dtype):
+        dtype = T.as_element_type(dtype)
+        bits = self.offset * self.dtype.bits
+        if _div_of(bits) % dtype.bits:
+            raise KernelError(f"recast to {dtype}: the array's offset is not provably aligned "
+                              f"to {dtype.bits // 8} bytes")
+        b = current()
+        base = self.base
+        if isinstance(base, ir.Array):
+            base = b.instr("addr", (base,), ir.PtrType(base.elem, self.space))
+        base = b.instr("cast", (base,), ir.PtrType(dtype, self.space), to=dtype, ptr=True)
+        return PointerEngine(base, dtype, self.space, bits // dtype.bits, self.align)
+
+    def __repr__(self):
+        return f"PointerEngine({self.base!r}+{self.offset!r}, {self.dtype}, {self.space})"
+
+
+class Loaded:
+    """The elements of an array read in a kernel: loaded when first used, so
+    that a copy can instead move them with vector instructions."""
+    __slots__ = ("engine", "layout", "_values")
+
+    def __init__(self, engine, layout):
+        self.engine, self.layout, self._values = engine, layout, None
+
+    def values(self):
+        if self._values is None:
+            self._values = [self.engine.load(self.layout(i)) for i in range(size(self.layout))]
+        return self._values
+
+    def __iter__(self):
+        return iter(self.values())
+
+    def __len__(self):
+        return size(self.layout)
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.empty(len(self), dtype=object)
+        out[:] = self.values()
+        return out
+
+
+def _aligned(engine, vec):
+    """The engine's start is provably a multiple of `vec` elements, in bytes too."""
+    nbytes = vec * engine.dtype.bits // 8
+    return engine.align % nbytes == 0 and _div_of(engine.offset) % vec == 0
+
+
+def _copy(dst, dst_layout, src, src_layout):
+    """dst[dst_layout] = src[src_layout], moving the widest aligned vectors
+    (up to 16 bytes) that both layouts keep contiguous."""
+    n = size(dst_layout)
+    if size(src_layout) != n:
+        raise KernelError(f"copy of {size(src_layout)} elements into {n}")
+    split = _vector_split(dst, dst_layout, src, src_layout, n)
+    if split is None:
+        for i in range(n):
+            dst.store(dst_layout(i), src.load(src_layout(i)))
+        return
+    vec, d, s = split
+    for j in range(n // vec):
+        dst.store(d((0, j)), src.load(s((0, j)), vec), vec)
+
+
+def _vector_split(dst, dst_layout, src, src_layout, n):
+    """(vec, dst, src) with both layouts divided into (vec, rest) where each
+    vec run is contiguous and aligned in both; None if no vector fits."""
+    if dst.dtype.bits != src.dtype.bits or dst.dtype.bits % 8 or not isinstance(n, int):
+        return None
+    try:
+        common = max_common_layout(dst_layout, src_layout)
+    except Exception:
+        return None
+    run = size(common)
+    if not isinstance(run, int):
+        return None
+    vec = 128 // dst.dtype.bits
+    while vec >= 2:
+        if run % vec == 0 and _aligned(dst, vec) and _aligned(src, vec):
+            head = composition(common, Layout(vec))
+            try:
+                tiler = make_layout(head, complement(head, n))
+                d, s = composition(dst_layout, tiler), composition(src_layout, tiler)
+            except Exception:
+                d = s = None
+            if d is not None and _rest_aligned(d, vec) and _rest_aligned(s, vec):
+                return vec, d, s
+        vec //= 2
+    return None
+
+
+def _rest_aligned(layout, vec):
+    return all(_div_of(x) % vec == 0 for x in IT.flatten_to_tuple(layout[1].stride))

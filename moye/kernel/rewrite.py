@@ -1,0 +1,273 @@
+"""The control-flow rewrite: plain Python `for`, `if` and `while` in a kernel
+become calls into `moye.kernel.control`, which decides while tracing
+whether each is static (run by Python: loops unroll, branches fold) or
+dynamic (emitted as IR control flow).
+
+For every loop and branch the rewrite names the variables it assigns that
+live across it (read before being assigned in a loop body, or read after
+the statement). Dynamic control flow turns those into loop-carried or merged
+values: the seeds' `smem_read, smem_write = smem_write, smem_read` in a
+dynamic loop swaps two pointers held in registers.
+
+    for i in ITER:                          L = rt.for_loop(ITER, NAMES, VALUES)
+        BODY                    ==>         for i in L:
+                                                a, b = L.carried()
+                                                BODY
+                                                L.next(VALUES)
+                                            a, b = L.done()
+
+`and`/`or`/`not`, `x if c else y`, chained comparisons and `min`/`max`
+are rewritten so they work on dynamic values too. `break`/`continue` and
+`return` are checked: inside dynamic control flow they are errors.
+"""
+import ast
+import inspect
+import textwrap
+
+RT = "__moye_rt"
+
+
+def _names_stored(nodes):
+    out = []
+    for node in nodes:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in out:
+                out.append(n.id)
+            elif isinstance(n, (ast.FunctionDef, ast.Lambda)):
+                pass
+    return [n for n in out if not n.startswith("__moye")]
+
+
+def _names_loaded(nodes):
+    out = set()
+    for node in nodes:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                out.add(n.id)
+    return out
+
+
+def _read_before_write(body, names):
+    """Names read in `body` before (textually) their first assignment."""
+    written, early = set(), set()
+    for stmt in body:
+        loads = _names_loaded([stmt])
+        # in `x = x + 1` the read happens first
+        for n in names:
+            if n in loads and n not in written:
+                early.add(n)
+        written.update(_names_stored([stmt]))
+    return early
+
+
+def _rt(attr):
+    return ast.Attribute(ast.Name(RT, ast.Load()), attr, ast.Load())
+
+
+def _call(attr, *args):
+    return ast.Call(_rt(attr), list(args), [])
+
+
+def _getters(names):
+    """(rt.get(lambda: a), rt.get(lambda: b), ...) tolerating unbound names."""
+    return ast.Tuple([_call("get", ast.Lambda(_no_args(), ast.Name(n, ast.Load())))
+                      for n in names], ast.Load())
+
+
+def _no_args():
+    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[])
+
+
+def _assign(names, value):
+    if not names:
+        return ast.Expr(value)
+    target = ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
+    return ast.Assign([target], value)
+
+
+def _strs(names):
+    return ast.Tuple([ast.Constant(n) for n in names], ast.Load())
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self):
+        self.counter = 0
+        self.after = []          # statements following the current one, for liveness
+
+    def _fresh(self, kind):
+        self.counter += 1
+        return f"__moye_{kind}{self.counter}"
+
+    # statement lists: track what follows each statement
+    def _visit_body(self, body, following):
+        out = []
+        for i, stmt in enumerate(body):
+            saved = self.after
+            self.after = body[i + 1:] + following
+            new = self.visit(stmt)
+            self.after = saved
+            out.extend(new if isinstance(new, list) else [new])
+        return out
+
+    def visit_FunctionDef(self, node):
+        node.body = self._visit_body(node.body, [])
+        return node
+
+    def _live_after(self, names):
+        later = _names_loaded(self.after)
+        return [n for n in names if n in later]
+
+    def visit_For(self, node):
+        following = self.after
+        node.iter = self.visit(node.iter)
+        node.body = self._visit_body(node.body, [node] + following)
+        node.orelse = self._visit_body(node.orelse, following)
+        if node.orelse:
+            raise SyntaxError("moye kernels do not support for ... else")
+        assigned = [n for n in _names_stored(node.body)
+                    if n not in _names_stored([node.target])]
+        early = _read_before_write(node.body, assigned)
+        carried = [n for n in assigned if n in early or n in self._live_after([n])]
+        loop = self._fresh("for")
+        setup = ast.Assign([ast.Name(loop, ast.Store())],
+                           _call("for_loop", node.iter, _strs(carried), _getters(carried)))
+        head = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "carried",
+                                                       ast.Load()), [], []))
+        tail = ast.Expr(ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "next", ast.Load()),
+                                 [_getters(carried)], []))
+        new_for = ast.For(node.target, ast.Name(loop, ast.Load()), [head] + node.body + [tail],
+                          [], None)
+        done = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "done",
+                                                       ast.Load()), [], []))
+        return [ast.copy_location(s, node) for s in (setup, new_for, done)]
+
+    def visit_While(self, node):
+        following = self.after
+        node.body = self._visit_body(node.body, [node] + following)
+        if node.orelse:
+            raise SyntaxError("moye kernels do not support while ... else")
+        node.test = self.visit(node.test)
+        assigned = _names_stored(node.body)
+        early = _read_before_write(node.body, assigned) | (_names_loaded([node.test]) & set(assigned))
+        carried = [n for n in assigned if n in early or n in self._live_after([n])]
+        w = self._fresh("while")
+        wl = ast.Name(w, ast.Load())
+        setup = ast.Assign([ast.Name(w, ast.Store())],
+                           _call("while_loop", _strs(carried), _getters(carried),
+                                 ast.Lambda(_no_args(), node.test)))
+        head = _assign(carried, ast.Call(ast.Attribute(wl, "carried", ast.Load()), [], []))
+        test = ast.If(ast.UnaryOp(ast.Not(), ast.Call(ast.Attribute(wl, "test", ast.Load()),
+                                                      [node.test], [])), [ast.Break()], [])
+        nxt = ast.Expr(ast.Call(ast.Attribute(wl, "next", ast.Load()), [_getters(carried)], []))
+        fin = ast.If(ast.Call(ast.Attribute(wl, "finished", ast.Load()), [], []), [ast.Break()], [])
+        loop = ast.While(ast.Constant(True), [head, test] + node.body + [nxt, fin], [])
+        done = _assign(carried, ast.Call(ast.Attribute(wl, "done", ast.Load()), [], []))
+        return [ast.copy_location(s, node) for s in (setup, loop, done)]
+
+    def visit_If(self, node):
+        following = self.after
+        node.test = self.visit(node.test)
+        node.body = self._visit_body(node.body, following)
+        node.orelse = self._visit_body(node.orelse, following)
+        assigned = _names_stored(node.body + node.orelse)
+        merged = self._live_after(assigned)
+        b = self._fresh("if")
+        bl = ast.Name(b, ast.Load())
+        setup = ast.Assign([ast.Name(b, ast.Store())],
+                           _call("if_", node.test, _strs(merged), _getters(merged)))
+        then_done = ast.Expr(ast.Call(ast.Attribute(bl, "then_done", ast.Load()),
+                                      [_getters(merged)], []))
+        then = ast.If(ast.Call(ast.Attribute(bl, "then", ast.Load()), [], []),
+                      node.body + [then_done], [])
+        out = [setup, then]
+        if node.orelse:
+            restore = _assign(merged, ast.Call(ast.Attribute(bl, "restore", ast.Load()), [], []))
+            else_done = ast.Expr(ast.Call(ast.Attribute(bl, "else_done", ast.Load()),
+                                          [_getters(merged)], []))
+            out.append(ast.If(ast.Call(ast.Attribute(bl, "orelse", ast.Load()), [], []),
+                              [restore] + node.orelse + [else_done], []))
+        out.append(_assign(merged, ast.Call(ast.Attribute(bl, "result", ast.Load()), [], [])))
+        return [ast.copy_location(s, node) for s in out]
+
+    def visit_Break(self, node):
+        return [ast.copy_location(ast.Expr(_call("check_jump", ast.Constant("break"))), node), node]
+
+    def visit_Continue(self, node):
+        return [ast.copy_location(ast.Expr(_call("check_jump", ast.Constant("continue"))), node),
+                node]
+
+    def visit_Return(self, node):
+        return [ast.copy_location(ast.Expr(_call("check_jump", ast.Constant("return"))), node),
+                self.generic_visit(node)]
+
+    # expressions ---------------------------------------------------------
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        fn = "and_" if isinstance(node.op, ast.And) else "or_"
+        return ast.copy_location(_call(fn, *[ast.Lambda(_no_args(), v) for v in node.values]), node)
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return ast.copy_location(_call("not_", node.operand), node)
+        return node
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        return ast.copy_location(_call("ifexp", node.test, ast.Lambda(_no_args(), node.body),
+                                       ast.Lambda(_no_args(), node.orelse)), node)
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        parts, left = [], node.left
+        for op, right in zip(node.ops, node.comparators):
+            parts.append(ast.Lambda(_no_args(), ast.Compare(left, [op], [right])))
+            left = right
+        return ast.copy_location(_call("and_", *parts), node)
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
+            node.func = ast.copy_location(_rt(node.func.id + "_"), node.func)
+        return node
+
+
+def rewrite_function(fn):
+    """`fn` with its control flow rewritten; it sees the same globals and closure."""
+    from . import control
+    source = textwrap.dedent(inspect.getsource(fn))
+    lines, first = inspect.getsourcelines(fn)
+    tree = ast.parse(source)
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise TypeError("@moye.kernel decorates a plain function (def ...)")
+    fdef.decorator_list = []
+    fdef = _Rewriter().visit(fdef)
+    freevars = fn.__code__.co_freevars
+    if freevars:
+        factory = ast.FunctionDef("__moye_factory", ast.arguments(
+            posonlyargs=[], args=[ast.arg(v) for v in freevars], vararg=None, kwonlyargs=[],
+            kw_defaults=[], kwarg=None, defaults=[]), [fdef, ast.Return(ast.Name(fdef.name,
+                                                                                 ast.Load()))],
+            [], None)
+        module = ast.Module([factory], [])
+    else:
+        module = ast.Module([fdef], [])
+    ast.fix_missing_locations(module)
+    ast.increment_lineno(module, first - 1)
+    code = compile(module, inspect.getsourcefile(fn) or "<kernel>", "exec")
+    namespace = fn.__globals__
+    namespace[RT] = control
+    local = {}
+    exec(code, namespace, local)
+    if freevars:
+        cells = [c.cell_contents for c in fn.__closure__]
+        new = local["__moye_factory"](*cells)
+    else:
+        new = local[fdef.name]
+    new.__defaults__ = fn.__defaults__
+    new.__kwdefaults__ = fn.__kwdefaults__
+    return new

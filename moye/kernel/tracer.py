@@ -1,0 +1,370 @@
+"""Tracing: running a kernel's Python body once to build its IR.
+
+`Builder` collects statements into nested bodies. `Sym` is the dynamic
+scalar of the layout algebra inside kernels: arithmetic on it emits IR
+instructions, folding what is static. Every statement records the user's
+source line, so errors and the generated code point at the kernel source.
+"""
+import linecache
+import math
+import os
+import sys
+
+from .. import types as T
+from ..errors import MoyeError
+from . import ir
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES_DIR = os.path.join(_PKG_DIR, "examples")
+
+
+class KernelError(MoyeError):
+    """A mistake in a kernel, found while tracing; the message names the line."""
+
+
+def user_location():
+    """The innermost frame of user code (outside the moye package, or in its examples)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_PKG_DIR) or fn.startswith(_EXAMPLES_DIR):
+            return ir.Loc(fn, f.f_lineno, linecache.getline(fn, f.f_lineno).strip())
+        f = f.f_back
+    return None
+
+
+class Builder:
+    """The kernel being traced: parameters, arrays and a stack of open bodies."""
+
+    def __init__(self, name):
+        self.kernel = ir.Kernel(name, [], [])
+        self.bodies = [self.kernel.body]
+        self.memo = [{}]            # pure instructions already emitted, per open body
+        self.specials = {}
+        self.loop_kinds = []
+        self.dynamic_ifs = 0
+
+    def emit(self, stmt):
+        if stmt.loc is None:
+            stmt.loc = user_location()
+        self.bodies[-1].append(stmt)
+        return stmt
+
+    def instr(self, op, args, type=None, hint="v", **attrs):
+        key = None
+        if op in ir.PURE_OPS and type is not None and op != "special":
+            key = (op, tuple(_key(a) for a in args), type, tuple(sorted(attrs.items(), key=str)))
+            for memo in reversed(self.memo):
+                hit = memo.get(key)
+                if hit is not None:
+                    return hit
+        result = ir.Value(type, hint) if type is not None else None
+        self.emit(ir.Instr(op, tuple(args), result, attrs))
+        if key is not None:
+            self.memo[-1][key] = result
+        return result
+
+    def push(self, body):
+        self.bodies.append(body)
+        self.memo.append({})
+
+    def pop(self):
+        self.bodies.pop()
+        self.memo.pop()
+
+
+def _key(a):
+    if isinstance(a, (int, float, bool)):
+        return (type(a), a)
+    return id(a)
+
+
+_current = []
+
+
+def current():
+    if not _current:
+        raise MoyeError("this operation only exists inside a @moye.kernel being traced")
+    return _current[-1]
+
+
+def tracing():
+    return bool(_current)
+
+
+class tracing_context:
+    def __init__(self, builder):
+        self.builder = builder
+
+    def __enter__(self):
+        _current.append(self.builder)
+        return self.builder
+
+    def __exit__(self, *exc):
+        _current.pop()
+
+
+# -- types ---------------------------------------------------------------------------
+
+_INT_RANK = {"Bool": 0, "Int8": 1, "UInt8": 1, "Int16": 2, "UInt16": 2, "Int32": 3, "UInt32": 3,
+             "Int64": 4, "UInt64": 4}
+_FLOAT_RANK = {"Float16": 1, "BFloat16": 1, "TFloat32": 2, "Float32": 2, "Float64": 3}
+
+
+def promote(a, b):
+    """The C-like result type of a binary operation on types a and b."""
+    if a is b:
+        return a
+    fa, fb = a.name in _FLOAT_RANK, b.name in _FLOAT_RANK
+    if fa or fb:
+        if fa and fb:
+            if _FLOAT_RANK[a.name] == _FLOAT_RANK[b.name]:
+                return T.Float32
+            return a if _FLOAT_RANK[a.name] > _FLOAT_RANK[b.name] else b
+        return a if fa else b
+    ra, rb = _INT_RANK.get(a.name, 3), _INT_RANK.get(b.name, 3)
+    r = max(ra, rb, 3)
+    if r == 4:
+        return T.UInt64 if "UInt64" in (a.name, b.name) else T.Int64
+    return T.UInt32 if "UInt32" in (a.name, b.name) and max(ra, rb) == 3 else T.Int32
+
+
+def type_of(x):
+    if isinstance(x, Sym):
+        return x.type
+    if isinstance(x, bool):
+        return T.Bool
+    if isinstance(x, int):
+        return T.Int32 if -2**31 <= x < 2**31 else T.Int64
+    if isinstance(x, float):
+        return T.Float32
+    raise KernelError(f"{x!r} of type {type(x).__name__} cannot be used in kernel arithmetic")
+
+
+def operand_type(sym, other):
+    """The type of a binary op between a Sym and a Python number (weakly typed);
+    arithmetic on booleans happens in Int32, as in C."""
+    if isinstance(other, Sym):
+        t = promote(sym.type, other.type)
+        return T.Int32 if t is T.Bool else t
+    if isinstance(other, float) and not sym.type.is_float:
+        return T.Float32
+    if isinstance(other, int) and not isinstance(other, bool) and not sym.type.is_float \
+            and not -2**31 <= other < 2**31:
+        return promote(sym.type, T.Int64)
+    return sym.type if sym.type.name != "Bool" else T.Int32
+
+
+def _gcd_div(a, b):
+    return math.gcd(a, b) if a and b else (a or b)
+
+
+def _div_of(x):
+    if isinstance(x, Sym):
+        return x.div
+    if isinstance(x, int):
+        return abs(x) if x else 1 << 30
+    return 1
+
+
+class Sym:
+    """A dynamic scalar inside a kernel: an IR value with Python operators.
+    `div` is a power of two known to divide it (for vectorization)."""
+    __slots__ = ("value", "type", "div")
+    __hash__ = object.__hash__
+
+    def __init__(self, value, type, div=1):
+        self.value, self.type, self.div = value, type, div
+
+    def __repr__(self):
+        return f"Sym({self.value!r}: {self.type})"
+
+    def __bool__(self):
+        raise KernelError(
+            f"the value {self.value!r} is only known when the kernel runs, so Python cannot "
+            "branch on it here; use it in an `if`/`while` of the kernel body (rewritten into "
+            "kernel control flow), or moye.select(cond, a, b)")
+
+    def __index__(self):
+        raise KernelError(f"the dynamic value {self.value!r} is used where a static int is needed")
+
+    def __int__(self):
+        raise KernelError(f"int() of the dynamic value {self.value!r}: it is only known at run time")
+
+    __float__ = __int__
+
+    # arithmetic -------------------------------------------------------------
+    def _bin(self, op, other, reflected=False, result=None):
+        if not isinstance(other, (Sym, int, float)):
+            return NotImplemented
+        t = operand_type(self, other)
+        a, b = (other, self) if reflected else (self, other)
+        a, b = _coerce(a, t), _coerce(b, t)
+        rt = result or t
+        v = current().instr(op, (a, b), rt)
+        return Sym(v, rt, _div_rule(op, a, b))
+
+    def __add__(self, o):
+        if isinstance(o, int) and o == 0:
+            return self
+        return self._bin("add", o)
+
+    def __radd__(self, o):
+        if isinstance(o, int) and o == 0:
+            return self
+        return self._bin("add", o, True)
+
+    def __sub__(self, o):
+        if isinstance(o, int) and o == 0:
+            return self
+        return self._bin("sub", o)
+
+    def __rsub__(self, o):
+        return self._bin("sub", o, True)
+
+    def __mul__(self, o):
+        if isinstance(o, int) and not isinstance(o, bool):
+            if o == 1:
+                return self
+            if o == 0 and not self.type.is_float:
+                return 0
+        return self._bin("mul", o)
+
+    def __rmul__(self, o):
+        if isinstance(o, int) and not isinstance(o, bool):
+            if o == 1:
+                return self
+            if o == 0 and not self.type.is_float:
+                return 0
+        return self._bin("mul", o, True)
+
+    def __floordiv__(self, o):
+        if isinstance(o, int) and o == 1:
+            return self
+        return self._bin("div", o)
+
+    def __rfloordiv__(self, o):
+        return self._bin("div", o, True)
+
+    def __truediv__(self, o):
+        if not self.type.is_float and not isinstance(o, float) and \
+                not (isinstance(o, Sym) and o.type.is_float):
+            return Sym.cast(self, T.Float32)._bin("div", o)
+        return self._bin("div", o)
+
+    def __rtruediv__(self, o):
+        if not self.type.is_float and not isinstance(o, float):
+            return Sym.cast(self, T.Float32)._bin("div", o, True)
+        return self._bin("div", o, True)
+
+    def __mod__(self, o):
+        if isinstance(o, int) and o == 1:
+            return 0
+        return self._bin("mod", o)
+
+    def __rmod__(self, o):
+        return self._bin("mod", o, True)
+
+    def __and__(self, o): return self._bin("and", o)
+    def __rand__(self, o): return self._bin("and", o, True)
+    def __or__(self, o): return self._bin("or", o)
+    def __ror__(self, o): return self._bin("or", o, True)
+    def __xor__(self, o): return self._bin("xor", o)
+    def __rxor__(self, o): return self._bin("xor", o, True)
+    def __lshift__(self, o): return self._bin("shl", o)
+    def __rlshift__(self, o): return self._bin("shl", o, True)
+    def __rshift__(self, o): return self._bin("shr", o)
+    def __rrshift__(self, o): return self._bin("shr", o, True)
+
+    def __neg__(self):
+        return Sym(current().instr("neg", (self.value,), self.type), self.type, self.div)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return Sym(current().instr("abs", (self.value,), self.type), self.type, self.div)
+
+    def __invert__(self):
+        if self.type is T.Bool:
+            return Sym(current().instr("not", (self.value,), T.Bool), T.Bool)
+        return Sym(current().instr("xor", (self.value, -1), self.type), self.type)
+
+    def _cmp(self, op, o):
+        if not isinstance(o, (Sym, int, float)):
+            return NotImplemented
+        t = operand_type(self, o)
+        return Sym(current().instr(op, (_coerce(self, t), _coerce(o, t)), T.Bool), T.Bool)
+
+    def __lt__(self, o): return self._cmp("lt", o)
+    def __le__(self, o): return self._cmp("le", o)
+    def __gt__(self, o): return self._cmp("gt", o)
+    def __ge__(self, o): return self._cmp("ge", o)
+    def __eq__(self, o): return self._cmp("eq", o)
+    def __ne__(self, o): return self._cmp("ne", o)
+
+    @staticmethod
+    def cast(x, to):
+        to = T.as_element_type(to)
+        if isinstance(x, Sym):
+            if x.type is to:
+                return x
+            return Sym(current().instr("cast", (x.value,), to, to=to), to, x.div)
+        return Sym(current().instr("cast", (x,), to, to=to), to, _div_of(x))
+
+
+def _coerce(x, t):
+    """An operand of type t: a Sym's value (cast if needed) or a constant."""
+    if isinstance(x, Sym):
+        if x.type is t or (x.type.bits == t.bits and x.type.kind == t.kind):
+            return x.value
+        return current().instr("cast", (x.value,), t, to=t)
+    if isinstance(x, bool):
+        return int(x)
+    if t.is_float:
+        return float(x)
+    return x
+
+
+def _div_rule(op, a, b):
+    da, db = _div_of_operand(a), _div_of_operand(b)
+    if op in ("add", "sub"):
+        return _gcd_div(da, db)
+    if op == "mul":
+        return min(da * db, 1 << 30)
+    return 1
+
+
+def _div_of_operand(x):
+    if isinstance(x, int):
+        return abs(x) if x else 1 << 30
+    return 1
+
+
+def sym_select(cond, a, b):
+    """cond ? a : b, folding static conditions."""
+    if not isinstance(cond, Sym):
+        return a if cond else b
+    ta, tb = type_of(a), type_of(b)
+    t = promote(ta, tb) if isinstance(a, Sym) or isinstance(b, Sym) else ta
+    cv = cond.value if cond.type is T.Bool else (cond != 0).value
+    v = current().instr("select", (cv, _coerce(a, t), _coerce(b, t)), t)
+    return Sym(v, t, _gcd_div(_div_of(a), _div_of(b)))
+
+
+def sym_minmax(op, a, b):
+    if not isinstance(a, Sym) and not isinstance(b, Sym):
+        return min(a, b) if op == "min" else max(a, b)
+    t = promote(type_of(a), type_of(b))
+    return Sym(current().instr(op, (_coerce(a, t), _coerce(b, t)), t), t)
+
+
+def special(name):
+    """threadIdx.x and friends, defined once at the top of the kernel."""
+    b = current()
+    s = b.specials.get(name)
+    if s is None:
+        v = ir.Value(T.Int32, name.replace(".", "_"))
+        b.kernel.body.insert(len(b.specials), ir.Instr("special", (), v, {"name": name}))
+        s = b.specials[name] = Sym(v, T.Int32, 1)
+    return s
