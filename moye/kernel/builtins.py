@@ -69,7 +69,7 @@ def register_allocate(dtype, size):
     return PointerEngine(arr, dtype, "local", 0, 16)
 
 
-def select(cond, a, b):
+def ifelse(cond, a, b):
     """`cond ? a : b` on dynamic or static values."""
     return sym_select(cond, a, b)
 
@@ -142,5 +142,5 @@ class Constexpr:
 
 
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "shared_array",
-           "select", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
+           "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
            "cos", "tanh", "fma", "cast", "cushow", "Constexpr"]
