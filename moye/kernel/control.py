@@ -53,7 +53,9 @@ class _Slot:
 
     def __init__(self, name, example):
         self.name = name
-        if isinstance(example, MoYeArray) and isinstance(example.engine, PointerEngine):
+        if example is UNBOUND:
+            self.kind = "temp"
+        elif isinstance(example, MoYeArray) and isinstance(example.engine, PointerEngine):
             eng = example.engine
             self.kind, self.layout = "array", example.layout
             self.dtype, self.space, self.align = eng.dtype, eng.space, eng.align
@@ -81,6 +83,8 @@ class _Slot:
 
     def decode(self):
         b = current()
+        if self.kind == "temp":
+            return UNBOUND
         if self.kind == "scalar":
             v = b.instr("read", (self.var,), self.var.type, hint=self.var.hint)
             return Sym(v, self.var.type)
@@ -158,7 +162,7 @@ class for_loop:
         b = current()
         self.slots = [_Slot(n, v) for n, v in zip(names, values)]
         for s, v in zip(self.slots, values):
-            if s.kind != "static":
+            if s.kind in ("scalar", "array"):
                 _declare(s, v, None)
         t = promote(type_of(iterable.start), type_of(iterable.stop))
         self.iv = ir.Var(T.Int32 if t.name in ("Bool", "Int8", "Int16") else t, "i")
@@ -196,18 +200,22 @@ class for_loop:
         if not self.dynamic:
             self.values = list(values)
             return
-        b = current()
-        for s, v in zip(self.slots, values):
-            if s.kind == "static":
-                s.check_static(v)
-            else:
-                b.instr("write", (s.var, s.encode(v)))
+        _write_slots(self.slots, values)
 
     def done(self):
         if not self.dynamic:
             return tuple(self.values) if len(self.values) != 1 else self.values[0]
-        out = tuple(s.decode() for s in self.slots)
+        out = tuple(OutOfScope(s.name) if s.kind == "temp" else s.decode() for s in self.slots)
         return out if len(out) != 1 else out[0]
+
+
+def _write_slots(slots, values):
+    b = current()
+    for s, v in zip(slots, values):
+        if s.kind == "static":
+            s.check_static(v)
+        elif s.kind != "temp":
+            b.instr("write", (s.var, s.encode(v)))
 
 
 # -- while ---------------------------------------------------------------------------
@@ -229,7 +237,7 @@ class while_loop:
             return
         self.slots = [_Slot(n, v) for n, v in zip(names, values)]
         for s, v in zip(self.slots, values):
-            if s.kind != "static":
+            if s.kind in ("scalar", "array"):
                 _declare(s, v, None)
         self.stmt = ir.While([], None, [])
         b.emit(self.stmt)
@@ -263,11 +271,7 @@ class while_loop:
             self.values = list(values)
             return
         b = current()
-        for s, v in zip(self.slots, values):
-            if s.kind == "static":
-                s.check_static(v)
-            else:
-                b.instr("write", (s.var, s.encode(v)))
+        _write_slots(self.slots, values)
         b.loop_kinds.pop()
         b.pop()
         self.state = "done"
@@ -279,7 +283,7 @@ class while_loop:
         if not self.dynamic:
             current().loop_kinds.pop()
             return tuple(self.values) if len(self.values) != 1 else self.values[0]
-        out = tuple(s.decode() for s in self.slots)
+        out = tuple(OutOfScope(s.name) if s.kind == "temp" else s.decode() for s in self.slots)
         return out if len(out) != 1 else out[0]
 
 

@@ -51,13 +51,23 @@ def _read_before_write(body, names):
     """Names read in `body` before (textually) their first assignment."""
     written, early = set(), set()
     for stmt in body:
-        loads = _names_loaded([stmt])
+        loads = _names_loaded([stmt]) - _loop_targets(stmt)
         # in `x = x + 1` the read happens first
         for n in names:
             if n in loads and n not in written:
                 early.add(n)
         written.update(_names_stored([stmt]))
     return early
+
+
+def _loop_targets(stmt):
+    """Names bound by loop targets and comprehensions inside `stmt`: they are
+    assigned before their uses there."""
+    out = set()
+    for n in ast.walk(stmt):
+        if isinstance(n, (ast.For, ast.comprehension)):
+            out.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
+    return out
 
 
 def _rt(attr):
@@ -82,6 +92,8 @@ def _no_args():
 def _assign(names, value):
     if not names:
         return ast.Expr(value)
+    if len(names) == 1:
+        return ast.Assign([ast.Name(names[0], ast.Store())], value)
     target = ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
     return ast.Assign([target], value)
 
@@ -115,12 +127,16 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
     def _live_after(self, names):
-        later = _names_loaded(self.after)
+        later = _read_before_write(self.after, set(names))
         return [n for n in names if n in later]
 
     def visit_For(self, node):
         following = self.after
         node.iter = self.visit(node.iter)
+        if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) \
+                and node.iter.func.id == "range":
+            # range() of a dynamic bound must not reach Python's range
+            node.iter.func = ast.copy_location(_rt("range"), node.iter.func)
         node.body = self._visit_body(node.body, [node] + following)
         node.orelse = self._visit_body(node.orelse, following)
         if node.orelse:
