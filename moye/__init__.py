@@ -13,3 +13,7 @@ from .atom import *  # noqa: F401,F403,E402
 from .tiled import *  # noqa: F401,F403,E402
 from .kernel import *  # noqa: F401,F403,E402
 from .kernel import range  # noqa: E402,A004  (moye.range; `from moye import *` keeps builtins.range)
+
+# `from moye import *` gives the public API, without moye.range (keep Python's)
+__all__ = sorted(n for n, v in dict(globals()).items()
+                 if not n.startswith("_") and n != "range" and type(v).__name__ != "module")

@@ -64,27 +64,43 @@ def gemm(mma, *operands):
     return _gemm_tiles(atom, d, a, b, c)
 
 
-def _values(x, rank):
-    v = np.asarray(x.numpy())
-    return v.reshape(v.shape + (1,) * (rank - v.ndim))
+def _as3(x, what):
+    """x viewed as (V, M, N)-like rank 3, padding missing modes with size 1."""
+    r = T.rank(x.shape)
+    if r == 3:
+        return x
+    if r == 2:
+        from ..layout import append
+        return MoYeArray.view_of(x.engine, append(x.layout, n=3))
+    raise MoyeError(f"gemm: {what} has shape {T.fmt(x.shape)}; expected (MMA, MMA_M/N, MMA_K)")
 
 
 def _gemm_thread(atom, d, a, b, c):
-    """(V,M,N) += (V,M,K) x (V,N,K), k outermost as CuTe's gemm orders it."""
-    A, B, C = _values(a, 3), _values(b, 3), _values(c, 3)
-    if A.shape[0] != 1 or B.shape[0] != 1:
-        raise MoyeError(f"gemm: {atom.op} takes one value per thread; got A of shape "
-                        f"{T.fmt(a.shape)} and B of shape {T.fmt(b.shape)}")
-    (_, M, K), (_, N, K2) = A.shape, B.shape
-    if K != K2 or C.shape[1:] != (M, N):
+    """(V,M,N) = (V,M,K) x (V,N,K) + (V,M,N) with a one-thread atom, k
+    outermost as CuTe orders it. Element by element, so the same code runs
+    on host arrays and, inside kernels, on register fragments."""
+    d, a, b, c = _as3(d, "D"), _as3(a, "A"), _as3(b, "B"), _as3(c, "C")
+    V, M, K = size(a, 0), size(a, 1), size(a, 2)
+    N = size(b, 1)
+    if V != 1 or size(b, 0) != 1 or size(b, 2) != K or size(c, 1) != M or size(c, 2) != N:
         raise MoyeError(f"gemm: A {T.fmt(a.shape)}, B {T.fmt(b.shape)} and C {T.fmt(c.shape)} "
-                        "do not form (V,M,K) x (V,N,K) -> (V,M,N)")
-    op = atom.op
-    acc = C[0]
+                        f"do not form (1,M,K) x (1,N,K) -> (1,M,N) for {atom.op}")
+    fma = _host_fma(atom) if d.engine.space == "host" else None
     for k in range(K):
-        acc = mma_reference(op, A[0, :, k:k + 1], B[0, :, k:k + 1], acc)
-    d.engine.write(d.layout, np.asarray(acc).reshape(1, M, N).reshape(-1, order="F"))
+        src = c if k == 0 else d
+        for m in range(M):
+            for n in range(N):
+                av, bv, cv = a[0, m, k], b[0, n, k], src[0, m, n]
+                d[0, m, n] = fma(av, bv, cv) if fma else cv + av * bv
     return d
+
+
+def _host_fma(atom):
+    """d = a * b + c rounded once to the accumulator type, as an FMA does."""
+    acc = atom.d_type.numpy
+    if atom.d_type.is_float:
+        return lambda a, b, c: acc.type(np.float64(a) * np.float64(b) + np.float64(c))
+    return lambda a, b, c: acc.type(int(a) * int(b) + int(c))
 
 
 def _gemm_tiles(atom, d, a, b, c):
