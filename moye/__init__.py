@@ -13,6 +13,10 @@ from .atom import *  # noqa: F401,F403,E402
 from .tiled import *  # noqa: F401,F403,E402
 from .kernel import *  # noqa: F401,F403,E402
 from .kernel import range  # noqa: E402,A004  (moye.range; `from moye import *` keeps builtins.range)
+from .kernel.frontend import BACKENDS as _BACKENDS  # noqa: E402
+from .backend.cuda.backend import CudaBackend as _CudaBackend  # noqa: E402
+
+_BACKENDS["cuda"] = _CudaBackend()
 
 # `from moye import *` gives the public API, without moye.range (keep Python's)
 __all__ = sorted(n for n, v in dict(globals()).items()

@@ -13,9 +13,16 @@ from .array import MoYeArray
 
 def _mode_sizes(shape):
     sizes = list(T.product_each(shape)) if type(shape) is tuple else [shape]
-    while len(sizes) > 1 and sizes[-1] == 1:
+    while len(sizes) > 1 and type(sizes[-1]) is int and sizes[-1] == 1:
         sizes.pop()
     return tuple(sizes)
+
+
+def _congruent_sizes(a, b):
+    """Mode sizes agree where both are known; a dynamic size matches anything."""
+    if len(a) != len(b):
+        return False
+    return all(x == y for x, y in zip(a, b) if type(x) is int and type(y) is int)
 
 
 def copyto(dst, src):
@@ -30,7 +37,7 @@ def copyto(dst, src):
     if not isinstance(dst, MoYeArray):
         raise TypeError(f"copyto: dst must be a MoYeArray, got {type(dst).__name__}")
     if isinstance(src, MoYeArray):
-        if _mode_sizes(dst.shape) != _mode_sizes(src.shape):
+        if not _congruent_sizes(_mode_sizes(dst.shape), _mode_sizes(src.shape)):
             raise MoyeError(f"copyto: dst has shape {T.fmt(dst.shape)} but src has shape "
                             f"{T.fmt(src.shape)}; they must be congruent")
         values = src.engine.read(src.layout)

@@ -1,0 +1,81 @@
+"""Kernels used by the kernel tests (kept in a file: the rewrite reads source)."""
+import moye
+from moye import Layout, MoYeArray, make_fragment_like, size
+
+
+@moye.kernel
+def scale_loop(out, x, n):
+    acc = 0.0
+    for i in range(n):
+        acc = acc + x[i]
+    out[0] = acc
+
+
+@moye.kernel
+def static_unroll(out, x):
+    total = 0.0
+    for i in range(4):
+        total = total + x[i]
+    out[0] = total
+
+
+@moye.kernel
+def swap_buffers(out, x, n):
+    read = moye.shared_array(x.dtype, Layout(32))
+    write = moye.shared_array(x.dtype, Layout(32))
+    t = moye.thread_idx.x
+    read[t] = x[t]
+    for k in range(n):
+        write[t] = read[t] * 2.0
+        moye.sync_threads()
+        read, write = write, read
+    out[t] = read[t]
+
+
+@moye.kernel
+def branch(out, x):
+    t = moye.thread_idx.x
+    if t < 16:
+        v = x[t] * 2.0
+    else:
+        v = x[t] + 1.0
+    out[t] = v
+
+
+@moye.kernel
+def while_loop(out, n):
+    i = 0
+    s = 0
+    while i < n:
+        s = s + i
+        i = i + 1
+    out[0] = s
+
+
+@moye.kernel
+def bad_break(out, n):
+    for i in range(n):
+        if i > 3:
+            break
+    out[0] = 1
+
+
+@moye.kernel
+def bad_shape(out, x):
+    a = moye.shared_array(x.dtype, Layout((4, 8)))
+    b = moye.shared_array(x.dtype, Layout((8, 4)))
+    moye.copyto(a, b)
+
+
+@moye.kernel
+def dynamic_fragment_index(out, x):
+    frag = make_fragment_like(Layout(4), moye.Float32)
+    frag[moye.thread_idx.x] = 1.0
+    out[0] = frag[0]
+
+
+@moye.kernel
+def and_or(out, x, n):
+    t = moye.thread_idx.x
+    if t < n and t % 2 == 0:
+        out[t] = x[t]

@@ -1,0 +1,105 @@
+"""Tracing: the control-flow rewrite, IR structure, generated C++ and errors."""
+import numpy as np
+import pytest
+
+import moye
+from moye import Layout
+from moye.kernel import ir
+from moye.kernel.tracer import KernelError
+
+from . import kernels_for_tests as K
+
+
+def vec(n=32, dtype=np.float32):
+    return np.arange(1, n + 1, dtype=dtype)
+
+
+def stmts(kernel, kind):
+    out = []
+
+    def walk(body):
+        for s in body:
+            if isinstance(s, kind):
+                out.append(s)
+            for child in ir._children(s):
+                walk(child)
+    walk(kernel.body)
+    return out
+
+
+def ops(kernel, name):
+    return [s for s in stmts(kernel, ir.Instr) if s.op == name]
+
+
+def test_dynamic_range_becomes_a_loop_with_a_carried_scalar():
+    k, _, _ = K.scale_loop.trace(vec(1), vec(), 8)
+    loops = stmts(k, ir.For)
+    assert len(loops) == 1
+    body_writes = [s for s in loops[0].body if isinstance(s, ir.Instr) and s.op == "write"]
+    assert len(body_writes) == 1 and body_writes[0].args[0].type is moye.Float32
+    src = K.scale_loop.cuda_source(vec(1), vec(), 8)
+    assert "for (int i_" in src and "acc_" in src
+
+
+def test_static_range_unrolls():
+    k, _, _ = K.static_unroll.trace(vec(1), vec())
+    assert not stmts(k, ir.For)
+    assert len(ops(k, "load")) == 4
+
+
+def test_swapping_arrays_in_a_dynamic_loop_carries_pointers():
+    k, _, _ = K.swap_buffers.trace(vec(), vec(), 5, block=32)
+    decls = [s for s in stmts(k, ir.Instr) if s.op == "decl"]
+    assert [d.args[0].type.space for d in decls] == ["shared", "shared"]
+    loop = stmts(k, ir.For)[0]
+    writes = [s for s in loop.body if isinstance(s, ir.Instr) and s.op == "write"]
+    assert len(writes) == 2
+
+
+def test_dynamic_if_merges_a_value():
+    k, _, _ = K.branch.trace(vec(), vec(), block=32)
+    (branch,) = stmts(k, ir.If)
+    assert any(s.op == "write" for s in branch.then if isinstance(s, ir.Instr))
+    assert any(s.op == "write" for s in branch.orelse if isinstance(s, ir.Instr))
+    src = K.branch.cuda_source(vec(), vec(), block=32)
+    assert "} else {" in src
+
+
+def test_dynamic_while():
+    k, _, _ = K.while_loop.trace(np.zeros(1, np.int32), 10)
+    (w,) = stmts(k, ir.While)
+    assert w.cond is not None and w.cond_body
+
+
+def test_dynamic_and_in_a_condition():
+    k, _, _ = K.and_or.trace(vec(), vec(), 7, block=32)
+    assert ops(k, "and")
+
+
+def test_break_in_a_dynamic_loop_names_the_line():
+    with pytest.raises(KernelError, match=r"(?s)kernels_for_tests.py:\d+: +break.*dynamic loop"):
+        K.bad_break.trace(np.zeros(1, np.int32), 10)
+
+
+def test_copy_shape_mismatch_names_the_line_and_shapes():
+    with pytest.raises(KernelError, match=r"(?s)moye.copyto\(a, b\).*dst has shape \(4,8\) but "
+                                          r"src has shape \(8,4\)"):
+        K.bad_shape.trace(np.zeros((4, 8), np.float32), np.zeros((8, 4), np.float32))
+
+
+def test_dynamic_index_into_a_register_fragment_is_an_error():
+    with pytest.raises(KernelError, match="register fragment"):
+        K.dynamic_fragment_index.trace(vec(1), vec(), block=4)
+
+
+def test_generated_source_has_line_comments_and_no_dynamic_register_index():
+    from moye.examples import matmul_smem as mm
+    A = np.asfortranarray(np.ones((256, 64), np.float32))
+    C = np.asfortranarray(np.ones((256, 256), np.float32))
+    t = Layout((32, 8))
+    src = mm.matmul_kernel.cuda_source(A, Layout((128, 8)), t, A, Layout((128, 8)), t, C,
+                                       Layout((128, 128)), t, block=256)
+    assert "// matmul_smem.py:" in src
+    import re
+    for idx in re.findall(r"rf\d+\[([^\]]+)\]", src):
+        assert idx.isdigit(), idx
