@@ -16,7 +16,10 @@ from .kernel import range  # noqa: E402,A004  (moye.range; `from moye import *` 
 from .kernel.frontend import BACKENDS as _BACKENDS  # noqa: E402
 from .backend.cuda.backend import CudaBackend as _CudaBackend  # noqa: E402
 
+from .backend.cpu import CpuBackend as _CpuBackend  # noqa: E402
+
 _BACKENDS["cuda"] = _CudaBackend()
+_BACKENDS["cpu"] = _CpuBackend()
 
 # `from moye import *` gives the public API, without moye.range (keep Python's)
 __all__ = sorted(n for n, v in dict(globals()).items()

@@ -141,8 +141,8 @@ def _scalar_type(v):
 class _Binding:
     """How the call's arguments map to kernel parameters."""
 
-    def __init__(self, kinds, key):
-        self.kinds, self.key = kinds, key
+    def __init__(self, kinds, key, scalars):
+        self.kinds, self.key, self.scalars = kinds, key, scalars
 
 
 def bind_arguments(fn_sig, constexpr_names, args):
@@ -150,7 +150,7 @@ def bind_arguments(fn_sig, constexpr_names, args):
     if len(args) != len(names):
         raise MoyeError(f"the kernel takes {len(names)} arguments ({', '.join(names)}), "
                         f"got {len(args)}")
-    kinds, key = [], []
+    kinds, key, scalars = [], [], {}
     for name, a in zip(names, args):
         if _is_static(a, name in constexpr_names):
             value = a.value if isinstance(a, Constexpr) else a
@@ -166,11 +166,12 @@ def bind_arguments(fn_sig, constexpr_names, args):
         if t is not None:
             kinds.append(("scalar", name, t))
             key.append(("scalar", t.name))
+            scalars[name] = a
             continue
         raise MoyeError(f"argument '{name}': {type(a).__name__} is not an array, a number or a "
                         "static value (layouts, atoms, tiled copies/MMAs, element types, "
                         "moye.Constexpr)")
-    return _Binding(kinds, tuple(key))
+    return _Binding(kinds, tuple(key), scalars)
 
 
 def _identifier(name):
@@ -221,17 +222,13 @@ def runtime_values(binding, plan):
     out = []
     for kind, name, info in binding.kinds:
         if kind == "scalar":
-            out.append((info, _scalar_value(info, name)))
+            out.append((info, binding.scalars[name]))
         elif kind == "array":
             out.append(("ptr", info.ptr))
             out.extend(("shape", int(n)) for n in info.shape)
             unit = info.key()[3]
             out.extend(("stride", int(d)) for i, d in enumerate(info.strides) if i != unit)
     return out
-
-
-def _scalar_value(t, v):
-    return v
 
 
 # -- the kernel object -----------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""The CPU backend: kernels interpreted with NumPy (see interpreter.py)."""
+import numpy as np
+
+from ...errors import MoyeError
+from .interpreter import KernelRuntimeError, _Ptr, run_kernel
+
+
+def _linear_view(arr, name):
+    """A 1-D view of the memory an array spans, from its first element."""
+    if hasattr(arr, "numpy") and type(arr).__module__.startswith("torch"):
+        arr = arr.detach().numpy()
+    arr = np.asarray(arr)
+    item = arr.itemsize
+    if any(s < 0 or s % item for s in arr.strides):
+        raise MoyeError(f"argument '{name}': the CPU backend needs non-negative element strides")
+    span = 1 + sum((n - 1) * s // item for n, s in zip(arr.shape, arr.strides)) if arr.size else 0
+    return np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(item,))
+
+
+class CpuExecutable:
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.race_check = False
+
+    def launch(self, grid, block, values, binding, smem=0, stream=None, race_check=None):
+        params = {}
+        it = iter(self.kernel.params)
+        for kind, name, info in binding.kinds:
+            if kind == "static":
+                continue
+            if kind == "scalar":
+                p = next(it)
+                params[id(p.value)] = values_of(binding, name)
+                continue
+            p = next(it)
+            buf = _linear_view(info.obj, name)
+            params[id(p.value)] = _Ptr(buf, np.zeros(1, np.int64), f"'{name}'")
+            unit = info.key()[3]
+            for n in info.shape:
+                params[id(next(it).value)] = np.int64(n)
+            for i, d in enumerate(info.strides):
+                if i != unit:
+                    params[id(next(it).value)] = np.int64(d)
+        rc = self.race_check if race_check is None else race_check
+        run_kernel(self.kernel, grid, block, _broadcast(params, block), race_check=rc)
+
+
+def values_of(binding, name):
+    return binding.scalars[name]
+
+
+def _broadcast(params, block):
+    n = block[0] * block[1] * block[2]
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, _Ptr):
+            out[k] = _Ptr(v.buf, np.zeros(n, np.int64), v.name)
+        else:
+            out[k] = v
+    return out
+
+
+class CpuBackend:
+    name = "cpu"
+
+    def available(self):
+        return True
+
+    def compile(self, kernel, block, arch=None):
+        return CpuExecutable(kernel)
+
+    def source(self, kernel, block):
+        from ...kernel.ir import format_kernel
+        return format_kernel(kernel)
+
+
+__all__ = ["CpuBackend", "KernelRuntimeError"]

@@ -1,0 +1,353 @@
+"""The CPU backend: the kernel IR interpreted with NumPy.
+
+All threads of a block run in lock-step: every IR value is a vector with one
+lane per thread, divergent branches and loops run under a mask of active
+lanes, and a barrier is simply a point every thread reaches together.
+Shared memory is one NumPy buffer per block, register arrays one row per
+thread. Integer division and remainder follow C (truncation), 32-bit
+integers wrap as on the GPU.
+
+Checks the GPU does not make: a load or store out of an array's bounds
+raises with the kernel's source line, the block and thread ids and the
+index; `race_check=True` reports shared-memory accesses by different
+threads to the same address between two barriers (with both lines).
+"""
+import numpy as np
+
+from ...errors import MoyeError
+from ...kernel import ir
+from ...types import as_element_type
+
+
+class KernelRuntimeError(MoyeError):
+    """A kernel did something invalid while running on the CPU backend."""
+
+
+class _Ptr:
+    """A pointer: a buffer and per-lane element offsets into it."""
+    __slots__ = ("buf", "off", "name")
+
+    def __init__(self, buf, off, name):
+        self.buf, self.off, self.name = buf, off, name
+
+
+def _np(t):
+    if isinstance(t, ir.PtrType):
+        return None
+    if t.name == "UInt128":
+        return np.dtype((np.void, 16))
+    return t.numpy
+
+
+def _where(loc):
+    if loc is None:
+        return "the kernel"
+    return f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}"
+
+
+def _cdiv(a, b):
+    if a.dtype.kind in "iu" and np.asarray(b).dtype.kind in "iu":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.abs(a) // np.where(b == 0, 1, np.abs(b))
+        return (q * np.sign(a) * np.sign(b)).astype(a.dtype)
+    return a / b
+
+
+def _cmod(a, b):
+    if a.dtype.kind in "iu" and np.asarray(b).dtype.kind in "iu":
+        return (a - _cdiv(a, b) * b).astype(a.dtype)
+    return np.fmod(a, b)
+
+
+_BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _cdiv, "mod": _cmod,
+        "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+        "shl": np.left_shift, "shr": np.right_shift, "lt": np.less, "le": np.less_equal,
+        "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
+        "min": np.minimum, "max": np.maximum}
+_MATH = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+         "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+         "fma": lambda a, b, c: a * b + c}
+
+
+class _Block:
+    def __init__(self, kernel, params, block_idx, grid, block, race_check, dynamic_smem):
+        self.kernel = kernel
+        n = block[0] * block[1] * block[2]
+        self.n = n
+        lane = np.arange(n)
+        tx, ty, tz = lane % block[0], (lane // block[0]) % block[1], lane // (block[0] * block[1])
+        self.specials = {
+            "threadIdx.x": tx, "threadIdx.y": ty, "threadIdx.z": tz,
+            "blockIdx.x": np.full(n, block_idx[0]), "blockIdx.y": np.full(n, block_idx[1]),
+            "blockIdx.z": np.full(n, block_idx[2]),
+            "blockDim.x": np.full(n, block[0]), "blockDim.y": np.full(n, block[1]),
+            "blockDim.z": np.full(n, block[2]),
+            "gridDim.x": np.full(n, grid[0]), "gridDim.y": np.full(n, grid[1]),
+            "gridDim.z": np.full(n, grid[2])}
+        self.block_idx, self.block = block_idx, block
+        self.env = dict(params)
+        for a in kernel.arrays:
+            if a.space == "shared":
+                buf = np.zeros(a.size, dtype=_np(a.elem))
+                self.env[a.id] = ("shared", buf)
+            else:
+                self.env[a.id] = ("local", np.zeros((n, a.size), dtype=_np(a.elem)))
+        self.race = {} if race_check else None
+
+    # values ----------------------------------------------------------------
+    def get(self, x):
+        if isinstance(x, (ir.Value, ir.Var)):
+            return self.env[id(x)]
+        if isinstance(x, ir.Array):
+            return self.env[x.id]
+        return x
+
+    def set(self, value, data):
+        self.env[id(value)] = data
+
+    def vec(self, x, dtype=None):
+        v = self.get(x)
+        if isinstance(v, _Ptr):
+            return v
+        a = np.asarray(v)
+        if a.ndim == 0:
+            a = np.full(self.n, a, dtype=dtype if dtype is not None else a.dtype)
+        return a
+
+    # execution ---------------------------------------------------------------
+    def run(self, body, mask):
+        for s in body:
+            if not mask.any():
+                return
+            if isinstance(s, ir.Instr):
+                self.instr(s, mask)
+            elif isinstance(s, ir.For):
+                self.loop(s, mask)
+            elif isinstance(s, ir.If):
+                c = self.vec(s.cond).astype(bool)
+                self.run(s.then, mask & c)
+                if s.orelse:
+                    self.run(s.orelse, mask & ~c)
+            elif isinstance(s, ir.While):
+                active = mask.copy()
+                while True:
+                    self.run(s.cond_body, active)
+                    active = active & self.vec(s.cond).astype(bool)
+                    if not active.any():
+                        break
+                    self.run(s.body, active)
+
+    def loop(self, s, mask):
+        t = _np(s.var.type)
+        iv = self.vec(s.start).astype(t).copy()
+        stop, step = self.vec(s.stop).astype(t), self.vec(s.step).astype(t)
+        key = id(s.var)
+        while True:
+            active = mask & (iv < stop)
+            if not active.any():
+                break
+            self.env[key] = iv
+            self.run(s.body, active)
+            iv = (iv + step).astype(t)
+
+    def _masked_set(self, value, data, mask, t):
+        old = self.env.get(id(value))
+        data = np.asarray(data)
+        if data.ndim == 0:
+            data = np.full(self.n, data)
+        if t is not None and data.dtype != t:
+            data = data.astype(t)
+        if old is None or isinstance(old, _Ptr) or isinstance(data, _Ptr):
+            self.env[id(value)] = data
+        else:
+            self.env[id(value)] = np.where(mask, data, old)
+
+    def instr(self, s, mask):
+        op, a, r = s.op, s.args, s.result
+        t = _np(r.type) if r is not None and not isinstance(r.type, ir.PtrType) else None
+        if op in _BIN:
+            x, y = self.vec(a[0]), self.vec(a[1])
+            with np.errstate(all="ignore"):
+                out = _BIN[op](x.astype(t) if t is not None and op not in _CMP else x,
+                               y.astype(t) if t is not None and op not in _CMP else y)
+            self.set(r, np.asarray(out).astype(t) if t is not None else out)
+        elif op == "neg":
+            self.set(r, (-self.vec(a[0])).astype(t))
+        elif op == "not":
+            self.set(r, ~self.vec(a[0]).astype(bool))
+        elif op == "abs":
+            self.set(r, np.abs(self.vec(a[0])).astype(t))
+        elif op == "select":
+            c = self.vec(a[0]).astype(bool)
+            self.set(r, np.where(c, self.vec(a[1]).astype(t), self.vec(a[2]).astype(t)))
+        elif op == "cast":
+            src = self.get(a[0])
+            if s.attrs.get("ptr"):
+                self.set(r, _recast_ptr(src, r.type))
+            else:
+                with np.errstate(all="ignore"):
+                    self.set(r, self.vec(a[0]).astype(t))
+        elif op == "call":
+            with np.errstate(all="ignore"):
+                args = [self.vec(x).astype(np.float64) for x in a]
+                self.set(r, _MATH[s.attrs["fn"]](*args).astype(t))
+        elif op == "special":
+            self.set(r, self.specials[s.attrs["name"]].astype(np.int32))
+        elif op == "read":
+            self.set(r, self.env[id(a[0])])
+        elif op in ("write", "decl"):
+            var = a[0]
+            if op == "decl" and a[1] is None:
+                self.env[id(var)] = np.zeros(self.n, dtype=_np(var.type)) \
+                    if not isinstance(var.type, ir.PtrType) else None
+                return
+            data = self.get(a[1])
+            if isinstance(data, _Ptr):
+                old = self.env.get(id(var))
+                if isinstance(old, _Ptr) and op == "write":
+                    self.env[id(var)] = _Ptr(data.buf, np.where(mask, data.off, old.off), data.name)
+                else:
+                    self.env[id(var)] = data
+            else:
+                self._masked_set(var, data, mask if op == "write" else np.ones(self.n, bool),
+                                 _np(var.type))
+        elif op == "addr":
+            kind, buf = self.get(a[0])
+            name = f"{'register' if kind == 'local' else 'shared'} array"
+            self.set(r, _Ptr((kind, buf, a[0]), np.zeros(self.n, np.int64), name))
+        elif op == "offset":
+            p = self.get(a[0])
+            self.set(r, _Ptr(p.buf, p.off + self.vec(a[1]).astype(np.int64), p.name))
+        elif op == "load":
+            self.set(r, self.load(a[0], a[1], s, mask, r))
+        elif op == "store":
+            self.store(a[0], a[1], a[2], s, mask)
+        elif op == "barrier":
+            if self.race is not None:
+                self.race.clear()
+        elif op == "print":
+            vals = [self.vec(x) for x in a]
+            for lane in np.nonzero(mask)[0]:
+                print(s.attrs["fmt"] % tuple(v[lane] for v in vals), end="")
+        elif op == "comment":
+            pass
+        else:
+            raise MoyeError(f"CPU backend: no rule for IR op {op!r}")
+
+    # memory ---------------------------------------------------------------------
+    def _target(self, base):
+        """(kind, buffer, array-or-None, base offsets) for a pointer or array operand."""
+        if isinstance(base, ir.Array):
+            kind, buf = self.env[base.id]
+            return kind, buf, base, np.zeros(self.n, np.int64), \
+                f"{'register' if kind == 'local' else 'shared'} array"
+        p = self.get(base)
+        if isinstance(p.buf, tuple):
+            kind, buf, arr = p.buf
+            return kind, buf, arr, p.off, p.name
+        return "global", p.buf, None, p.off, p.name
+
+    def _index(self, base, idx, s, mask, width):
+        kind, buf, arr, off, name = self._target(base)
+        index = off + self.vec(idx).astype(np.int64)
+        n_elem = buf.shape[-1]
+        bad = mask & ((index < 0) | (index + width > n_elem))
+        if bad.any():
+            lane = int(np.nonzero(bad)[0][0])
+            tid = (lane % self.block[0], (lane // self.block[0]) % self.block[1],
+                   lane // (self.block[0] * self.block[1]))
+            raise KernelRuntimeError(
+                f"{_where(s.loc)}\n  out-of-bounds {s.op} of {name} (index {int(index[lane])}, "
+                f"{width} element(s); the buffer has {n_elem}) by thread {tid} of block "
+                f"{tuple(self.block_idx)}")
+        return kind, buf, np.where(mask, index, 0)
+
+    def load(self, base, idx, s, mask, r):
+        width = s.attrs.get("width", 1)
+        kind, buf, index = self._index(base, idx, s, mask, width)
+        if self.race is not None and kind == "shared":
+            self._record(buf, index, mask, width, s, write=False)
+        if kind == "local":
+            rows = np.arange(self.n)
+            if width == 1:
+                return buf[rows, index]
+            return _pack(np.stack([buf[rows, index + k] for k in range(width)], axis=1),
+                         _np(r.type))
+        if width == 1:
+            return buf[index]
+        return _pack(np.stack([buf[index + k] for k in range(width)], axis=1), _np(r.type))
+
+    def store(self, base, idx, value, s, mask):
+        width = s.attrs.get("width", 1)
+        kind, buf, index = self._index(base, idx, s, mask, width)
+        if self.race is not None and kind == "shared":
+            self._record(buf, index, mask, width, s, write=True)
+        v = self.vec(value)
+        lanes = np.nonzero(mask)[0]
+        if width == 1:
+            vals = v.astype(buf.dtype) if v.dtype != buf.dtype else v
+            if kind == "local":
+                buf[lanes, index[lanes]] = vals[lanes]
+            else:
+                buf[index[lanes]] = vals[lanes]
+            return
+        parts = _unpack(v, buf.dtype, width)
+        for k in range(width):
+            if kind == "local":
+                buf[lanes, index[lanes] + k] = parts[lanes, k]
+            else:
+                buf[index[lanes] + k] = parts[lanes, k]
+
+    def _record(self, buf, index, mask, width, s, write):
+        table = self.race.setdefault(id(buf), {})
+        for lane in np.nonzero(mask)[0]:
+            for k in range(width):
+                addr = int(index[lane]) + k
+                prev = table.get(addr)
+                if prev is not None:
+                    plane, pwrite, ploc = prev
+                    if plane != lane and (write or pwrite):
+                        kind = ("write-after-write" if write and pwrite else
+                                "read-after-write" if pwrite else "write-after-read")
+                        raise KernelRuntimeError(
+                            f"shared-memory race ({kind}) on element {addr} between thread "
+                            f"{plane} at {_where(ploc)} and thread {lane} at {_where(s.loc)}, "
+                            f"block {tuple(self.block_idx)}, with no barrier between them")
+                if write or prev is None:
+                    table[addr] = (lane, write, s.loc)
+
+
+_CMP = {"lt", "le", "gt", "ge", "eq", "ne"}
+
+
+def _pack(parts, dtype):
+    """Per-lane element vectors (n, width) as one wide value per lane."""
+    raw = np.ascontiguousarray(parts).view(np.uint8).reshape(parts.shape[0], -1)
+    return raw.view(dtype).reshape(parts.shape[0])
+
+
+def _unpack(v, elem_dtype, width):
+    raw = np.ascontiguousarray(v).view(np.uint8).reshape(v.shape[0], -1)
+    return raw.view(elem_dtype).reshape(v.shape[0], width)
+
+
+def _recast_ptr(p, new_type):
+    """A pointer seen as another element type: the same bytes, new offsets."""
+    old = p.buf[1] if isinstance(p.buf, tuple) else p.buf
+    new = _np(new_type.elem)
+    ratio_num, ratio_den = old.dtype.itemsize, new.itemsize
+    if isinstance(p.buf, tuple):
+        kind, buf, arr = p.buf
+        view = buf.view(new) if kind == "shared" else buf.view(new)
+        return _Ptr((kind, view, arr), p.off * ratio_num // ratio_den, p.name)
+    return _Ptr(p.buf.view(new), p.off * ratio_num // ratio_den, p.name)
+
+
+def run_kernel(kernel, grid, block, params, race_check=False):
+    """Run an IR kernel over `grid` blocks of `block` threads; `params` maps
+    each parameter's Value id to its value (a buffer _Ptr or a scalar)."""
+    for bz in range(grid[2]):
+        for by in range(grid[1]):
+            for bx in range(grid[0]):
+                b = _Block(kernel, params, (bx, by, bz), grid, block, race_check, 0)
+                b.run(kernel.body, np.ones(b.n, bool))
