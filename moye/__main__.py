@@ -1,4 +1,4 @@
 """`python -m moye`: the main demo."""
-from .examples.layout_tour import main
+from .examples.demo import main
 
 main()
