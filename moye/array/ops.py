@@ -145,9 +145,24 @@ def elementwise(op, *operands):
     if values.ndim == 0:
         return values[()]
     layout = _result_layout(values.shape, operands)
-    out = MoYeArray.empty(values.dtype, layout)
+    out = MoYeArray.empty(_element_type(values, operands), layout)
     out.engine.write(layout, values.reshape(-1, order="F"))
     return out
+
+
+def _element_type(values, operands):
+    """The element type of computed values: NumPy's, or inside kernels (object
+    arrays of symbolic values) the type the values carry."""
+    if values.dtype != object:
+        return values.dtype
+    for v in values.flat:
+        t = getattr(v, "type", None)
+        if t is not None and hasattr(t, "bits"):
+            return t
+    for x in operands:
+        if isinstance(x, MoYeArray):
+            return x.dtype
+    raise MoyeError("cannot tell the element type of the result")
 
 
 def elementwise_into(dst, op, *operands):
@@ -155,6 +170,8 @@ def elementwise_into(dst, op, *operands):
     values = _compute(op, operands)
     dims = _mode_sizes_full(dst.shape)
     values = np.broadcast_to(values, dims) if values.shape != dims else values
-    dst.engine.write(dst.layout, values.reshape(-1, order="F").astype(dst.dtype.numpy,
-                                                                        copy=False))
+    flat = values.reshape(-1, order="F")
+    if flat.dtype != object:
+        flat = flat.astype(dst.dtype.numpy, copy=False)
+    dst.engine.write(dst.layout, flat)
     return dst

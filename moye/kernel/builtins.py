@@ -123,7 +123,7 @@ def cushow(*values, fmt=None):
     parts, args = [], []
     for v in values:
         if isinstance(v, Sym):
-            parts.append("%f" if v.type.is_float else "%d")
+            parts.append("%f" if v.type.is_float else "%lld")
             args.append(_coerce(v, T.Float64 if v.type.is_float else T.Int64))
         else:
             parts.append(str(v).replace("%", "%%"))

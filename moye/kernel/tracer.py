@@ -199,10 +199,11 @@ class Sym:
             return NotImplemented
         t = operand_type(self, other)
         a, b = (other, self) if reflected else (self, other)
+        div = _div_rule(op, a, b)
         a, b = _coerce(a, t), _coerce(b, t)
         rt = result or t
         v = current().instr(op, (a, b), rt)
-        return Sym(v, rt, _div_rule(op, a, b))
+        return Sym(v, rt, div)
 
     def __add__(self, o):
         if isinstance(o, int) and o == 0:
@@ -327,18 +328,20 @@ def _coerce(x, t):
 
 
 def _div_rule(op, a, b):
-    da, db = _div_of_operand(a), _div_of_operand(b)
+    """A power of two known to divide `a op b`, from those of a and b."""
+    da, db = _pow2(_div_of(a)), _pow2(_div_of(b))
     if op in ("add", "sub"):
-        return _gcd_div(da, db)
+        return min(da, db)
     if op == "mul":
         return min(da * db, 1 << 30)
+    if op == "div" and isinstance(b, int) and b > 0 and da % _pow2(b) == 0:
+        return da // _pow2(b)
     return 1
 
 
-def _div_of_operand(x):
-    if isinstance(x, int):
-        return abs(x) if x else 1 << 30
-    return 1
+def _pow2(n):
+    """The largest power of two dividing n (n > 0)."""
+    return n & -n if n > 0 else 1 << 30
 
 
 def sym_select(cond, a, b):

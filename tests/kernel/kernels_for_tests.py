@@ -79,3 +79,17 @@ def and_or(out, x, n):
     t = moye.thread_idx.x
     if t < n and t % 2 == 0:
         out[t] = x[t]
+
+
+@moye.kernel
+def array_ops(out, x):
+    from moye import copyto, fill_, tile
+    t = moye.thread_idx.x
+    g = tile(MoYeArray(x), (4, 8), (0, t))
+    r = make_fragment_like(g)
+    copyto(r, g)
+    r[:] = r * 2.0 + 1.0
+    copyto(tile(MoYeArray(out), (4, 8), (0, t)), r)
+    s = moye.shared_array(x.dtype, Layout((8, 4)))
+    fill_(s, 0.0)
+    moye.cushow("thread", t, "first", r[0])

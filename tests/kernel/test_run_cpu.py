@@ -109,3 +109,15 @@ def test_race_check_reports_both_lines():
     with pytest.raises(KernelRuntimeError, match=r"(?s)read-after-write.*s\[t\] = x\[t\]"
                                                  r".*out\[t\] = s\[\(t \+ 1\) % 32\]"):
         exe(np.zeros(32, np.float32), x, grid=1)
+
+
+def test_array_operations_in_a_kernel_and_vector_accesses(capsys):
+    x = np.asfortranarray(rng.standard_normal((4, 16)).astype(np.float32))
+    out = np.asfortranarray(np.full_like(x, np.nan))
+    K.array_ops[1, 2](out, x)
+    np.testing.assert_allclose(out, x * 2 + 1, rtol=1e-6)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [f"thread {t} first {x[0, 8 * t] * 2 + 1:f}" for t in range(2)]
+    src = K.array_ops.cuda_source(out, x, block=2)
+    assert "*reinterpret_cast<uint4*>(&p_x_" in src      # 16-byte global loads
+    assert 'printf("thread %lld first %f\\n"' in src

@@ -228,7 +228,7 @@ class _Block:
         elif op == "print":
             vals = [self.vec(x) for x in a]
             for lane in np.nonzero(mask)[0]:
-                print(s.attrs["fmt"] % tuple(v[lane] for v in vals), end="")
+                print(s.attrs["fmt"].replace("%lld", "%d") % tuple(v[lane] for v in vals), end="")
         elif op == "comment":
             pass
         else:
