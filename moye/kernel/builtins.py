@@ -9,7 +9,8 @@ from ..array import MoYeArray
 from ..layout import Layout, cosize
 from . import ir
 from .memory import PointerEngine
-from .tracer import KernelError, Sym, _coerce, current, special, sym_minmax, sym_select, type_of
+from .tracer import (KernelError, Sym, _coerce, current, special, sym_minmax, sym_select,
+                     user_location)
 
 
 class _Dim3:
@@ -57,6 +58,7 @@ def shared_array(dtype, layout, align=128):
     arr = ir.Array(dtype, n, "shared", align)
     b = current()
     b.kernel.arrays.append(arr)
+    b.kernel.array_locs[arr.id] = user_location()
     return MoYeArray.view_of(PointerEngine(arr, dtype, "shared", 0, align), layout)
 
 

@@ -31,6 +31,7 @@ from .rewrite import rewrite_function
 from .tracer import Builder, KernelError, Sym, tracing_context
 
 BACKENDS = {}
+STATIC_SMEM_LIMIT = 48 * 1024        # above this, shared arrays move to dynamic shared memory
 
 
 def default_backend():
@@ -289,6 +290,9 @@ class KernelFunction:
             except (TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as e:
                 raise _located(e, self) from None
         ir.eliminate_dead_code(builder.kernel)
+        smem = ir.shared_bytes(builder.kernel)
+        if smem > STATIC_SMEM_LIMIT:
+            builder.kernel.dynamic_smem = smem
         return builder.kernel, plan
 
     def ir(self, *args, block=1):

@@ -127,6 +127,16 @@ class Kernel:
     vars: list = field(default_factory=list)
     dynamic_smem: int = 0
     source_file: str = ""
+    array_locs: dict = field(default_factory=dict)
+
+
+def shared_bytes(kernel):
+    """Bytes of shared memory the kernel's arrays take, with their alignment."""
+    total = 0
+    for a in kernel.arrays:
+        if a.space == "shared":
+            total = -(-total // a.align) * a.align + a.size * a.elem.bits // 8
+    return total
 
 
 # Instruction set (op: meaning). Arithmetic follows C on the operand types.

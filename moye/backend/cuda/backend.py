@@ -16,6 +16,7 @@ class CudaExecutable:
         from . import driver
         if stream is None:
             stream = _torch_stream()
+        smem += self.kernel.dynamic_smem
         if smem > 48 * 1024 and smem > self.smem_limit_set:
             self.function.set_max_dynamic_shared_memory(smem)
             self.smem_limit_set = smem
@@ -48,6 +49,7 @@ class CudaBackend:
     def compile(self, kernel, block, arch=None):
         from . import driver, nvrtc
         arch = arch or driver.device_arch()
+        check_shared_memory(kernel, arch)
         source = self.source(kernel, block)
         module = nvrtc.compile_cuda(source, [kernel.name], arch)
         function = driver.load_module(module.cubin).get_function(kernel.name)
@@ -58,3 +60,26 @@ class CudaBackend:
         """NVRTC compilation without a GPU (for CI): the cubin bytes."""
         from . import nvrtc
         return nvrtc.compile_cuda(self.source(kernel, block), [kernel.name], arch)
+
+
+# Shared memory a block may use, by architecture (bytes; the opt-in maximum).
+SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
+              "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
+              "sm_90a": 227 * 1024, "sm_100a": 227 * 1024}
+
+
+def check_shared_memory(kernel, arch):
+    """A clear error, naming the shared arrays' lines, when a kernel needs
+    more shared memory than the architecture gives a block."""
+    limit = SMEM_LIMIT.get(arch)
+    total = ir.shared_bytes(kernel)
+    if limit is None or total <= limit:
+        return
+    lines = []
+    for a in kernel.arrays:
+        if a.space == "shared":
+            loc = kernel.array_locs.get(a.id)
+            where = f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}" if loc else "?"
+            lines.append(f"  {a.size * a.elem.bits // 8} bytes at {where}")
+    raise MoyeError(f"kernel '{kernel.name}' needs {total} bytes of shared memory, more than "
+                    f"the {limit} an {arch} block may use:\n" + "\n".join(lines))
