@@ -42,22 +42,11 @@ class CpuExecutable:
                 if i != unit:
                     params[id(next(it).value)] = np.int64(d)
         rc = self.race_check if race_check is None else race_check
-        run_kernel(self.kernel, grid, block, _broadcast(params, block), race_check=rc)
+        run_kernel(self.kernel, grid, block, params, race_check=rc)
 
 
 def values_of(binding, name):
     return binding.scalars[name]
-
-
-def _broadcast(params, block):
-    n = block[0] * block[1] * block[2]
-    out = {}
-    for k, v in params.items():
-        if isinstance(v, _Ptr):
-            out[k] = _Ptr(v.buf, np.zeros(n, np.int64), v.name)
-        else:
-            out[k] = v
-    return out
 
 
 class CpuBackend:

@@ -1,10 +1,10 @@
 """The CPU backend: the kernel IR interpreted with NumPy.
 
-All threads of a block run in lock-step: every IR value is a vector with one
-lane per thread, divergent branches and loops run under a mask of active
-lanes, and a barrier is simply a point every thread reaches together.
-Shared memory is one NumPy buffer per block, register arrays one row per
-thread. Integer division and remainder follow C (truncation), 32-bit
+All threads of a block run in lock-step, and several blocks side by side:
+every IR value is a vector with one lane per thread, divergent branches and
+loops run under a mask of active lanes, and a barrier is simply a point every
+thread reaches together. Shared memory is one row per block, register arrays
+one row per thread. Integer division and remainder follow C (truncation), 32-bit
 integers wrap as on the GPU.
 
 Checks the GPU does not make: a load or store out of an array's bounds
@@ -70,28 +70,33 @@ _MATH = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt":
 
 
 class _Block:
-    def __init__(self, kernel, params, block_idx, grid, block, race_check, dynamic_smem):
+    """A batch of blocks running together; lane = block_in_batch * threads + thread."""
+
+    def __init__(self, kernel, params, block_ids, grid, block, race_check):
         self.kernel = kernel
-        n = block[0] * block[1] * block[2]
-        self.n = n
+        nt = block[0] * block[1] * block[2]
+        nb = len(block_ids)
+        n = self.n = nb * nt
+        self.threads = nt
         lane = np.arange(n)
-        tx, ty, tz = lane % block[0], (lane // block[0]) % block[1], lane // (block[0] * block[1])
+        thread = lane % nt
+        self.block_of_lane = lane // nt
+        ids = np.array(block_ids)[self.block_of_lane]
+        self.thread_of_lane = thread
+        tx, ty, tz = thread % block[0], (thread // block[0]) % block[1], thread // (block[0] * block[1])
         self.specials = {
             "threadIdx.x": tx, "threadIdx.y": ty, "threadIdx.z": tz,
-            "blockIdx.x": np.full(n, block_idx[0]), "blockIdx.y": np.full(n, block_idx[1]),
-            "blockIdx.z": np.full(n, block_idx[2]),
+            "blockIdx.x": ids[:, 0], "blockIdx.y": ids[:, 1], "blockIdx.z": ids[:, 2],
             "blockDim.x": np.full(n, block[0]), "blockDim.y": np.full(n, block[1]),
             "blockDim.z": np.full(n, block[2]),
             "gridDim.x": np.full(n, grid[0]), "gridDim.y": np.full(n, grid[1]),
             "gridDim.z": np.full(n, grid[2])}
-        self.block_idx, self.block = block_idx, block
-        self.env = dict(params)
+        self.block_ids, self.block = block_ids, block
+        self.env = {k: (_Ptr(v.buf, np.zeros(n, np.int64), v.name) if isinstance(v, _Ptr) else v)
+                    for k, v in params.items()}
         for a in kernel.arrays:
-            if a.space == "shared":
-                buf = np.zeros(a.size, dtype=_np(a.elem))
-                self.env[a.id] = ("shared", buf)
-            else:
-                self.env[a.id] = ("local", np.zeros((n, a.size), dtype=_np(a.elem)))
+            rows = nb if a.space == "shared" else n
+            self.env[a.id] = (a.space, np.zeros((rows, a.size), dtype=_np(a.elem)))
         self.race = {} if race_check else None
 
     # values ----------------------------------------------------------------
@@ -254,21 +259,31 @@ class _Block:
         bad = mask & ((index < 0) | (index + width > n_elem))
         if bad.any():
             lane = int(np.nonzero(bad)[0][0])
-            tid = (lane % self.block[0], (lane // self.block[0]) % self.block[1],
-                   lane // (self.block[0] * self.block[1]))
             raise KernelRuntimeError(
                 f"{_where(s.loc)}\n  out-of-bounds {s.op} of {name} (index {int(index[lane])}, "
-                f"{width} element(s); the buffer has {n_elem}) by thread {tid} of block "
-                f"{tuple(self.block_idx)}")
-        return kind, buf, np.where(mask, index, 0)
+                f"{width} element(s); the buffer has {n_elem}) by thread {self._tid(lane)} of "
+                f"block {self._bid(lane)}")
+        rows = None
+        if kind == "local":
+            rows = np.arange(self.n)
+        elif kind == "shared":
+            rows = self.block_of_lane
+        return kind, buf, np.where(mask, index, 0), rows
+
+    def _tid(self, lane):
+        t = int(self.thread_of_lane[lane])
+        b = self.block
+        return (t % b[0], (t // b[0]) % b[1], t // (b[0] * b[1]))
+
+    def _bid(self, lane):
+        return tuple(int(x) for x in self.block_ids[int(self.block_of_lane[lane])])
 
     def load(self, base, idx, s, mask, r):
         width = s.attrs.get("width", 1)
-        kind, buf, index = self._index(base, idx, s, mask, width)
+        kind, buf, index, rows = self._index(base, idx, s, mask, width)
         if self.race is not None and kind == "shared":
             self._record(buf, index, mask, width, s, write=False)
-        if kind == "local":
-            rows = np.arange(self.n)
+        if rows is not None:
             if width == 1:
                 return buf[rows, index]
             return _pack(np.stack([buf[rows, index + k] for k in range(width)], axis=1),
@@ -279,22 +294,22 @@ class _Block:
 
     def store(self, base, idx, value, s, mask):
         width = s.attrs.get("width", 1)
-        kind, buf, index = self._index(base, idx, s, mask, width)
+        kind, buf, index, rows = self._index(base, idx, s, mask, width)
         if self.race is not None and kind == "shared":
             self._record(buf, index, mask, width, s, write=True)
         v = self.vec(value)
         lanes = np.nonzero(mask)[0]
         if width == 1:
             vals = v.astype(buf.dtype) if v.dtype != buf.dtype else v
-            if kind == "local":
-                buf[lanes, index[lanes]] = vals[lanes]
+            if rows is not None:
+                buf[rows[lanes], index[lanes]] = vals[lanes]
             else:
                 buf[index[lanes]] = vals[lanes]
             return
         parts = _unpack(v, buf.dtype, width)
         for k in range(width):
-            if kind == "local":
-                buf[lanes, index[lanes] + k] = parts[lanes, k]
+            if rows is not None:
+                buf[rows[lanes], index[lanes] + k] = parts[lanes, k]
             else:
                 buf[index[lanes] + k] = parts[lanes, k]
 
@@ -302,7 +317,7 @@ class _Block:
         table = self.race.setdefault(id(buf), {})
         for lane in np.nonzero(mask)[0]:
             for k in range(width):
-                addr = int(index[lane]) + k
+                addr = (int(self.block_of_lane[lane]), int(index[lane]) + k)
                 prev = table.get(addr)
                 if prev is not None:
                     plane, pwrite, ploc = prev
@@ -310,9 +325,10 @@ class _Block:
                         kind = ("write-after-write" if write and pwrite else
                                 "read-after-write" if pwrite else "write-after-read")
                         raise KernelRuntimeError(
-                            f"shared-memory race ({kind}) on element {addr} between thread "
-                            f"{plane} at {_where(ploc)} and thread {lane} at {_where(s.loc)}, "
-                            f"block {tuple(self.block_idx)}, with no barrier between them")
+                            f"shared-memory race ({kind}) on element {addr[1]} between thread "
+                            f"{self._tid(plane)} at {_where(ploc)} and thread {self._tid(lane)} "
+                            f"at {_where(s.loc)}, block {self._bid(lane)}, with no barrier "
+                            "between them")
                 if write or prev is None:
                     table[addr] = (lane, write, s.loc)
 
@@ -343,11 +359,17 @@ def _recast_ptr(p, new_type):
     return _Ptr(p.buf.view(new), p.off * ratio_num // ratio_den, p.name)
 
 
+LANES_PER_BATCH = 8192
+
+
 def run_kernel(kernel, grid, block, params, race_check=False):
     """Run an IR kernel over `grid` blocks of `block` threads; `params` maps
-    each parameter's Value id to its value (a buffer _Ptr or a scalar)."""
-    for bz in range(grid[2]):
-        for by in range(grid[1]):
-            for bx in range(grid[0]):
-                b = _Block(kernel, params, (bx, by, bz), grid, block, race_check, 0)
-                b.run(kernel.body, np.ones(b.n, bool))
+    each parameter's Value id to its value (a buffer _Ptr or a scalar).
+    Blocks run in batches side by side (one at a time with `race_check`, so
+    that each block's writes are seen as the GPU could order them)."""
+    ids = [(bx, by, bz) for bz in range(grid[2]) for by in range(grid[1]) for bx in range(grid[0])]
+    threads = block[0] * block[1] * block[2]
+    per_batch = 1 if race_check else max(1, LANES_PER_BATCH // threads)
+    for i in range(0, len(ids), per_batch):
+        b = _Block(kernel, params, ids[i:i + per_batch], grid, block, race_check)
+        b.run(kernel.body, np.ones(b.n, bool))
