@@ -13,3 +13,20 @@ def _moye_doctest_namespace(doctest_namespace):
     doctest_namespace["np"] = np
 
 collect_ignore = ["moye/__main__.py"]
+
+
+def _gpu_available():
+    try:
+        from moye.backend.cuda import driver
+        return driver.device_count() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,76 @@
+"""Every example kernel traces and compiles with NVRTC for sm_80 and sm_90a
+(no GPU needed), so a code-generation regression fails CI."""
+import numpy as np
+import pytest
+
+import moye
+from moye import Float32, Layout
+from moye.backend.cuda import cache, nvrtc
+from moye.kernel.frontend import BACKENDS
+
+ARCHS = ["sm_80", "sm_90a"]
+
+
+def colmajor(shape):
+    return np.asfortranarray(np.ones(shape, np.float32))
+
+
+def example_specializations():
+    from moye.examples import copy_kernel, matmul_smem, tiled_matmul, transpose
+    t = Layout((32, 8))
+    a, b = colmajor((256, 256)), colmajor((256, 256))
+    A, B, C = colmajor((256, 64)), colmajor((128, 64)), colmajor((256, 128))
+    sA, cA, sB, cB, mma = tiled_matmul.make_config(Float32)
+    return {
+        "copy": (copy_kernel.copy_kernel, (b, a, Layout((32, 32)), copy_kernel.BLOCK, t)),
+        "copy_padded": (copy_kernel.copy_kernel, (b, a, Layout((32, 32), (1, 33)),
+                                                  copy_kernel.BLOCK, t)),
+        "transpose": (transpose.transpose_kernel, (b, a, transpose.SMEM, transpose.BLOCK, t)),
+        "matmul_smem": (matmul_smem.matmul_kernel, (A, Layout((128, 8)), t, B, Layout((128, 8)),
+                                                    t, C, Layout((128, 128)), t)),
+        "tiled_matmul": (tiled_matmul.matmul_kernel, (A, sA, cA, B, sB, cB, C, mma)),
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    import os
+    old = os.environ.get("MOYE_CACHE_DIR")
+    os.environ["MOYE_CACHE_DIR"] = str(tmp_path_factory.mktemp("moye-cache"))
+    cache.clear()
+    yield
+    if old is None:
+        os.environ.pop("MOYE_CACHE_DIR", None)
+    else:
+        os.environ["MOYE_CACHE_DIR"] = old
+    cache.clear()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", list(example_specializations()))
+def test_example_compiles(name, arch):
+    kern, args = example_specializations()[name]
+    kernel, _, _ = kern.trace(*args, block=256)
+    module = BACKENDS["cuda"].compile_only(kernel, (256, 1, 1), arch)
+    assert module.cubin[:4] == b"\x7fELF"
+
+
+def test_disk_cache_hit_and_corrupt_file(tmp_path, monkeypatch):
+    import os
+    monkeypatch.setenv("MOYE_CACHE_DIR", str(tmp_path))
+    cache.clear()
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }'
+    first = nvrtc.compile_cuda(src, ["k"], "sm_80")
+    (path,) = list(tmp_path.glob("*.cubin"))
+    cache.clear()
+    assert nvrtc.compile_cuda(src, ["k"], "sm_80").cubin == first.cubin     # from disk
+    path.write_bytes(path.read_bytes()[:40])                                 # truncated
+    cache.clear()
+    assert nvrtc.compile_cuda(src, ["k"], "sm_80").cubin == first.cubin     # rebuilt
+    assert os.path.getsize(path) > 40
+
+
+def test_compile_error_shows_the_generated_lines():
+    src = 'extern "C" __global__ void k(float* x) {\n  x[0] = undefined_name;\n}\n'
+    with pytest.raises(nvrtc.CompileError, match=r"(?s)moye bug.*>    2    x\[0\] = undefined_name"):
+        nvrtc.compile_cuda(src, ["k"], "sm_80")
