@@ -249,15 +249,23 @@ class KernelFunction:
         self._rewritten = None
         self._traces = {}
         self._compiled = {}
+        self._fast = {}
+        self._launches = {}
 
     def __repr__(self):
         return f"<moye.kernel {self.name}>"
 
     def __getitem__(self, config):
+        launch = self._launches.get(config) if isinstance(config, tuple) else None
+        if launch is not None:
+            return launch
         if not isinstance(config, tuple) or len(config) != 2:
             raise MoyeError(f"launch a kernel as {self.name}[grid, block](*args); got "
                             f"{self.name}[{config!r}]")
-        return Launch(self, _dim3(config[0], "grid"), _dim3(config[1], "block"))
+        launch = Launch(self, _dim3(config[0], "grid"), _dim3(config[1], "block"))
+        if len(self._launches) < 256:
+            self._launches[config] = launch
+        return launch
 
     def _rewrite(self):
         if self._rewritten is None:
@@ -317,6 +325,15 @@ class KernelFunction:
         return CompiledKernel(self, exe, binding.key, block)
 
     def launch(self, grid, block, args, smem=0, stream=None, backend=None):
+        quick = _quick_key(args, block, backend)
+        entry = self._fast.get(quick)
+        if entry is not None:
+            return entry(grid, args, smem, stream)
+        entry = self._launch_slow(grid, block, args, smem, stream, backend)
+        if entry is not None and quick is not None:
+            self._fast[quick] = entry
+
+    def _launch_slow(self, grid, block, args, smem, stream, backend):
         backend = backend or self.backend or _backend_for(args) or default_backend()
         binding = bind_arguments(self.signature, self.constexpr_names, args)
         key = (binding.key, block, backend, None)
@@ -325,6 +342,30 @@ class KernelFunction:
             kernel, _, _ = self.trace(*args, block=block)
             exe = self._compiled[key] = BACKENDS[backend].compile(kernel, block)
         exe.launch(grid, block, runtime_values(binding, None), binding, smem=smem, stream=stream)
+        fast = getattr(exe, "fast_launcher", None)
+        return fast(binding, block) if fast is not None else None
+
+
+def _quick_key(args, block, backend):
+    """A cheap key that determines the specialization of a call: the same
+    key means the same compiled kernel, so repeated launches skip binding.
+    None where no cheap key exists."""
+    parts = [block, backend]
+    for a in args:
+        t = type(a)
+        if t.__module__ == "torch" and t.__name__ in ("Tensor", "Parameter"):
+            if not a.is_cuda:
+                return None
+            parts.append((a.dtype, a.stride(), a.data_ptr() & 15 == 0, a.numel() >= 2**30))
+        elif t is int:
+            parts.append((int, -2**31 <= a < 2**31))
+        elif t is float or t is bool:
+            parts.append(t)
+        elif t is np.ndarray:
+            return None
+        else:
+            parts.append(("static", id(a)))
+    return tuple(parts)
 
 
 def _backend_for(args):

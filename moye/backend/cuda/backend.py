@@ -24,6 +24,67 @@ class CudaExecutable:
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream)
 
 
+    def fast_launcher(self, binding, block):
+        """A launcher for later calls with arguments of this binding's kinds:
+        it refills preallocated parameter slots and calls cuLaunchKernel."""
+        from . import driver
+        params, holders = driver.pack(self.param_types, [
+            0.0 if not hasattr(t, "space") and t.is_float else 0 for t in self.param_types])
+        slots = []          # (argument index, how to read its values)
+        i = 0
+        for pos, (kind, name, info) in enumerate(binding.kinds):
+            if kind == "static":
+                continue
+            if kind == "scalar":
+                slots.append((pos, "scalar", holders[i], None))
+                i += 1
+                continue
+            unit = info.key()[3]
+            rank = len(info.shape)
+            slots.append((pos, "array", holders[i:i + 1 + rank + rank - (unit is not None)],
+                          unit))
+            i += 1 + rank + rank - (unit is not None)
+        function = self.function.handle
+        dyn = self.kernel.dynamic_smem
+        cu = driver._cu()
+        addr = driver.ctypes.addressof(params)
+        exe = self
+
+        def launch(grid, args, smem, stream):
+            for pos, kind, hs, unit in slots:
+                a = args[pos]
+                if kind == "scalar":
+                    hs.value = a
+                    continue
+                hs[0].value = a.data_ptr()
+                shape, stride = a.shape, a.stride()
+                k = 1
+                for n in shape:
+                    hs[k].value = n
+                    k += 1
+                for j, d in enumerate(stride):
+                    if j != unit:
+                        hs[k].value = d
+                        k += 1
+            if stream is None:
+                stream = _torch_stream()
+            total = smem + dyn
+            if total > 48 * 1024 and total > exe.smem_limit_set:
+                exe.function.set_max_dynamic_shared_memory(total)
+                exe.smem_limit_set = total
+            g = grid if len(grid) == 3 else _grid3(grid)
+            err = cu.cuLaunchKernel(function, g[0], g[1], g[2], block[0], block[1], block[2],
+                                    total, stream, addr, 0)
+            if int(err[0]) != 0:
+                driver._check(err, "cuLaunchKernel")
+        launch.holders = holders
+        return launch
+
+
+def _grid3(grid):
+    return tuple(grid) + (1,) * (3 - len(grid))
+
+
 def _torch_stream():
     import sys
     torch = sys.modules.get("torch")
