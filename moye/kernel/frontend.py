@@ -251,6 +251,7 @@ class KernelFunction:
         self._compiled = {}
         self._fast = {}
         self._launches = {}
+        self._identity = None
 
     def __repr__(self):
         return f"<moye.kernel {self.name}>"
@@ -266,6 +267,38 @@ class KernelFunction:
         if len(self._launches) < 256:
             self._launches[config] = launch
         return launch
+
+    def code_identity(self):
+        """What the kernel's code is: its name and the text of its file."""
+        if self._identity is None:
+            import hashlib
+            try:
+                with open(inspect.getsourcefile(self.fn), "rb") as f:
+                    text = f.read()
+            except (OSError, TypeError):
+                text = inspect.getsource(self.fn).encode()
+            self._identity = f"{self.fn.__module__}.{self.fn.__qualname__}:" + \
+                hashlib.sha256(text).hexdigest()
+        return self._identity
+
+    def _executable(self, backend, binding, block, arch=None):
+        """The compiled specialization, from memory, the backend's disk cache,
+        or traced and compiled now."""
+        key = (binding.key, block, backend, arch)
+        exe = self._compiled.get(key)
+        if exe is None:
+            be = BACKENDS[backend]
+            spec = f"{self.code_identity()}|{binding.key!r}|{block}"
+            trace = lambda: self._trace_binding(binding, block)  # noqa: E731
+            exe = self._compiled[key] = be.compile_specialization(spec, trace, block, arch)
+        return exe
+
+    def _trace_binding(self, binding, block):
+        key = (binding.key, block)
+        hit = self._traces.get(key)
+        if hit is None:
+            hit = self._traces[key] = self._do_trace(binding, block)
+        return hit[0]
 
     def _rewrite(self):
         if self._rewritten is None:
@@ -317,11 +350,8 @@ class KernelFunction:
         with new arguments of the same kinds: `ck(*args, grid=, block=)`."""
         backend = backend or self.backend or default_backend()
         block = _dim3(block, "block")
-        kernel, binding, plan = self.trace(*args, block=block)
-        key = (binding.key, block, backend, arch)
-        exe = self._compiled.get(key)
-        if exe is None:
-            exe = self._compiled[key] = BACKENDS[backend].compile(kernel, block, arch=arch)
+        binding = bind_arguments(self.signature, self.constexpr_names, args)
+        exe = self._executable(backend, binding, block, arch)
         return CompiledKernel(self, exe, binding.key, block)
 
     def launch(self, grid, block, args, smem=0, stream=None, backend=None):
@@ -336,11 +366,7 @@ class KernelFunction:
     def _launch_slow(self, grid, block, args, smem, stream, backend):
         backend = backend or self.backend or _backend_for(args) or default_backend()
         binding = bind_arguments(self.signature, self.constexpr_names, args)
-        key = (binding.key, block, backend, None)
-        exe = self._compiled.get(key)
-        if exe is None:
-            kernel, _, _ = self.trace(*args, block=block)
-            exe = self._compiled[key] = BACKENDS[backend].compile(kernel, block)
+        exe = self._executable(backend, binding, block)
         exe.launch(grid, block, runtime_values(binding, None), binding, smem=smem, stream=stream)
         fast = getattr(exe, "fast_launcher", None)
         return fast(binding, block) if fast is not None else None

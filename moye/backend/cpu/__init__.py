@@ -58,6 +58,9 @@ class CpuBackend:
     def compile(self, kernel, block, arch=None):
         return CpuExecutable(kernel)
 
+    def compile_specialization(self, spec, trace, block, arch=None):
+        return CpuExecutable(trace())
+
     def source(self, kernel, block):
         from ...kernel.ir import format_kernel
         return format_kernel(kernel)

@@ -81,6 +81,27 @@ class CudaExecutable:
         return launch
 
 
+class _KernelInfo:
+    """What a launch needs of a kernel loaded from the cache."""
+
+    def __init__(self, name, dynamic_smem):
+        self.name, self.dynamic_smem = name, dynamic_smem
+
+
+def _type_name(t):
+    if isinstance(t, ir.PtrType):
+        return f"ptr:{t.elem.name}:{t.space}"
+    return t.name
+
+
+def _type(name):
+    from ...types import as_element_type
+    if name.startswith("ptr:"):
+        _, elem, space = name.split(":")
+        return ir.PtrType(as_element_type(elem), space)
+    return as_element_type(name)
+
+
 def _grid3(grid):
     return tuple(grid) + (1,) * (3 - len(grid))
 
@@ -115,7 +136,30 @@ class CudaBackend:
         module = nvrtc.compile_cuda(source, [kernel.name], arch)
         function = driver.load_module(module.cubin).get_function(kernel.name)
         types = [p.type for p in kernel.params]
-        return CudaExecutable(kernel, source, function, types)
+        exe = CudaExecutable(kernel, source, function, types)
+        exe.cubin = module.cubin
+        return exe
+
+    def compile_specialization(self, spec, trace, block, arch=None):
+        """A kernel's specialization: from the disk cache by `spec` (the
+        kernel's code and argument kinds) without tracing, or traced and compiled."""
+        import json
+        from . import cache, driver, nvrtc
+        arch = arch or driver.device_arch()
+        key = cache.key(spec, arch, (), nvrtc.version())
+        blob = cache.get(key)
+        if blob is not None:
+            head, cubin = blob.split(b"\0", 1)
+            meta = json.loads(head)
+            function = driver.load_module(cubin).get_function(meta["name"])
+            info = _KernelInfo(meta["name"], meta["dynamic_smem"])
+            return CudaExecutable(info, None, function, [_type(t) for t in meta["params"]])
+        kernel = trace()
+        exe = self.compile(kernel, block, arch)
+        meta = {"name": kernel.name, "dynamic_smem": kernel.dynamic_smem,
+                "params": [_type_name(p.type) for p in kernel.params]}
+        cache.put(key, json.dumps(meta).encode() + b"\0" + exe.cubin)
+        return exe
 
     def compile_only(self, kernel, block, arch):
         """NVRTC compilation without a GPU (for CI): the cubin bytes."""
