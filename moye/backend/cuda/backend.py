@@ -77,7 +77,7 @@ class CudaExecutable:
                                     total, stream, addr, 0)
             if int(err[0]) != 0:
                 driver._check(err, "cuLaunchKernel")
-        launch.holders = holders
+        launch.holders, launch.params = holders, params     # keep the slots alive
         return launch
 
 
