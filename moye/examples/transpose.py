@@ -10,11 +10,17 @@ from moye import Layout, MoYeArray, parallelize, size, tile, transpose
 
 
 @moye.kernel
-def transpose_kernel(dst, src, smem_layout, block_layout, thread_layout):
+def transpose_kernel(dst, src, smem_layout, block_layout, thread_layout,
+                     diagonal: moye.Constexpr = False):
     smem = moye.shared_array(dst.dtype, smem_layout)
     bM, bN = size(block_layout, 0), size(block_layout, 1)
-    block_src = tile(MoYeArray(src), (bM, bN), (moye.block_idx.x, moye.block_idx.y))
-    block_dst = tile(MoYeArray(dst), (bN, bM), (moye.block_idx.y, moye.block_idx.x))
+    bx, by = moye.block_idx.x, moye.block_idx.y
+    if diagonal:
+        # visit tiles along diagonals so that neighbouring blocks write far apart
+        # columns of dst less often (square grids)
+        bx, by = (moye.block_idx.x + moye.block_idx.y) % moye.grid_dim.x, moye.block_idx.x
+    block_src = tile(MoYeArray(src), (bM, bN), (bx, by))
+    block_dst = tile(MoYeArray(dst), (bN, bM), (by, bx))
     thread_dst = parallelize(block_dst, thread_layout, moye.thread_idx.x)
     thread_src = parallelize(block_src, thread_layout, moye.thread_idx.x)
     thread_smem = parallelize(smem, thread_layout, moye.thread_idx.x)
@@ -29,13 +35,16 @@ THREADS = Layout((32, 8))
 SMEM = Layout((32, 32), (1, 33))
 
 
-def launch(dst, src, tile_size=32):
+def launch(dst, src, tile_size=32, diagonal=False):
     """dst = src^T for column-major src (M, N) and dst (N, M); M and N
-    multiples of `tile_size` (32 as in the seed, or 64: 16 elements a thread)."""
+    multiples of `tile_size` (32 as in the seed, or 64: 16 elements a thread).
+    `diagonal` reorders the blocks (square matrices only)."""
     M, N = src.shape
     t = tile_size
+    if diagonal and M != N:
+        raise ValueError("the diagonal block order needs a square matrix")
     transpose_kernel[(M // t, N // t), size(THREADS)](dst, src, Layout((t, t), (1, t + 1)),
-                                                      Layout((t, t)), THREADS)
+                                                      Layout((t, t)), THREADS, diagonal)
 
 
 def main(M=2048, N=2048):

@@ -361,6 +361,9 @@ class KernelFunction:
             return entry(grid, args, smem, stream)
         entry = self._launch_slow(grid, block, args, smem, stream, backend)
         if entry is not None and quick is not None:
+            # static arguments are keyed by id: keep them alive with the entry
+            entry.static_args = [a for a in args if not isinstance(a, (int, float))
+                                 and type(a) is not _TensorType[0]]
             self._fast[quick] = entry
 
     def _launch_slow(self, grid, block, args, smem, stream, backend):
@@ -379,19 +382,25 @@ def _quick_key(args, block, backend):
     parts = [block, backend]
     for a in args:
         t = type(a)
-        if t.__module__ == "torch" and t.__name__ in ("Tensor", "Parameter"):
+        if t is _TensorType[0]:
             if not a.is_cuda:
                 return None
             parts.append((a.dtype, a.stride(), a.data_ptr() & 15 == 0, a.numel() >= 2**30))
         elif t is int:
-            parts.append((int, -2**31 <= a < 2**31))
+            parts.append(-2**31 <= a < 2**31)
         elif t is float or t is bool:
             parts.append(t)
-        elif t is np.ndarray:
+        elif t.__module__ == "torch" or t is np.ndarray:
+            if t.__name__ == "Tensor" and _TensorType[0] is None:
+                _TensorType[0] = t
+                return _quick_key(args, block, backend)
             return None
         else:
-            parts.append(("static", id(a)))
+            parts.append(id(a))
     return tuple(parts)
+
+
+_TensorType = [None]
 
 
 def _backend_for(args):

@@ -44,11 +44,12 @@ class CudaExecutable:
             slots.append((pos, "array", holders[i:i + 1 + rank + rank - (unit is not None)],
                           unit))
             i += 1 + rank + rank - (unit is not None)
-        function = self.function.handle
+        function = int(self.function.handle)
         dyn = self.kernel.dynamic_smem
-        cu = driver._cu()
+        raw_launch = driver.raw_launch()
         addr = driver.ctypes.addressof(params)
         exe = self
+        stream_of = _stream_getter()
 
         def launch(grid, args, smem, stream):
             for pos, kind, hs, unit in slots:
@@ -67,16 +68,15 @@ class CudaExecutable:
                         hs[k].value = d
                         k += 1
             if stream is None:
-                stream = _torch_stream()
+                stream = stream_of()
             total = smem + dyn
             if total > 48 * 1024 and total > exe.smem_limit_set:
                 exe.function.set_max_dynamic_shared_memory(total)
                 exe.smem_limit_set = total
-            g = grid if len(grid) == 3 else _grid3(grid)
-            err = cu.cuLaunchKernel(function, g[0], g[1], g[2], block[0], block[1], block[2],
-                                    total, stream, addr, 0)
-            if int(err[0]) != 0:
-                driver._check(err, "cuLaunchKernel")
+            err = raw_launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                             total, stream, addr, None)
+            if err:
+                driver.raise_error(err, "cuLaunchKernel")
         launch.holders, launch.params = holders, params     # keep the slots alive
         return launch
 
@@ -104,6 +104,20 @@ def _type(name):
 
 def _grid3(grid):
     return tuple(grid) + (1,) * (3 - len(grid))
+
+
+def _stream_getter():
+    """A cheap callable giving torch's current CUDA stream (0 without torch)."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return lambda: 0
+    try:
+        raw = torch._C._cuda_getCurrentRawStream
+        device = torch.cuda.current_device
+        return lambda: raw(device())
+    except AttributeError:
+        return lambda: torch.cuda.current_stream().cuda_stream
 
 
 def _torch_stream():
@@ -146,7 +160,7 @@ class CudaBackend:
         import json
         from . import cache, driver, nvrtc
         arch = arch or driver.device_arch()
-        key = cache.key(spec, arch, (), nvrtc.version())
+        key = cache.key(spec, arch, ("specialization",), "")
         blob = cache.get(key)
         if blob is not None:
             head, cubin = blob.split(b"\0", 1)

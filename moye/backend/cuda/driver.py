@@ -111,3 +111,27 @@ def launch(function, grid, block, args, shared_mem=0, stream=0):
     _check(cu.cuLaunchKernel(function.handle, grid[0], grid[1], grid[2], block[0], block[1],
                              block[2], shared_mem, stream, ctypes.addressof(params), 0),
            "cuLaunchKernel")
+
+
+_raw = {}
+
+
+def raw_launch():
+    """libcuda's cuLaunchKernel through ctypes: the cheapest call from Python
+    (the fast launch path; everything else goes through cuda.bindings)."""
+    fn = _raw.get("launch")
+    if fn is None:
+        init()
+        lib = ctypes.CDLL("libcuda.so.1")
+        fn = lib.cuLaunchKernel
+        u = ctypes.c_uint
+        fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _raw["launch"] = fn
+    return fn
+
+
+def raise_error(code, what):
+    cu = _cu()
+    _check((cu.CUresult(code),), what)
