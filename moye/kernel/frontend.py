@@ -146,7 +146,19 @@ class _Binding:
         self.kinds, self.key, self.scalars = kinds, key, scalars
 
 
+def complete_arguments(fn_sig, args):
+    """`args` with the kernel's default values appended for missing ones."""
+    params = list(fn_sig.parameters.values())
+    if len(args) >= len(params):
+        return tuple(args)
+    missing = params[len(args):]
+    if any(p.default is inspect.Parameter.empty for p in missing):
+        return tuple(args)
+    return tuple(args) + tuple(p.default for p in missing)
+
+
 def bind_arguments(fn_sig, constexpr_names, args):
+    args = complete_arguments(fn_sig, args)
     names = list(fn_sig.parameters)
     if len(args) != len(names):
         raise MoyeError(f"the kernel takes {len(names)} arguments ({', '.join(names)}), "
@@ -252,6 +264,7 @@ class KernelFunction:
         self._fast = {}
         self._launches = {}
         self._identity = None
+        self.nparams = len(self.signature.parameters)
 
     def __repr__(self):
         return f"<moye.kernel {self.name}>"
@@ -355,6 +368,8 @@ class KernelFunction:
         return CompiledKernel(self, exe, binding.key, block)
 
     def launch(self, grid, block, args, smem=0, stream=None, backend=None):
+        if len(args) != self.nparams:
+            args = complete_arguments(self.signature, args)
         quick = _quick_key(args, block, backend)
         entry = self._fast.get(quick)
         if entry is not None:
