@@ -35,16 +35,17 @@ THREADS = Layout((32, 8))
 SMEM = Layout((32, 32), (1, 33))
 
 
-def launch(dst, src, tile_size=32, diagonal=False):
+def launch(dst, src, tile=(32, 32), diagonal=False):
     """dst = src^T for column-major src (M, N) and dst (N, M); M and N
-    multiples of `tile_size` (32 as in the seed, or 64: 16 elements a thread).
-    `diagonal` reorders the blocks (square matrices only)."""
+    multiples of the block `tile` ((32, 32) as in the seed; a longer second
+    mode writes longer contiguous runs of dst). `diagonal` reorders the
+    blocks (square grids only)."""
     M, N = src.shape
-    t = tile_size
-    if diagonal and M != N:
-        raise ValueError("the diagonal block order needs a square matrix")
-    transpose_kernel[(M // t, N // t), size(THREADS)](dst, src, Layout((t, t), (1, t + 1)),
-                                                      Layout((t, t)), THREADS, diagonal)
+    tm, tn = (tile, tile) if isinstance(tile, int) else tile
+    if diagonal and M // tm != N // tn:
+        raise ValueError("the diagonal block order needs a square grid of tiles")
+    transpose_kernel[(M // tm, N // tn), size(THREADS)](
+        dst, src, Layout((tm, tn), (1, tm + 1)), Layout((tm, tn)), THREADS, diagonal)
 
 
 def main(M=2048, N=2048):
