@@ -14,3 +14,22 @@ class LayoutError(MoyeError, ValueError):
 class DynamicValueError(LayoutError):
     """A value known only at run time was given where CuTe requires a value
     known while tracing (a static int)."""
+
+
+class CompileError(MoyeError):
+    """NVRTC rejected the CUDA C++ that moye generated: a bug in moye, not in
+    the user's kernel. The message shows NVRTC's log and the generated lines
+    it points at; `log`, `source` and `arch` hold the whole story."""
+
+    def __init__(self, message, log="", source="", arch=""):
+        super().__init__(message)
+        self.log, self.source, self.arch = log, source, arch
+
+
+class CudaError(MoyeError):
+    """A CUDA driver call failed; `name` is the driver's error name
+    (``CUDA_ERROR_INVALID_VALUE``, ...)."""
+
+    def __init__(self, message, name=""):
+        super().__init__(message)
+        self.name = name

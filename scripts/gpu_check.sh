@@ -1,37 +1,75 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one call on the device machine:
-#   the GPU tests, every example, and the benchmarks; logs under $OUT.
-# Packages missing there travel as wheels in .whl/ (scripts/fetch_device_wheels.sh);
-# NVRTC and the CUDA headers come from the machine's CUDA toolkit.
+# Everything that needs a GPU, in one call on the device machine; logs under $OUT.
+#   scripts/gpu_check.sh [all|backend|tests|examples|bench]...   (default: all)
+#     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
+#     tests     every GPU test (pytest -m gpu tests)
+#     examples  every example kernel
+#     bench     benchmarks/kernels.py and benchmarks/launch_overhead.py
+# The machine has no network: packages it lacks travel in .whl/ (made by
+# scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
+# no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
+# cuda.pathfinder looks for the machine's toolkit ($CUDA_HOME).
 set -uo pipefail
 OUT=${OUT:-/tmp/moye-gpu-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+    --target /tmp/site .whl/*.whl 2>&1 | tee "$OUT/install.log" || exit 1
   export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
 fi
+for tarball in .whl/*.tar.xz; do
+  [[ -f $tarball ]] || continue
+  python3 - "$tarball" <<'EOF' || exit 1
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    try:
+        t.extractall("/tmp/site", filter="data")
+    except TypeError:                       # a Python without extraction filters
+        t.extractall("/tmp/site")
+EOF
+  export PYTHONPATH=/tmp/site:$PWD
+done
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export MOYE_CACHE_DIR=${MOYE_CACHE_DIR:-/tmp/moye-cache}
 export PYTHONUNBUFFERED=1
-what=${1:-all}
+stages=("$@")
+[[ ${#stages[@]} -eq 0 ]] && stages=(all)
+want() { [[ " ${stages[*]} " == *" all "* || " ${stages[*]} " == *" $1 "* ]]; }
 status=0
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 --version; } \
-  2>&1 | tee "$OUT/device.log"
-if [[ $what == all || $what == tests ]]; then
-  python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" || status=1
+{
+  nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
+  nvidia-smi | head -4
+  python3 --version
+  python3 -m pip list 2>/dev/null | grep -i -E "cuda|nvidia|torch|numpy|pytest|ml.dtypes|hypothesis"
+  echo "PYTHONPATH=$PYTHONPATH"
+  python3 -c "
+from moye.backend.cuda import driver, nvrtc
+print(nvrtc.describe())
+print('device:', driver.device_name(), driver.device_arch(), 'driver CUDA', driver.driver_version(),
+      'smem opt-in', driver.max_shared_memory_per_block_optin())
+"
+} 2>&1 | tee "$OUT/device.log" || status=1
+if want backend; then
+  python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/backend 2>&1 \
+    | tee "$OUT/gpu_backend.log" || status=1
 fi
-if [[ $what == all || $what == examples ]]; then
+if want tests; then
+  python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" \
+    || status=1
+fi
+if want examples; then
   for ex in copy_kernel transpose matmul_smem tiled_matmul; do
     python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
   python3 -m moye.examples.transpose 8192 8192 2>&1 | tee -a "$OUT/examples.log" || status=1
 fi
-if [[ $what == all || $what == bench ]]; then
+if want bench; then
+  python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json" 2>&1 \
+    | tee "$OUT/launch_overhead.log" || status=1
   python3 benchmarks/kernels.py ${BENCH_ARGS:-} --json "$OUT/kernels.json" 2>&1 \
     | tee "$OUT/bench.log" || status=1
 fi
+echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status

@@ -1,4 +1,6 @@
 """The CUDA backend: IR -> C++ (codegen) -> cubin (NVRTC, cached) -> launch."""
+import ctypes
+
 from ...errors import MoyeError
 from ...kernel import ir
 from .codegen import generate
@@ -20,7 +22,7 @@ class CudaExecutable:
         if smem > 48 * 1024 and smem > self.smem_limit_set:
             self.function.set_max_dynamic_shared_memory(smem)
             self.smem_limit_set = smem
-        args = [(t, v) for t, (_, v) in zip(self.param_types, values)]
+        args = [(_ctype(t), v) for t, (_, v) in zip(self.param_types, values)]
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream)
 
 
@@ -28,8 +30,8 @@ class CudaExecutable:
         """A launcher for later calls with arguments of this binding's kinds:
         it refills preallocated parameter slots and calls cuLaunchKernel."""
         from . import driver
-        params, holders = driver.pack(self.param_types, [
-            0.0 if not hasattr(t, "space") and t.is_float else 0 for t in self.param_types])
+        params, holders = driver.pack([_ctype(t) for t in self.param_types],
+                                      [0] * len(self.param_types))
         slots = []          # (argument index, how to read its values)
         i = 0
         for pos, (kind, name, info) in enumerate(binding.kinds):
@@ -100,6 +102,22 @@ def _type(name):
         _, elem, space = name.split(":")
         return ir.PtrType(as_element_type(elem), space)
     return as_element_type(name)
+
+
+_CTYPES = {"Float32": ctypes.c_float, "TFloat32": ctypes.c_float, "Float64": ctypes.c_double,
+           "Int32": ctypes.c_int32, "UInt32": ctypes.c_uint32, "Int64": ctypes.c_int64,
+           "UInt64": ctypes.c_uint64, "Bool": ctypes.c_bool, "Int16": ctypes.c_int16,
+           "Int8": ctypes.c_int8, "UInt8": ctypes.c_uint8, "UInt16": ctypes.c_uint16}
+
+
+def _ctype(t):
+    """How a kernel parameter of IR type `t` travels to cuLaunchKernel."""
+    if isinstance(t, ir.PtrType):
+        return ctypes.c_uint64
+    try:
+        return _CTYPES[t.name]
+    except KeyError:
+        raise MoyeError(f"the CUDA backend cannot pass a {t.name} kernel parameter") from None
 
 
 def _grid3(grid):

@@ -1,137 +1,540 @@
-"""The CUDA driver through cuda.bindings.driver: context, modules, launch."""
-import ctypes
+"""The CUDA driver through cuda.bindings.driver: lazy initialization, the
+device's architecture, modules and functions, and kernel launches.
 
-from ...errors import MoyeError
+Kernel parameters. cuLaunchKernel takes a `void**` array, one pointer per
+parameter, each pointing at that parameter's bytes. A ParamPack keeps both
+in one preallocated buffer (the pointer array first, then the values at
+their natural alignment), so filling it for a launch is one `struct.pack_into`
+call and the pointer array never changes. Kinds are ctypes types: c_uint64 or
+c_void_p for pointers, c_int32/c_int64/c_float/c_double/... for scalars, and
+any ctypes Structure or Array type (`c_char * 128`) for a struct passed by
+value, such as a TMA descriptor. Buffers are per thread, because
+cuLaunchKernel releases the GIL while it reads them.
+
+Launches call libcuda's cuLaunchKernel through ctypes (cheaper than the
+cuda.bindings wrapper), and cuLaunchKernelEx through cuda.bindings for
+thread-block clusters.
+"""
+import ctypes
+import struct
+import threading
+
+from ...errors import CudaError, MoyeError
+
+__all__ = ["init", "device_count", "device_arch", "compute_capability", "device_name",
+           "driver_version", "max_shared_memory_per_block_optin", "load_module", "Module",
+           "Function", "ParamPack", "Launcher", "launch", "pack", "raw_launch", "raise_error",
+           "synchronize", "alloc", "free", "copy_to_device", "copy_to_host", "memset_d8"]
 
 _state = {}
+_tls = threading.local()
 
 
 def _cu():
-    from cuda.bindings import driver
-    return driver
+    cu = _state.get("cu")
+    if cu is None:
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError as e:
+            raise MoyeError("the CUDA backend needs cuda-bindings: "
+                            "pip install 'cuda-bindings>=13.0,<13.1'") from e
+        _state["cu"] = cu
+    return cu
+
+
+def _error_name(err):
+    try:
+        cu = _cu()
+        name = cu.cuGetErrorName(err)[1].decode()
+        text = cu.cuGetErrorString(err)[1].decode()
+        return name, text
+    except Exception:
+        return str(err), ""
+
+
+def _raise(err, what, hint=""):
+    name, text = _error_name(err)
+    raise CudaError(f"CUDA error {name} in {what}" + (f": {text}" if text else "")
+                    + (f"\n{hint}" if hint else ""), name)
 
 
 def _check(result, what):
-    err = result[0] if isinstance(result, tuple) else result
-    if int(err) != 0:
+    """The values of a driver call's result tuple; a CudaError if it failed."""
+    if result[0] != 0:
+        _raise(result[0], what)
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def init(ordinal=0):
+    """Initialize the driver once and make device `ordinal`'s primary context
+    (the one torch and the runtime API use) current in this thread."""
+    st = _state.get("device")
+    if st is None:
         cu = _cu()
-        name = cu.cuGetErrorName(err)[1] if hasattr(cu, "cuGetErrorName") else err
-        raise MoyeError(f"CUDA {what} failed: {name.decode() if isinstance(name, bytes) else name}")
-    if isinstance(result, tuple):
-        return result[1] if len(result) == 2 else result[1:]
-    return None
-
-
-def init():
-    """Initialize the driver and make device 0's primary context current."""
-    if "ctx" in _state:
-        return _state
-    cu = _cu()
-    _check(cu.cuInit(0), "cuInit")
-    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
-    ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-    _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    _state.update(dev=dev, ctx=ctx)
-    return _state
+        try:
+            err = cu.cuInit(0)[0]
+        except RuntimeError as e:           # no libcuda.so: no driver on this machine
+            raise CudaError(f"no CUDA driver: {e}", "CUDA_ERROR_NO_DEVICE") from None
+        if err != 0:
+            _raise(err, "cuInit")
+        dev = _check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+        ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        st = _state["device"] = {"dev": dev, "ctx": ctx, "ordinal": ordinal}
+        _tls.ctx = None
+    if getattr(_tls, "ctx", None) is None:
+        _check(_cu().cuCtxSetCurrent(st["ctx"]), "cuCtxSetCurrent")
+        _tls.ctx = st["ctx"]
+    return st
 
 
 def device_count():
+    """How many CUDA devices the driver sees; 0 where there is no driver."""
     try:
         cu = _cu()
-        if int(cu.cuInit(0)[0]) != 0:
+        if cu.cuInit(0)[0] != 0:
             return 0
-        return _check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+        err, n = cu.cuDeviceGetCount()
+        return n if err == 0 else 0
     except Exception:
         return 0
 
 
-def device_arch():
-    """"sm_XY" of device 0, with the 'a' suffix on 9.0 (wgmma, TMA multicast)."""
-    st = init()
+def _attribute(name):
     cu = _cu()
-    attr = cu.CUdevice_attribute
-    major = _check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                           st["dev"]), "attribute")
-    minor = _check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                                           st["dev"]), "attribute")
-    arch = f"sm_{major}{minor}"
-    return arch + "a" if (major, minor) in ((9, 0), (10, 0)) else arch
+    attr = getattr(cu.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_" + name)
+    return _check(cu.cuDeviceGetAttribute(attr, init()["dev"]), f"cuDeviceGetAttribute({name})")
 
 
-class Function:
-    def __init__(self, handle, module):
-        self.handle, self.module = handle, module
+def compute_capability():
+    """(major, minor) of the current device."""
+    return _attribute("COMPUTE_CAPABILITY_MAJOR"), _attribute("COMPUTE_CAPABILITY_MINOR")
 
-    def set_max_dynamic_shared_memory(self, nbytes):
-        cu = _cu()
-        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _check(cu.cuFuncSetAttribute(self.handle, attr, nbytes), "cuFuncSetAttribute")
 
+def device_arch():
+    """The NVRTC target of the current device: "sm_80", "sm_89", and
+    "sm_90a" / "sm_100a" on 9.0 / 10.0 (wgmma, setmaxnreg, TMA multicast
+    need the arch-specific target; such a cubin runs only there)."""
+    major, minor = compute_capability()
+    return f"sm_{major}{minor}" + ("a" if (major, minor) in ((9, 0), (10, 0)) else "")
+
+
+def device_name():
+    cu = _cu()
+    raw = _check(cu.cuDeviceGetName(256, init()["dev"]), "cuDeviceGetName")
+    return raw.split(b"\0", 1)[0].decode()
+
+
+def driver_version():
+    """The driver's CUDA version as (major, minor), e.g. (13, 0)."""
+    v = _check(_cu().cuDriverGetVersion(), "cuDriverGetVersion")
+    return v // 1000, v % 1000 // 10
+
+
+def max_shared_memory_per_block_optin():
+    """Bytes of shared memory a block may use after opting in (above 48 KB
+    needs Function.set_max_dynamic_shared_memory)."""
+    return _attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+
+
+def synchronize():
+    """Wait for all work on the device's primary context."""
+    init()
+    _check(_cu().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+# -- modules and functions ------------------------------------------------------
 
 class Module:
+    """A loaded cubin."""
+
     def __init__(self, handle):
         self.handle = handle
 
     def get_function(self, name):
-        h = _check(_cu().cuModuleGetFunction(self.handle, name.encode()), "cuModuleGetFunction")
-        return Function(h, self)
+        """The kernel `name` (its lowered name for C++ kernels)."""
+        h = _check(_cu().cuModuleGetFunction(self.handle, name.encode()),
+                   f"cuModuleGetFunction('{name}')")
+        return Function(h, self, name)
+
+    def unload(self):
+        if self.handle is not None:
+            _check(_cu().cuModuleUnload(self.handle), "cuModuleUnload")
+            self.handle = None
+
+
+_FUNC_ATTRS = {"num_regs": "NUM_REGS", "local_size_bytes": "LOCAL_SIZE_BYTES",
+               "shared_size_bytes": "SHARED_SIZE_BYTES", "const_size_bytes": "CONST_SIZE_BYTES",
+               "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
+               "max_dynamic_shared_size_bytes": "MAX_DYNAMIC_SHARED_SIZE_BYTES",
+               "binary_version": "BINARY_VERSION"}
+
+
+class Function:
+    """A kernel in a loaded module."""
+
+    def __init__(self, handle, module, name=""):
+        self.handle, self.module, self.name = handle, module, name
+        self.address = int(handle)          # what libcuda takes
+        self.max_dynamic_shared_memory = 48 * 1024
+
+    def attribute(self, name):
+        """One of num_regs, local_size_bytes (spills), shared_size_bytes,
+        const_size_bytes, max_threads_per_block, max_dynamic_shared_size_bytes,
+        binary_version."""
+        cu = _cu()
+        attr = getattr(cu.CUfunction_attribute, "CU_FUNC_ATTRIBUTE_" + _FUNC_ATTRS[name])
+        return _check(cu.cuFuncGetAttribute(attr, self.handle), f"cuFuncGetAttribute({name})")
+
+    def set_attribute(self, name, value):
+        """cuFuncSetAttribute with CU_FUNC_ATTRIBUTE_<NAME>."""
+        cu = _cu()
+        attr = getattr(cu.CUfunction_attribute, "CU_FUNC_ATTRIBUTE_" + name.upper())
+        _check(cu.cuFuncSetAttribute(self.handle, attr, value),
+               f"cuFuncSetAttribute({name}={value}) of '{self.name}'")
+
+    def set_max_dynamic_shared_memory(self, nbytes):
+        """Allow launches with up to `nbytes` of dynamic shared memory
+        (needed above 48 KB)."""
+        self.set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
+        self.max_dynamic_shared_memory = nbytes
+
+    def __repr__(self):
+        return f"Function({self.name!r})"
 
 
 def load_module(cubin):
+    """Load a cubin into the current device's primary context."""
     init()
     return Module(_check(_cu().cuModuleLoadData(cubin), "cuModuleLoadData"))
 
 
-_CTYPES = {"Float32": ctypes.c_float, "TFloat32": ctypes.c_float, "Float64": ctypes.c_double,
-           "Int32": ctypes.c_int32, "UInt32": ctypes.c_uint32, "Int64": ctypes.c_int64,
-           "UInt64": ctypes.c_uint64, "Bool": ctypes.c_bool, "Int16": ctypes.c_int16,
-           "Int8": ctypes.c_int8, "UInt8": ctypes.c_uint8, "UInt16": ctypes.c_uint16}
+# -- kernel parameters -----------------------------------------------------------
+
+_SCALARS = {ctypes.c_bool: "?", ctypes.c_int8: "b", ctypes.c_uint8: "B", ctypes.c_int16: "h",
+            ctypes.c_uint16: "H", ctypes.c_int32: "i", ctypes.c_uint32: "I",
+            ctypes.c_int64: "q", ctypes.c_uint64: "Q", ctypes.c_float: "f",
+            ctypes.c_double: "d", ctypes.c_void_p: "Q", ctypes.c_size_t: "Q",
+            ctypes.c_char: "c"}
+_RAW_ALIGN = 64                 # a CUtensorMap is 64-byte aligned
+_raw_types = {}
 
 
-def pack(types, values):
-    """The kernel-params array for cuLaunchKernel, and the objects it points to."""
+def raw_kind(nbytes):
+    """The kind of an opaque `nbytes`-byte struct passed by value."""
+    t = _raw_types.get(nbytes)
+    if t is None:
+        t = _raw_types[nbytes] = ctypes.c_char * nbytes
+    return t
+
+
+class ParamPack:
+    """A kernel-params array for parameters of fixed `kinds`, with room for
+    their values; `pack(values)` fills it, `address` is what cuLaunchKernel
+    takes. One per thread: a launch reads it while the GIL is released.
+    `offsets` are where each value lies, from `address` (the pointer array
+    comes first; structs passed by value are 64-byte aligned).
+
+        >>> from ctypes import c_char, c_double, c_int32, c_uint64
+        >>> ParamPack((c_uint64, c_int32, c_double, c_char * 128)).offsets
+        (32, 40, 48, 64)
+    """
+
+    def __init__(self, kinds):
+        self.kinds = kinds = tuple(kinds)
+        n = len(kinds)
+        fmt, offsets, pos, raw = ["<"], [], 8 * n, []
+        for i, k in enumerate(kinds):
+            code = _SCALARS.get(k)
+            if code is not None:
+                size = align = struct.calcsize(code)
+            elif isinstance(k, type) and issubclass(k, (ctypes.Structure, ctypes.Union,
+                                                         ctypes.Array)):
+                size = ctypes.sizeof(k)
+                align = max(ctypes.alignment(k), _RAW_ALIGN)
+                code = f"{size}s"
+                raw.append((i, size))
+            else:
+                raise MoyeError(f"kernel parameter {i}: cannot pass a {k!r}; use a ctypes "
+                                "scalar type (c_uint64 for pointers) or a ctypes Structure/"
+                                "Array type for a struct passed by value")
+            start = -(-pos // align) * align
+            if start > pos:
+                fmt.append(f"{start - pos}x")
+            fmt.append(code)
+            offsets.append(start)
+            pos = start + size
+        self._raw = tuple(raw)
+        self._buf = ctypes.create_string_buffer(pos + 64)
+        base = ctypes.addressof(self._buf)
+        self._at = (-base) % 64
+        self.address = base + self._at
+        struct.pack_into(f"<{n}Q", self._buf, self._at, *(self.address + o for o in offsets))
+        values = struct.Struct("".join(fmt))
+        self._pack_into = values.pack_into
+        self._values_at = self._at + 8 * n
+        self.offsets = tuple(offsets)
+        self.size = pos
+
+    def pack(self, values):
+        """Write `values` (one per kind, in order) into the params buffer."""
+        try:
+            if self._raw:
+                self._check_raw(values)
+            self._pack_into(self._buf, self._values_at, *values)
+        except (struct.error, TypeError):
+            self._pack_into(self._buf, self._values_at, *self._convert(values))
+
+    def _check_raw(self, values):
+        for i, size in self._raw:        # struct would pad a short one with zeros
+            v = values[i]
+            if type(v) is bytes and len(v) != size:
+                raise MoyeError(f"kernel parameter {i} is a {size}-byte struct, "
+                                f"but got {len(v)} bytes")
+
+    def _convert(self, values):
+        """Values struct cannot take as they are (CUdeviceptr, ctypes
+        objects, NumPy scalars): converted one by one, or a clear error."""
+        if len(values) != len(self.kinds):
+            raise MoyeError(f"kernel takes {len(self.kinds)} parameters, got {len(values)}")
+        out = []
+        for i, (k, v) in enumerate(zip(self.kinds, values)):
+            code = _SCALARS.get(k)
+            try:
+                if isinstance(v, ctypes._SimpleCData):
+                    v = v.value
+                if code is None:
+                    v = bytes(v)
+                    if len(v) != ctypes.sizeof(k):
+                        raise ValueError(f"{len(v)} bytes, expected {ctypes.sizeof(k)}")
+                elif code in "fd":
+                    v = float(v)
+                elif code == "?":
+                    v = bool(v)
+                elif code != "c":
+                    v = int(v) if v is not None else 0
+                struct.pack("<" + (code or f"{len(v)}s"), v)
+            except (struct.error, TypeError, ValueError) as e:
+                raise MoyeError(f"kernel parameter {i} is a {k.__name__}, but got "
+                                f"{type(v).__name__} {v!r:.60}: {e}") from None
+            out.append(v)
+        return out
+
+
+def pack(kinds, values):
+    """A kernel-params array and the ctypes objects it points to, one per
+    parameter (keep both alive): for launch paths that refill the objects'
+    `.value` in place and call raw_launch with addressof(params)."""
     holders = []
-    for t, v in zip(types, values):
-        if hasattr(t, "space"):                       # a pointer
-            holders.append(ctypes.c_uint64(v))
-        elif isinstance(v, (bytes, bytearray)):       # an opaque struct (e.g. a TMA descriptor)
-            holders.append((ctypes.c_char * len(v)).from_buffer_copy(v))
+    for k, v in zip(kinds, values):
+        if k in _SCALARS:
+            holders.append(k(v))
         else:
-            holders.append(_CTYPES[t.name](v))
+            holders.append(k.from_buffer_copy(bytes(v)))
     params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
     return params, holders
 
 
-def launch(function, grid, block, args, shared_mem=0, stream=0):
-    """Launch `function`; `args` are (type, value) pairs in parameter order."""
+def _packs():
+    try:
+        return _tls.packs
+    except AttributeError:
+        _tls.packs = {}
+        return _tls.packs
+
+
+def _pack_of(kinds):
+    packs = _packs()
+    pack = packs.get(kinds)
+    if pack is None:
+        pack = packs[kinds] = ParamPack(kinds)
+    return pack
+
+
+def _split(args):
+    """(kinds, values) of launch arguments: (ctype, value) pairs, ctypes
+    instances, or bytes-like objects (structs passed by value)."""
+    kinds, values = [], []
+    for i, a in enumerate(args):
+        if type(a) is tuple:
+            k, v = a
+        elif isinstance(a, ctypes._SimpleCData):
+            k, v = type(a), a.value
+        elif isinstance(a, (bytes, bytearray, memoryview)):
+            k, v = raw_kind(len(a)), a
+        elif isinstance(a, (ctypes.Structure, ctypes.Union, ctypes.Array)):
+            k, v = type(a), bytes(a)
+        else:
+            raise MoyeError(f"kernel argument {i}: expected a (ctype, value) pair, a ctypes "
+                            f"value or bytes, got {type(a).__name__}")
+        kinds.append(k)
+        values.append(v)
+    return tuple(kinds), values
+
+
+# -- launches ---------------------------------------------------------------------
+
+def _dim3(d):
+    if type(d) is int:
+        return d, 1, 1
+    d = tuple(d)
+    return d + (1,) * (3 - len(d))
+
+
+_configs = {}
+
+
+def _launch_config(grid, block, shared_mem, stream, cluster):
+    key = (grid, block, shared_mem, stream, cluster)
+    cfg = _configs.get(key)
+    if cfg is not None:
+        return cfg
     cu = _cu()
-    types = [t for t, _ in args]
-    values = [v for _, v in args]
-    params, holders = pack(types, values)
-    _check(cu.cuLaunchKernel(function.handle, grid[0], grid[1], grid[2], block[0], block[1],
-                             block[2], shared_mem, stream, ctypes.addressof(params), 0),
-           "cuLaunchKernel")
-
-
-_raw = {}
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = shared_mem
+    cfg.hStream = cu.CUstream(stream or 0)
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    if len(_configs) > 256:
+        _configs.clear()
+    _configs[key] = cfg
+    return cfg
 
 
 def raw_launch():
-    """libcuda's cuLaunchKernel through ctypes: the cheapest call from Python
-    (the fast launch path; everything else goes through cuda.bindings)."""
-    fn = _raw.get("launch")
+    """libcuda's cuLaunchKernel through ctypes, the cheapest call from Python:
+    fn(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) -> CUresult
+    with integer handles. Launches without clusters use it; the rest of this
+    module goes through cuda.bindings."""
+    fn = _state.get("raw")
     if fn is None:
         init()
-        lib = ctypes.CDLL("libcuda.so.1")
-        fn = lib.cuLaunchKernel
+        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel     # the library cuda.bindings loaded
         u = ctypes.c_uint
         fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
                        ctypes.c_void_p]
         fn.restype = ctypes.c_int
-        _raw["launch"] = fn
+        _state["raw"] = fn
     return fn
 
 
 def raise_error(code, what):
-    cu = _cu()
-    _check((cu.CUresult(code),), what)
+    """Raise the CudaError for CUresult `code` (an int or CUresult) from `what`."""
+    _raise(_cu().CUresult(int(code)), what)
+
+
+def _launch(function, grid, block, shared_mem, stream, address, cluster):
+    if type(grid) is not tuple or len(grid) != 3:
+        grid = _dim3(grid)
+    if type(block) is not tuple or len(block) != 3:
+        block = _dim3(block)
+    if stream is not None and type(stream) is not int:
+        stream = int(getattr(stream, "cuda_stream", stream))   # CUstream, torch.cuda.Stream
+    handle = function.address if type(function) is Function else int(function)
+    for _ in range(2):
+        if cluster is None:
+            err = (_state.get("raw") or raw_launch())(
+                handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
+                stream, address, None)
+        else:
+            cfg = _launch_config(grid, block, shared_mem, stream, _dim3(cluster))
+            err = _cu().cuLaunchKernelEx(cfg, getattr(function, "handle", function), address,
+                                         0)[0]
+        if err == 0:
+            return
+        if err != 201 or "device" not in _state:      # 201: CUDA_ERROR_INVALID_CONTEXT
+            break
+        _tls.ctx = None                 # a thread that never made the context current
+        init()
+    _launch_failed(_cu().CUresult(int(err)), function, grid, block, shared_mem, cluster)
+
+
+def _launch_failed(err, function, grid, block, shared_mem, cluster):
+    name = getattr(function, "name", "") or "kernel"
+    what = (f"{'cuLaunchKernelEx' if cluster else 'cuLaunchKernel'} of '{name}' (grid {grid}, "
+            f"block {block}, {shared_mem} bytes of dynamic shared memory"
+            + (f", cluster {_dim3(cluster)})" if cluster else ")"))
+    hint = ""
+    threads = block[0] * block[1] * block[2]
+    limit = getattr(function, "max_dynamic_shared_memory", 48 * 1024)
+    if shared_mem > limit:
+        hint = (f"{shared_mem} bytes of dynamic shared memory is more than the {limit} this "
+                "function allows; call set_max_dynamic_shared_memory first")
+    elif threads > 1024:
+        hint = f"a block has at most 1024 threads; this one has {threads}"
+    _raise(err, what, hint)
+
+
+def launch(function, grid, block, args, shared_mem=0, stream=0, cluster=None):
+    """Launch `function` on `grid` x `block` (ints or up-to-3-tuples).
+
+    `args`, in parameter order, are (ctype, value) pairs such as
+    ``(ctypes.c_uint64, ptr)``, ``(ctypes.c_float, 0.5)``,
+    ``(ctypes.c_char * 128, descriptor_bytes)``, or ctypes values, or bytes
+    for a struct passed by value. `stream` is a CUstream or its integer
+    handle (0: the legacy default stream). `cluster` (x, y, z) launches
+    thread-block clusters through cuLaunchKernelEx (sm_90+).
+    """
+    kinds, values = _split(args)
+    pack = _pack_of(kinds)
+    pack.pack(values)
+    _launch(function, grid, block, shared_mem, stream, pack.address, cluster)
+
+
+class Launcher:
+    """Launches of one function whose parameters have fixed `kinds`: each
+    call packs the values with one struct call and calls cuLaunchKernel.
+    ``Launcher(fn, (c_uint64, c_int32))(grid, block, (ptr, n))``."""
+
+    def __init__(self, function, kinds):
+        self.function = function
+        self.kinds = tuple(kinds)
+        ParamPack(self.kinds)               # reject unknown kinds now, not at the first launch
+        self._local = threading.local()
+
+    def _pack(self):
+        pack = getattr(self._local, "pack", None)
+        if pack is None:
+            pack = self._local.pack = ParamPack(self.kinds)
+        return pack
+
+    def __call__(self, grid, block, values, shared_mem=0, stream=0, cluster=None):
+        pack = self._pack()
+        pack.pack(values)
+        _launch(self.function, grid, block, shared_mem, stream, pack.address, cluster)
+
+
+# -- device memory (tests, benchmarks) --------------------------------------------
+
+def alloc(nbytes):
+    """A device allocation of `nbytes` (cuMemAlloc), as an integer address."""
+    init()
+    return int(_check(_cu().cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})"))
+
+
+def free(ptr):
+    _check(_cu().cuMemFree(ptr), "cuMemFree")
+
+
+def copy_to_device(ptr, host):
+    """Copy a C-contiguous NumPy array (or any buffer) to device address `ptr`."""
+    init()
+    n = memoryview(host).nbytes
+    _check(_cu().cuMemcpyHtoD(ptr, host, n), "cuMemcpyHtoD")
+
+
+def copy_to_host(host, ptr):
+    """Copy device memory at `ptr` into a writable C-contiguous buffer."""
+    init()
+    n = memoryview(host).nbytes
+    _check(_cu().cuMemcpyDtoH(host, ptr, n), "cuMemcpyDtoH")
+
+
+def memset_d8(ptr, byte, nbytes):
+    """Fill `nbytes` at `ptr` with `byte` (to poison outputs before a test)."""
+    init()
+    _check(_cu().cuMemsetD8(ptr, byte, nbytes), "cuMemsetD8")

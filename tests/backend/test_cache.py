@@ -1,0 +1,132 @@
+"""The module cache: hits from memory and disk without compiling, damaged
+files ignored and rewritten, atomic writes, keys that see every input."""
+import os
+
+import pytest
+
+import moye
+from moye.backend.cuda import cache, nvrtc
+
+SRC = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }'
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOYE_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    yield tmp_path
+    cache.clear_memory()
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """Counts the compilations NVRTC really does."""
+    count = [0]
+    real = nvrtc._compile
+
+    def counted(*args):
+        count[0] += 1
+        return real(*args)
+    monkeypatch.setattr(nvrtc, "_compile", counted)
+    return count
+
+
+def only_file(cache_dir):
+    (path,) = [p for p in cache_dir.iterdir() if p.suffix == ".bin"]
+    return path
+
+
+def test_hits_from_memory_then_disk(cache_dir, compiles):
+    first = nvrtc.compile_cuda(SRC, "k", "sm_80")
+    assert compiles[0] == 1
+    assert nvrtc.compile_cuda(SRC, "k", "sm_80") == first                  # memory
+    cache.clear_memory()
+    again = nvrtc.compile_cuda(SRC, "k", "sm_80")                          # disk
+    assert again == first and compiles[0] == 1
+    assert only_file(cache_dir).name == cache.key(
+        SRC, "sm_80", nvrtc.standard_options("sm_80"), nvrtc.compiler_id(), repr(("k",)),
+        "moye_kernel.cu", False) + ".bin"
+
+
+def test_ptx_is_cached_too(compiles):
+    first = nvrtc.compile_cuda(SRC, "k", "sm_80", ptx=True)
+    cache.clear_memory()
+    assert nvrtc.compile_cuda(SRC, "k", "sm_80", ptx=True).ptx == first.ptx
+    assert compiles[0] == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated", "header only", "empty", "flipped byte",
+                                    "wrong magic", "longer", "garbage"])
+def test_a_damaged_file_is_recompiled_and_rewritten(cache_dir, compiles, damage):
+    first = nvrtc.compile_cuda(SRC, "k", "sm_80")
+    path = only_file(cache_dir)
+    good = path.read_bytes()
+    bad = {"truncated": good[:len(good) // 2],
+           "header only": good[:51],
+           "empty": b"",
+           "flipped byte": good[:-10] + bytes([good[-10] ^ 1]) + good[-9:],
+           "wrong magic": b"X" + good[1:],
+           "longer": good + b"\0",
+           "garbage": os.urandom(300)}[damage]
+    path.write_bytes(bad)
+    cache.clear_memory()
+    assert nvrtc.compile_cuda(SRC, "k", "sm_80").cubin == first.cubin
+    assert compiles[0] == 2
+    assert path.read_bytes() == good                                       # rewritten
+
+
+def test_a_valid_file_with_a_foreign_payload_is_recompiled(cache_dir, compiles):
+    nvrtc.compile_cuda(SRC, "k", "sm_80")
+    path = only_file(cache_dir)
+    cache.put(path.stem, b"not a compiled module")
+    cache.clear_memory()
+    assert nvrtc.compile_cuda(SRC, "k", "sm_80").cubin[:4] == b"\x7fELF"
+    assert compiles[0] == 2
+
+
+def test_writes_are_atomic_and_leave_no_temporaries(cache_dir):
+    cache.put("a" * 64, b"one")
+    cache.put("a" * 64, b"two")
+    assert sorted(p.name for p in cache_dir.iterdir()) == ["a" * 64 + ".bin"]
+    cache.clear_memory()
+    assert cache.get("a" * 64) == b"two"
+
+
+def test_an_unwritable_cache_folder_only_costs_recompilation(tmp_path, monkeypatch, compiles):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MOYE_CACHE_DIR", str(blocker / "cache"))
+    assert nvrtc.compile_cuda(SRC, "k", "sm_80").cubin[:4] == b"\x7fELF"
+    cache.clear_memory()
+    nvrtc.compile_cuda(SRC, "k", "sm_80")
+    assert compiles[0] == 2
+
+
+def test_keys_see_every_input(monkeypatch):
+    base = ("src", "sm_80", ("-O3",), "nvrtc-13.0")
+    k = cache.key(*base)
+    assert len(k) == 64
+    assert cache.key(*base) == k
+    for i, other in enumerate(["src2", "sm_90a", ("-O2",), "nvrtc-13.1"]):
+        changed = list(base)
+        changed[i] = other
+        assert cache.key(*changed) != k
+    assert cache.key(*base, "more") != k
+    assert cache.key("ab", "c", (), "") != cache.key("a", "bc", (), "")     # no ambiguity
+    monkeypatch.setattr(moye, "__version__", "99.0")
+    assert cache.key(*base) != k
+
+
+def test_clear_cache_removes_only_moye_files(cache_dir):
+    nvrtc.compile_cuda(SRC, "k", "sm_80")
+    (cache_dir / "notes.txt").write_text("mine")
+    (cache_dir / ".tmp-abc.bin").write_bytes(b"left by a crash")
+    cache.clear_cache()
+    assert sorted(p.name for p in cache_dir.iterdir()) == ["notes.txt"]
+    assert cache.get(cache.key(SRC, "sm_80", (), "")) is None
+
+
+def test_default_folder(monkeypatch):
+    monkeypatch.delenv("MOYE_CACHE_DIR")
+    monkeypatch.setenv("HOME", "/somewhere")
+    assert cache.directory() == "/somewhere/.cache/moye"
