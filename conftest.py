@@ -13,6 +13,8 @@ def _moye_doctest_namespace(doctest_namespace):
     doctest_namespace["np"] = np
 
 collect_ignore = ["moye/__main__.py"]
+# test-data generators run by hand with optional tools (CuTe's Python DSL)
+collect_ignore_glob = ["tests/*/cute_reference/*"]
 
 
 def _gpu_available():
