@@ -24,3 +24,4 @@ _BACKENDS["cpu"] = _CpuBackend()
 # `from moye import *` gives the public API, without moye.range (keep Python's)
 __all__ = sorted(n for n, v in dict(globals()).items()
                  if not n.startswith("_") and n != "range" and type(v).__name__ != "module")
+from .atom.arch import *; from .atom.arch import __all__ as _arch_all; __all__ += _arch_all  # noqa
