@@ -5,7 +5,8 @@ D = A * B^T + C on an (M, N, K) tile: its element types and, as facts from
 the PTX ISA, the thread-value layouts of A, B and C: (thread, value) -> the
 column-major index of the element in the (M,K), (N,K) and (M,N) tiles.
 """
-from ..layout import Layout
+from ..errors import MoyeError
+from ..layout import Layout, cosize, size
 from ..types import as_element_type
 
 
@@ -18,6 +19,12 @@ class MMAOp:
         self.a_layout, self.b_layout, self.c_layout = a_layout, b_layout, c_layout
         self.d_type, self.a_type, self.b_type, self.c_type = (as_element_type(t) for t in types)
         self.arch, self.ptx, self.info = arch, ptx, info
+        m, n, k = shape_mnk
+        for what, layout, extent in (("A", a_layout, m * k), ("B", b_layout, n * k),
+                                     ("C", c_layout, m * n)):
+            if cosize(layout) > extent or size(layout[0]) != size(thr_id):
+                raise MoyeError(f"MMAOp {name}: the {what} layout {layout} does not map "
+                                f"{size(thr_id)} threads into a {extent}-element tile")
 
     def __repr__(self):
         return self.name
