@@ -38,15 +38,16 @@ def cuda_time(torch, fn, iters=50, warmup=5):
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # events are recorded back to back and read after one synchronization, so
+    # the host's launch time overlaps the previous run instead of idling the GPU
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(iters)]
+    for start, end in events:
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in events)
     return times[len(times) // 2]
 
 
