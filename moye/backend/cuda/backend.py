@@ -46,9 +46,10 @@ class CudaExecutable:
             slots.append((pos, "array", holders[i:i + 1 + rank + rank - (unit is not None)],
                           unit))
             i += 1 + rank + rank - (unit is not None)
-        function = int(self.function.handle)
+        function = self.function.handle
         dyn = self.kernel.dynamic_smem
-        raw_launch = driver.raw_launch()
+        # cuda.bindings' Cython cuLaunchKernel is cheaper to call than libcuda through ctypes
+        cu_launch = driver._cu().cuLaunchKernel
         addr = driver.ctypes.addressof(params)
         exe = self
         stream_of = _stream_getter()
@@ -75,10 +76,10 @@ class CudaExecutable:
             if total > 48 * 1024 and total > exe.smem_limit_set:
                 exe.function.set_max_dynamic_shared_memory(total)
                 exe.smem_limit_set = total
-            err = raw_launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                             total, stream, addr, None)
+            err, = cu_launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                             total, stream, addr, 0)
             if err:
-                driver.raise_error(err, "cuLaunchKernel")
+                driver.raise_error(int(err), "cuLaunchKernel")
         launch.holders, launch.params = holders, params     # keep the slots alive
         return launch
 
