@@ -228,13 +228,15 @@ def complement(layout, cotarget=None):
         min_stride = stride[k]
         new_shape = min_stride // result_stride[-1]
         if new_shape == 0:
-            raise LayoutError(f"complement: layout {layout} is not injective")
+            raise LayoutError(f"complement: layout {layout} is not injective, or its modes do "
+                              "not nest (each sorted stride a multiple of the one before)")
         result_shape.append(new_shape)
         result_stride.append(S.mul(min_stride, shape[k]))
         del shape[k], stride[k]
     new_shape = S.floordiv(stride[0], result_stride[-1])
     if type(new_shape) is int and new_shape == 0:
-        raise LayoutError(f"complement: layout {layout} is not injective")
+        raise LayoutError(f"complement: layout {layout} is not injective, or its modes do "
+                          "not nest (each sorted stride a multiple of the one before)")
     result_shape.append(new_shape)
     new_stride = S.mul(stride[0], shape[0])
     rest_shape = _coalesce_shape(T.ceil_div(cotarget, new_stride))
@@ -467,11 +469,13 @@ def flat_product(block, tiler):
 
 
 def _zip_modes(a, b):
-    if type(a.shape) is tuple and type(b.shape) is tuple:
-        if len(a.shape) != len(b.shape):
-            raise LayoutError(f"cannot zip {a} with {b}: ranks differ")
+    """CuTe's zip of two layouts: pair up their modes ((a0,b0),(a1,b1),...)
+    when `a` has modes; a single-mode `a` gives the one mode ((a,b))."""
+    if type(a.shape) is tuple:
+        if type(b.shape) is not tuple or len(a.shape) != len(b.shape):
+            raise LayoutError(f"cannot zip the modes of {a} with those of {b}: their ranks differ")
         return _L(tuple(zip(a.shape, b.shape)), tuple(zip(a.stride, b.stride)))
-    return _L((a.shape, b.shape), (a.stride, b.stride))
+    return _L(((a.shape, b.shape),), ((a.stride, b.stride),))
 
 
 def _rank_product(block, tiler, raked):
