@@ -132,8 +132,8 @@ def main():
         print(f"{r['workload']:38} {r['moye_s'] * 1e3:7.2f}ms {r['numpy_s'] * 1e3:7.2f}ms "
               f"{r['ratio']:6.2f}x {r['moye_index_path_s'] * 1e3:9.2f}ms "
               f"{r['ratio_index_path']:6.2f}x")
-    machine = f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, " \
-              f"NumPy {np.__version__}"
+    machine = (f"{platform.processor() or platform.machine()}, "
+               f"Python {platform.python_version()}, NumPy {np.__version__}")
     print(f"machine: {machine}")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import MoyeError
 from ..layout import Layout
 from ..layout.memo import memoized
-from ..types import as_element_type
+from ..types import UInt128, as_element_type
 
 
 class HostEngine:
@@ -33,7 +33,7 @@ class HostEngine:
     def __init__(self, buffer, start=0, dtype=None):
         self.buffer = buffer
         self.start = start
-        self.dtype = as_element_type(buffer.dtype) if dtype is None else dtype
+        self.dtype = _element_type_of(buffer.dtype) if dtype is None else dtype
 
     def __len__(self):
         """Elements from `start` to the end of the buffer."""
@@ -48,13 +48,41 @@ class HostEngine:
         return self.buffer[self.start + i]
 
     def store(self, i, value):
+        if self.dtype is UInt128:
+            value = _opaque(value)
         self.buffer[self.start + i] = value
 
     def read(self, layout):
+        view = _strided_view(self.buffer, self.start, layout)
+        if view is not None:
+            return view.flatten()
         return self.buffer[self.start + layout_offsets(layout)]
 
     def write(self, layout, values):
+        if self.dtype is UInt128:
+            values = _opaque(values)
+        view = _strided_view(self.buffer, self.start, layout, for_write=True)
+        if view is not None:
+            values = np.asarray(values)
+            if values.ndim == 0 or (values.ndim == 1 and values.size == view.size):
+                view[...] = values.reshape(view.shape) if values.ndim else values
+                return
         self.buffer[self.start + layout_offsets(layout)] = values
+
+    def copy_from(self, layout, src, src_layout):
+        """self[layout] = src[src_layout] in one NumPy strided assignment when
+        both are large affine views of the same shape; False where it cannot
+        (the caller then reads and writes)."""
+        if not isinstance(src, HostEngine) or src.dtype.numpy != self.dtype.numpy:
+            return False
+        dst_view = _strided_view(self.buffer, self.start, layout, for_write=True)
+        if dst_view is None:
+            return False
+        src_view = _strided_view(src.buffer, src.start, src_layout)
+        if src_view is None or src_view.shape != dst_view.shape:
+            return False
+        dst_view[...] = src_view
+        return True
 
     def recast(self, dtype):
         dtype = as_element_type(dtype)
@@ -72,6 +100,60 @@ class HostEngine:
 
     def __repr__(self):
         return f"HostEngine({self.dtype}, {len(self.buffer)} elements, start={self.start})"
+
+
+def _element_type_of(dtype):
+    """The element type a NumPy buffer holds (16-byte opaque elements are UInt128)."""
+    return UInt128 if dtype == UInt128.numpy else as_element_type(dtype)
+
+
+def _opaque(value):
+    """A UInt128 element on the host is 16 raw bytes; an int becomes its
+    little-endian bytes, so zeros_ and fill_ work on every element type."""
+    if isinstance(value, (int, np.integer)):
+        return int(value).to_bytes(16, "little")
+    return value
+
+
+# Below this many elements a cached offset array is the cheapest access; above
+# it, a strided view avoids building (and caching) an index array as large as
+# the data, and reads and writes run at NumPy's strided-copy speed.
+_VIEW_THRESHOLD = 4096
+
+
+def _strided_view(buffer, start, layout, for_write=False):
+    """`layout`'s elements as a NumPy view of `buffer` from element `start`,
+    one axis per flat mode in reverse order (so C order is colex order); None
+    where a view cannot serve: a small or non-affine (swizzled) layout, a
+    buffer that is not contiguous or holds Python objects, a layout that
+    reaches outside the buffer (the index path then raises), or for writes
+    a layout that maps two coordinates to one element (which element wins
+    is the index path's rule)."""
+    if type(layout) is not Layout or not buffer.flags.c_contiguous or buffer.dtype.hasobject:
+        return None
+    shape, stride = _flat(layout.shape), _flat(layout.stride)
+    size = 1
+    for s in shape:
+        size *= s
+    if size < _VIEW_THRESHOLD or (for_write and not _injective(shape, stride)):
+        return None
+    item = buffer.itemsize
+    try:
+        return np.ndarray(shape[::-1], buffer.dtype, buffer, start * item,
+                          [d * item for d in stride[::-1]])
+    except (ValueError, TypeError):  # reaches outside the buffer
+        return None
+
+
+def _injective(shape, stride):
+    """True if distinct coordinates surely have distinct offsets: with the
+    modes sorted by |stride|, each steps past everything the smaller ones reach."""
+    reach = 0
+    for d, s in sorted((abs(d), s) for s, d in zip(shape, stride) if s > 1):
+        if d <= reach:
+            return False
+        reach += (s - 1) * d
+    return True
 
 
 def host_allocate(dtype, size):

@@ -40,6 +40,9 @@ def copyto(dst, src):
         if not _congruent_sizes(_mode_sizes(dst.shape), _mode_sizes(src.shape)):
             raise MoyeError(f"copyto: dst has shape {T.fmt(dst.shape)} but src has shape "
                             f"{T.fmt(src.shape)}; they must be congruent")
+        copy = getattr(dst.engine, "copy_from", None)
+        if copy is not None and copy(dst.layout, src.engine, src.layout):
+            return dst
         values = src.engine.read(src.layout)
     else:
         values = src
