@@ -125,6 +125,8 @@ class MoYeArray:
 
     # -- element access and views ------------------------------------------------
     def __getitem__(self, coord):
+        if _plain(coord):
+            return self.engine.load(self._offset(coord))
         coord = _norm_coord(coord)
         if T.has_none(coord):
             sub, offset = slice_and_offset(coord, self.layout)
@@ -133,6 +135,9 @@ class MoYeArray:
         return self.engine.load(self.layout(coord))
 
     def __setitem__(self, coord, value):
+        if _plain(coord):
+            self.engine.store(self._offset(coord), value)
+            return
         coord = _norm_coord(coord)
         if T.has_none(coord):
             from .ops import copyto
@@ -140,6 +145,12 @@ class MoYeArray:
             return
         _check_coord(coord, self.layout.shape)
         self.engine.store(self.layout(coord), value)
+
+    def _offset(self, coord):
+        """The offset of a coordinate of plain ints (checked against the shape)."""
+        layout = self.layout
+        _check_coord(coord, layout.shape)
+        return T.crd2idx(coord, layout.shape, layout.stride)
 
     def __call__(self, *coord):
         """MoYe/CuTe spelling: a(i, j) is a[i, j]."""
@@ -238,6 +249,19 @@ def _engine_with_strides(array):
     if len(shape) == 1:
         return HostEngine(buffer), Layout(shape[0], stride[0])
     return HostEngine(buffer), Layout(shape, stride)
+
+
+def _plain(coord):
+    """An int, or a flat tuple of ints: the common element access."""
+    t = type(coord)
+    if t is int:
+        return True
+    if t is tuple:
+        for c in coord:
+            if type(c) is not int:
+                return False
+        return True
+    return False
 
 
 def _check_coord(coord, shape):
