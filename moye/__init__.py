@@ -24,4 +24,7 @@ _BACKENDS["cpu"] = _CpuBackend()
 # `from moye import *` gives the public API, without moye.range (keep Python's)
 __all__ = sorted(n for n, v in dict(globals()).items()
                  if not n.startswith("_") and n != "range" and type(v).__name__ != "module")
+from .viz import print_typst, render; __all__ += ["print_typst", "render"]  # noqa: E402,E702
 from .atom.arch import *; from .atom.arch import __all__ as _arch_all; __all__ += _arch_all  # noqa
+from .atom.arch.copy_ops import *; from .atom.arch.copy_ops import __all__ as _copy_all; __all__ += _copy_all  # noqa
+from .analysis import analyze; __all__ += ["analyze"]  # noqa: E402,E702

@@ -150,7 +150,7 @@ class MoYeArray:
         """The offset of a coordinate of plain ints (checked against the shape)."""
         layout = self.layout
         _check_coord(coord, layout.shape)
-        return T.crd2idx(coord, layout.shape, layout.stride)
+        return T.crd2idx(coord, layout.shape, layout.stride) if type(layout) is Layout else layout(coord)
 
     def __call__(self, *coord):
         """MoYe/CuTe spelling: a(i, j) is a[i, j]."""

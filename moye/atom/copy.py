@@ -75,6 +75,9 @@ class CopyAtom:
                            ("ref", self.val_layout_ref)):
             if size(lay[0]) != size(self.thr_id):
                 raise MoyeError(f"CopyAtom: {op} is not valid for {which} values of {self.dtype}")
+            if size(lay) * self.dtype.bits != size(getattr(op, f"{which}_bits")):
+                raise MoyeError(f"CopyAtom: {op} cannot copy {self.dtype} values: its {which} "
+                                f"is not a whole number of {self.dtype.bits}-bit values")
 
     @property
     def num_val_src(self):
