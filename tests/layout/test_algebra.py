@@ -145,7 +145,10 @@ def test_blocked_and_raked_products_reorder_the_logical_product(A, B):
         except LayoutError:
             continue
         assert sorted(image(R)) == sorted(image(P)), prod.__name__
-    Bl, Rk = blocked_product(A, B), raked_product(A, B)
+    try:
+        Bl, Rk = blocked_product(A, B), raked_product(A, B)
+    except LayoutError:          # CuTe's zip refuses a rank-1 tuple against an int mode
+        return
     if r > 1:
         assert len(Bl) == r and len(Rk) == r
         for i in range(r):
