@@ -3,7 +3,8 @@
 Layouts and their algebra, arrays seen through layouts, tiled copies and
 tiled MMAs, and GPU kernels written in Python.
 """
-from .errors import CompileError, CudaError, DynamicValueError, LayoutError, MoyeError
+from .errors import (CompileError, CudaError, DynamicValueError, LayoutError, MoyeError,
+                     ShapeError)
 from .layout import *  # noqa: F401,F403
 from .types import *  # noqa: F401,F403
 from .array import *  # noqa: F401,F403

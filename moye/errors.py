@@ -33,3 +33,7 @@ class CudaError(MoyeError):
     def __init__(self, message, name=""):
         super().__init__(message)
         self.name = name
+
+
+class ShapeError(MoyeError, ValueError):
+    """Arrays whose shapes do not fit together (a copy, a broadcast)."""

@@ -3,7 +3,8 @@ from .array import MoYeArray
 from .engine import HostEngine, layout_offsets
 from .ops import (copyto, elementwise, fill_, make_fragment_like, recast, transpose, view,
                   zeros_)
-from .tiling import inner_partition, local_partition, local_tile, outer_partition, parallelize, tile
+from .tiling import (TileIterator, inner_partition, local_partition, local_tile, outer_partition,
+                     parallelize, tile, tiles)
 
 make_tensor = MoYeArray
 clear = zeros_
@@ -11,5 +12,6 @@ fill = fill_
 
 __all__ = ["MoYeArray", "HostEngine", "layout_offsets", "copyto", "elementwise", "fill_",
            "make_fragment_like", "recast", "transpose", "view", "zeros_", "inner_partition",
-           "local_partition", "local_tile", "outer_partition", "parallelize", "tile",
+           "local_partition", "local_tile", "outer_partition", "parallelize", "tile", "tiles",
+           "TileIterator",
            "make_tensor", "clear", "fill"]

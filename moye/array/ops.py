@@ -3,7 +3,7 @@ element-wise arithmetic. Each goes through the engine's read/write, so it
 is one vectorized gather/scatter on the host."""
 import numpy as np
 
-from ..errors import MoyeError
+from ..errors import MoyeError, ShapeError
 from ..layout import Layout, make_fragment_like as _fragment_layout, recast_layout
 from ..layout import inttuple as T
 from ..layout import transpose as _transpose_layout
@@ -38,7 +38,7 @@ def copyto(dst, src):
         raise TypeError(f"copyto: dst must be a MoYeArray, got {type(dst).__name__}")
     if isinstance(src, MoYeArray):
         if not _congruent_sizes(_mode_sizes(dst.shape), _mode_sizes(src.shape)):
-            raise MoyeError(f"copyto: dst has shape {T.fmt(dst.shape)} but src has shape "
+            raise ShapeError(f"copyto: dst has shape {T.fmt(dst.shape)} but src has shape "
                             f"{T.fmt(src.shape)}; they must be congruent")
         copy = getattr(dst.engine, "copy_from", None)
         if copy is not None and copy(dst.layout, src.engine, src.layout):
@@ -46,6 +46,11 @@ def copyto(dst, src):
         values = src.engine.read(src.layout)
     else:
         values = src
+        if isinstance(src, np.ndarray) and src.ndim > 0 and src.size != dst.size:
+            raise ShapeError(f"copyto: dst has shape {T.fmt(dst.shape)} ({dst.size} elements) but "
+                            f"the NumPy array has shape {src.shape}")
+        if isinstance(src, np.ndarray) and src.ndim > 1:
+            values = src.reshape(-1, order="F")      # logical (colexicographic) order
     dst.engine.write(dst.layout, values)
     return dst
 
@@ -132,7 +137,13 @@ def _result_layout(values_shape, operands):
 
 def _compute(op, operands):
     rank = max(_rank(x) for x in operands)
-    values = op(*(_logical(x, rank) for x in operands))
+    try:
+        values = op(*(_logical(x, rank) for x in operands))
+    except ValueError as e:
+        shapes = ", ".join(T.fmt(x.shape) if isinstance(x, MoYeArray) else
+                           f"{type(x).__name__} {np.shape(x)}" for x in operands)
+        raise ShapeError(f"cannot broadcast arrays of shapes {shapes}: the modes must agree, "
+                        f"or be 1, aligned from the first mode ({e})") from None
     return np.asarray(values)
 
 
@@ -145,6 +156,8 @@ def elementwise(op, *operands):
         [[-1.0, 3.0, 7.0], [0.0, 4.0, 8.0]]
     """
     values = _compute(op, operands)
+    if values is None:
+        return None
     if values.ndim == 0:
         return values[()]
     layout = _result_layout(values.shape, operands)

@@ -92,5 +92,24 @@ def _flat_coord(layout, index):
     return tuple(T.coord_to_index(c, s) for c, s in zip(hier, layout.shape))
 
 
+def tiles(a, tiler):
+    """The tiles of `a` for tiles of shape `tiler`, one view after another in
+    colexicographic order of the tile coordinates (MoYe's TileIterator).
+        >>> a = MoYeArray(np.arange(16), (4, 4))
+        >>> [t.numpy().tolist() for t in tiles(a, (2, 4))]
+        [[[0, 4, 8, 12], [1, 5, 9, 13]], [[2, 6, 10, 14], [3, 7, 11, 15]]]
+    """
+    tiled = zipped_divide(a, _norm_tiler(tiler))
+    r0, _ = _tile_ranks(tiled)
+    keep = (None,) * r0 if r0 > 1 else None
+    n = T.product(tiled.shape[1])
+    if not isinstance(n, int):
+        raise TypeError(f"tiles: the number of tiles {n!r} is dynamic; use a kernel loop over "
+                        "tile coordinates instead")
+    for j in range(n):
+        yield tiled[keep, j] if hasattr(tiled, "engine") else tiled(keep, j)
+
+
+TileIterator = tiles
 local_tile = tile
 local_partition = parallelize
