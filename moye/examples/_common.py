@@ -23,3 +23,23 @@ def rel_error(out, ref):
     """‖out − ref‖ / ‖ref‖ in float64."""
     out, ref = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def check_matmul(name, launch, M, N, K):
+    """Run `launch(A, B, C)` (C = A * B^T, column-major float32) on the GPU with
+    C poisoned, and check every element against float64."""
+    torch = torch_cuda()
+    if torch is None:
+        print(f"{name}: no CUDA device; see the CPU backend")
+        return
+    A = column_major(torch, (M, K), torch.float32)
+    B = column_major(torch, (N, K), torch.float32)
+    C = column_major(torch, (M, N), torch.float32, fill="empty")
+    C.fill_(float("nan"))
+    launch(A, B, C)
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double().t()
+    err = rel_error(C.cpu().numpy(), ref.cpu().numpy())
+    print(f"{name} {M}x{N}x{K} float32 on {torch.cuda.get_device_name()}: "
+          f"relative error {err:.2e}")
+    assert err < 1e-5

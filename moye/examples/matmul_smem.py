@@ -63,22 +63,8 @@ def launch(A, B, C):
 
 
 def main(M=2048, N=2048, K=256):
-    from ._common import column_major, rel_error, torch_cuda
-    torch = torch_cuda()
-    if torch is None:
-        print("matmul_smem: no CUDA device; see the CPU backend")
-        return
-    A = column_major(torch, (M, K), torch.float32)
-    B = column_major(torch, (N, K), torch.float32)
-    C = column_major(torch, (M, N), torch.float32, fill="empty")
-    C.fill_(float("nan"))
-    launch(A, B, C)
-    torch.cuda.synchronize()
-    ref = A.double() @ B.double().t()
-    err = rel_error(C.cpu().numpy(), ref.cpu().numpy())
-    print(f"matmul_smem {M}x{N}x{K} float32 on {torch.cuda.get_device_name()}: "
-          f"relative error {err:.2e}")
-    assert err < 1e-5
+    from ._common import check_matmul
+    check_matmul("matmul_smem", launch, M, N, K)
 
 
 if __name__ == "__main__":

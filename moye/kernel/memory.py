@@ -12,15 +12,7 @@ from .. import types as T
 from ..layout import Layout, complement, composition, make_layout, max_common_layout, size
 from ..layout import inttuple as IT
 from . import ir
-from .tracer import KernelError, Sym, _coerce, current
-
-
-def _div_of(x):
-    if isinstance(x, Sym):
-        return x.div
-    if isinstance(x, int):
-        return abs(x) if x else 1 << 30
-    return 1
+from .tracer import KernelError, Sym, _coerce, _div_of, current
 
 
 class PointerEngine:
