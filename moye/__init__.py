@@ -3,6 +3,8 @@
 Layouts and their algebra, arrays seen through layouts, tiled copies and
 tiled MMAs, and GPU kernels written in Python.
 """
+import os as _os
+
 from .errors import (CompileError, CudaError, DynamicValueError, LayoutError, MoyeError,
                      ShapeError)
 from .layout import *  # noqa: F401,F403
@@ -20,6 +22,13 @@ from .backend.cuda.backend import CudaBackend as _CudaBackend  # noqa: E402
 from .backend.cpu import CpuBackend as _CpuBackend  # noqa: E402
 
 _BACKENDS["cuda"] = _CudaBackend()
+if _os.path.exists("/dev/nvidiactl"):
+    # a GPU machine will use the driver: load its bindings now (tens of ms)
+    # rather than inside the first kernel launch
+    try:
+        import cuda.bindings.driver  # noqa: F401
+    except ImportError:
+        pass
 _BACKENDS["cpu"] = _CpuBackend()
 
 # `from moye import *` gives the public API, without moye.range (keep Python's)

@@ -133,7 +133,7 @@ def _stream_getter():
         return lambda: 0
     try:
         raw = torch._C._cuda_getCurrentRawStream
-        device = torch.cuda.current_device
+        device = torch._C._cuda_getDevice          # current_device() without its checks
         return lambda: raw(device())
     except AttributeError:
         return lambda: torch.cuda.current_stream().cuda_stream
