@@ -51,43 +51,58 @@ def cuda_time(torch, fn, iters=50, warmup=5):
     return times[len(times) // 2]
 
 
-def bench_copies(torch, n):
+def bench_copies(torch, n, rounds=3):
+    """Each workload's bandwidth against a device-to-device copy timed right
+    next to it (the card's state drifts over a run), median of `rounds`."""
     from moye.examples import copy_kernel, transpose
     src = torch.randn(n, n, device="cuda").t()          # column-major, as in the seed
     dst = torch.empty(n, n, device="cuda").t()
-    nbytes = 2 * src.numel() * 4
-    rows = []
-    d2d = cuda_time(torch, lambda: dst.copy_(src))
-    rows.append(("device-to-device copy (torch copy_)", nbytes / d2d / 1e6, None))
-    t = cuda_time(torch, lambda: copy_kernel.launch(dst, src))
-    assert torch.equal(dst, src)
-    rows.append(("moye copy_kernel", nbytes / t / 1e6, d2d / t))
-    t = cuda_time(torch, lambda: copy_kernel.launch(dst, src, padded=True))
-    rows.append(("moye copy_kernel, padded smem", nbytes / t / 1e6, d2d / t))
-    dst.fill_(float("nan"))
-    t = cuda_time(torch, lambda: copy_kernel.launch_vec(dst, src))
-    assert torch.equal(dst, src)
-    rows.append(("moye copy_vec_kernel (16-byte TiledCopy)", nbytes / t / 1e6, d2d / t))
-    t = cuda_time(torch, lambda: src.clone())
-    rows.append(("torch.clone", nbytes / t / 1e6, d2d / t))
     dst_t = torch.empty(n, n, device="cuda").t()
-    t = cuda_time(torch, lambda: transpose.launch(dst_t, src))
-    assert torch.equal(dst_t, src.t())
-    rows.append(("moye transpose (32,32):(1,33) smem", nbytes / t / 1e6, d2d / t))
-    for tile in ((64, 64), (32, 64), (32, 128)):
-        dst_t.fill_(float("nan"))
-        t = cuda_time(torch, lambda: transpose.launch(dst_t, src, tile=tile))
-        assert torch.equal(dst_t, src.t())
-        rows.append((f"moye transpose, {tile} tiles", nbytes / t / 1e6, d2d / t))
-    dst_t.fill_(float("nan"))
-    t = cuda_time(torch, lambda: transpose.launch(dst_t, src, diagonal=True))
-    assert torch.equal(dst_t, src.t())
-    rows.append(("moye transpose, diagonal block order", nbytes / t / 1e6, d2d / t))
     x = torch.randn(n, n, device="cuda")
-    t = cuda_time(torch, lambda: x.t().contiguous())
-    rows.append(("torch x.t().contiguous()", nbytes / t / 1e6, d2d / t))
-    return [{"workload": w, "GB/s": g, "fraction_of_d2d": f, "size": f"{n}x{n} float32"}
-            for w, g, f in rows]
+    nbytes = 2 * src.numel() * 4
+
+    def d2d():
+        return cuda_time(torch, lambda: dst.copy_(src))
+
+    workloads = [
+        ("moye copy_kernel (seed 003, 32x32 tiles through smem)",
+         lambda: copy_kernel.launch(dst, src), lambda: torch.equal(dst, src)),
+        ("moye copy_kernel, padded smem", lambda: copy_kernel.launch(dst, src, padded=True),
+         lambda: torch.equal(dst, src)),
+        ("moye copy_vec_kernel (16-byte TiledCopy)", lambda: copy_kernel.launch_vec(dst, src),
+         lambda: torch.equal(dst, src)),
+        ("torch.clone", lambda: src.clone(), lambda: True),
+        ("moye transpose (seed 003, (32,32):(1,33) smem)", lambda: transpose.launch(dst_t, src),
+         lambda: torch.equal(dst_t, src.t())),
+        ("moye transpose, (32,64) tiles", lambda: transpose.launch(dst_t, src, tile=(32, 64)),
+         lambda: torch.equal(dst_t, src.t())),
+        ("moye transpose, diagonal block order",
+         lambda: transpose.launch(dst_t, src, diagonal=True), lambda: torch.equal(dst_t, src.t())),
+        ("torch x.t().contiguous()", lambda: x.t().contiguous(), lambda: True),
+    ]
+    rows = []
+    for name, run, check in workloads:
+        dst.fill_(float("nan"))
+        dst_t.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        assert check(), name
+        fractions, rates = [], []
+        for _ in range(rounds):
+            before = d2d()
+            t = cuda_time(torch, run)
+            after = d2d()
+            fractions.append((before + after) / 2 / t)
+            rates.append(nbytes / t / 1e6)
+        fractions.sort()
+        rates.sort()
+        rows.append({"workload": name, "GB/s": rates[len(rates) // 2],
+                     "fraction_of_d2d": fractions[len(fractions) // 2],
+                     "fraction_range": [fractions[0], fractions[-1]],
+                     "size": f"{n}x{n} float32"})
+    rows.insert(0, {"workload": "device-to-device copy (torch copy_)", "GB/s": nbytes / d2d() / 1e6,
+                    "size": f"{n}x{n} float32"})
+    return rows
 
 
 def bench_matmuls(torch, shapes):
