@@ -609,6 +609,7 @@ def upcast(layout, n):
         >>> upcast(Layout((4, 8), (1, 4)), 2)
         (2,8):(1,2)
     """
+    S.require_static(n, "upcast: the factor")
     if type(layout) is not Layout:
         cast = getattr(layout, "__moye_upcast__", None)
         if cast is None:
@@ -638,6 +639,7 @@ def downcast(layout, n):
         >>> downcast(Layout((2, 8), (1, 2)), 2)
         (4,8):(1,4)
     """
+    S.require_static(n, "downcast: the factor")
     if type(layout) is not Layout:
         cast = getattr(layout, "__moye_downcast__", None)
         if cast is None:

@@ -117,11 +117,16 @@ class Layout:
         from .algebra import tiled_divide
         return tiled_divide(self, tilers[0] if len(tilers) == 1 else tilers)
 
-    def get_flat_coord(self, index):
-        return T.flatten(T.index_to_coord(index, self.shape))
-
     def get_hier_coord(self, index):
-        return T.index_to_coord(index, self.shape)
+        """The coordinate whose offset is `index` (compact layouts). CuTe: get_hier_coord."""
+        return T.index_to_coord(index, self.shape, self.stride)
+
+    def get_flat_coord(self, index):
+        """get_hier_coord with one 1-D index per top-level mode. CuTe: get_flat_coord."""
+        hier = self.get_hier_coord(index)
+        if type(self.shape) is not tuple:
+            return hier
+        return tuple(T.coord_to_index(c, s) for c, s in zip(hier, self.shape))
 
 
 def _L(shape, stride, _new=object.__new__):

@@ -27,8 +27,7 @@ class Swizzle:
     def __init__(self, bits, base, shift=None):
         shift = bits if shift is None else shift
         for name, v in (("B", bits), ("M", base), ("S", shift)):
-            if type(v) is not int:
-                raise LayoutError(f"Swizzle: {name} must be a static int, got {v!r}")
+            S.require_static(v, f"Swizzle: {name}")
         if bits < 0 or base < 0:
             raise LayoutError(f"Swizzle({bits},{base},{shift}): B and M must be >= 0")
         if abs(shift) < bits:
@@ -173,6 +172,8 @@ def compose_function(fn, rhs):
     the ComposedLayout fn o 0 o rhs."""
     if not callable(fn):
         raise TypeError(f"composition: cannot compose {fn!r} with {rhs!r}")
+    if isinstance(fn, Swizzle) and fn.bits == 0 and isinstance(rhs, Layout):
+        return rhs                       # the identity swizzle, dropped as CuTe does
     if isinstance(rhs, (Layout, ComposedLayout)):
         inner = rhs
     elif type(rhs) is tuple and rhs and all(isinstance(r, Layout) for r in rhs):

@@ -1,5 +1,15 @@
-"""A symbolic integer for testing the algebra's dynamic-value protocol:
-an expression tree with integer arithmetic, evaluated in an environment."""
+"""A symbolic integer for testing the algebra's dynamic-value protocol: an
+expression tree with integer arithmetic, printable, evaluated in an environment.
+
+It is deliberately dumb: no simplification at all, so whatever folds to a
+plain int in a result was folded by moye; hashable by identity; and it has
+no truth value, so an algebra that branches on a dynamic value (calls bool()
+on it, or on a comparison of it) fails loudly with TypeError.
+
+The protocol moye documents is + - * // % (both sides), unary -, abs and
+comparisons (whose results act as 0/1 in arithmetic). The bitwise operators
+& | ^ << >> are extra: only swizzles of dynamic offsets use them.
+"""
 import operator
 
 
@@ -18,15 +28,26 @@ class S:
         if self.op == "var":
             return env[self.args[0]]
         vals = [a.eval(env) if isinstance(a, S) else a for a in self.args]
-        return _OPS[self.op](*vals)
+        return _OPS[self.op][0](*vals)
+
+    def variables(self):
+        if self.op == "var":
+            return {self.args[0]}
+        return set().union(*[a.variables() for a in self.args if isinstance(a, S)])
 
     def __repr__(self):
         if self.op == "var":
             return self.args[0]
-        return f"{self.op}({', '.join(map(repr, self.args))})"
+        sym = _OPS[self.op][1]
+        if len(self.args) == 1:
+            return f"{sym}({self.args[0]!r})"
+        return f"({self.args[0]!r} {sym} {self.args[1]!r})"
 
     def __bool__(self):
-        raise TypeError("a symbolic integer has no truth value")
+        raise TypeError(f"a symbolic integer has no truth value: {self!r}")
+
+    def __index__(self):
+        raise TypeError(f"a symbolic integer is not a Python int: {self!r}")
 
     def _bin(op, reflected=False):
         def f(self, other):
@@ -43,6 +64,11 @@ class S:
     __lt__, __le__ = _bin("lt"), _bin("le")
     __gt__, __ge__ = _bin("gt"), _bin("ge")
     __eq__, __ne__ = _bin("eq"), _bin("ne")
+    __and__, __rand__ = _bin("and"), _bin("and", True)
+    __or__, __ror__ = _bin("or"), _bin("or", True)
+    __xor__, __rxor__ = _bin("xor"), _bin("xor", True)
+    __lshift__, __rlshift__ = _bin("lshift"), _bin("lshift", True)
+    __rshift__, __rrshift__ = _bin("rshift"), _bin("rshift", True)
 
     def __neg__(self):
         return S("neg", self)
@@ -51,14 +77,24 @@ class S:
         return S("abs", self)
 
 
-_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
-        "floordiv": operator.floordiv, "mod": operator.mod, "lt": operator.lt,
-        "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
-        "ne": operator.ne, "neg": operator.neg, "abs": abs}
+_OPS = {"add": (operator.add, "+"), "sub": (operator.sub, "-"), "mul": (operator.mul, "*"),
+        "floordiv": (operator.floordiv, "//"), "mod": (operator.mod, "%"),
+        "lt": (operator.lt, "<"), "le": (operator.le, "<="), "gt": (operator.gt, ">"),
+        "ge": (operator.ge, ">="), "eq": (operator.eq, "=="), "ne": (operator.ne, "!="),
+        "and": (operator.and_, "&"), "or": (operator.or_, "|"), "xor": (operator.xor, "^"),
+        "lshift": (operator.lshift, "<<"), "rshift": (operator.rshift, ">>"),
+        "neg": (operator.neg, "-"), "abs": (abs, "abs")}
 
 
 def evaluate(x, env):
-    """An int tuple with symbolic leaves evaluated."""
+    """An int tuple (or a value) with its symbolic leaves evaluated."""
     if isinstance(x, tuple):
         return tuple(evaluate(e, env) for e in x)
     return x.eval(env) if isinstance(x, S) else x
+
+
+def is_static(x):
+    """Every leaf a plain Python int."""
+    if isinstance(x, tuple):
+        return all(is_static(e) for e in x)
+    return type(x) is int
