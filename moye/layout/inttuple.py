@@ -398,7 +398,8 @@ def _compact_right(shape, current):
 
 def compact_order(shape, order):
     """Compact strides for `shape`, modes laid out by increasing `order`
-    (ties keep left-to-right; dynamic orders count as large). CuTe: compact_order.
+    (modes with equal orders start at the same stride, as in CuTe; dynamic
+    orders count as large and go left to right). CuTe: compact_order.
         >>> compact_order((2, 3, 4), (1, 0, 2))
         (3, 1, 6)
     """

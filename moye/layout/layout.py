@@ -343,6 +343,9 @@ def select(layout, *modes):
     if len(modes) == 1 and type(modes[0]) in (tuple, list):
         modes = tuple(modes[0])
     s, d = _modes(layout)
+    for m in modes:
+        if not -len(s) <= m < len(s):
+            raise IndexError(f"select: layout {layout} has no mode {m} (rank {len(s)})")
     return _L(tuple(s[m] for m in modes), tuple(d[m] for m in modes))
 
 

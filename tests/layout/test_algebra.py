@@ -5,9 +5,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from moye import (Layout, LayoutError, append, blocked_product, clear_cache, coalesce,
-                  complement,
-                  composition, cosize, depth, downcast, filter, filter_zeros, flat_divide,
-                  flat_product, flatten, left_inverse, logical_divide, logical_product,
+                  complement, composition, cosize, depth, downcast, filter, filter_zeros,
+                  flat_divide, flat_product, flatten, left_inverse, logical_divide, logical_product,
                   make_fragment_like, make_layout, make_ordered_layout, max_common_layout,
                   max_common_vector, nullspace, raked_product, rank, recast_layout, right_inverse,
                   size, tile_to_shape, tiled_divide, tiled_product, upcast, zipped_divide,

@@ -9,7 +9,6 @@ cotarget was asked of the DSL as complement(L, cosize(L)). Where CuTe
 refused an input, moye must refuse it too, with a LayoutError.
 """
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
