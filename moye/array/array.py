@@ -265,14 +265,7 @@ def _plain(coord):
 
 
 def _check_coord(coord, shape):
-    if type(coord) is tuple:
-        if type(shape) is not tuple or len(coord) != len(shape):
-            raise IndexError(f"coordinate {T.fmt(coord)} does not fit the array's shape "
-                             f"{T.fmt(shape)}")
-        for c, s in zip(coord, shape):
-            _check_coord_mode(c, s, coord, shape)
-    else:
-        _check_coord_mode(coord, shape, coord, shape)
+    _check_coord_mode(coord, shape, coord, shape)
 
 
 def _check_coord_mode(c, s, coord, shape):

@@ -73,14 +73,9 @@ def parallelize(a, thr_layout, thr_idx, proj=None):
         [[1, 5, 9, 13, 17, 21, 25, 29]]
     """
     if proj is not None:
-        thr_layout = _dice_layout(proj, thr_layout)
+        thr_layout = dice(proj, thr_layout)
     coord = _flat_coord(thr_layout, thr_idx)
     return outer_partition(a, T.product_each(thr_layout.shape), coord)
-
-
-def _dice_layout(proj, layout):
-    from ..layout import dice as dice_layout
-    return dice_layout(proj, layout)
 
 
 def _flat_coord(layout, index):

@@ -375,31 +375,37 @@ def _as_bool(x):
     return x
 
 
+def _logical(op, a, b):
+    return Sym(current().instr(op, (_as_bool(a).value, _as_bool(b).value), T.Bool), T.Bool)
+
+
 def and_(*thunks):
-    result = True
+    """Python's `and` where any term may be dynamic: static terms short-circuit,
+    dynamic ones are combined in the kernel."""
+    dynamic, last = None, True
     for th in thunks:
         v = th()
         if isinstance(v, Sym):
-            result = _as_bool(v) if result is True else Sym(
-                current().instr("and", (_as_bool(result).value, _as_bool(v).value), T.Bool), T.Bool)
+            dynamic = _as_bool(v) if dynamic is None else _logical("and", dynamic, v)
         elif not v:
-            return v if result is True else Sym(
-                current().instr("and", (_as_bool(result).value, False), T.Bool), T.Bool)
-        elif result is True:
-            result = v if len(thunks) == 1 else True
-    return result
+            return v
+        else:
+            last = v
+    return last if dynamic is None else dynamic
 
 
 def or_(*thunks):
-    result = False
+    """Python's `or` where any term may be dynamic."""
+    dynamic, last = None, False
     for th in thunks:
         v = th()
         if isinstance(v, Sym):
-            result = _as_bool(v) if result is False else Sym(
-                current().instr("or", (_as_bool(result).value, _as_bool(v).value), T.Bool), T.Bool)
+            dynamic = _as_bool(v) if dynamic is None else _logical("or", dynamic, v)
         elif v:
-            return v if result is False else v
-    return result
+            return v
+        else:
+            last = v
+    return last if dynamic is None else dynamic
 
 
 def not_(x):

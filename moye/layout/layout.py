@@ -355,11 +355,6 @@ def take(layout, begin, end):
     return _L(s[begin:end], d[begin:end])
 
 
-def _pad(x, n):
-    x = x if isinstance(x, Layout) else Layout(1, 0) if x is None else as_layout(x)
-    return x, n
-
-
 def append(layout, x=None, n=None):
     """`layout` with the mode `x` (default 1:0) added last; with `n`, padded
     with 1:0 modes up to rank `n` instead. CuTe: append.

@@ -17,7 +17,7 @@ class CudaExecutable:
     def launch(self, grid, block, values, binding=None, smem=0, stream=None):
         from . import driver
         if stream is None:
-            stream = _torch_stream()
+            stream = _stream_getter()()
         smem += self.kernel.dynamic_smem
         if smem > 48 * 1024 and smem > self.smem_limit_set:
             self.function.set_max_dynamic_shared_memory(smem)
@@ -121,10 +121,6 @@ def _ctype(t):
         raise MoyeError(f"the CUDA backend cannot pass a {t.name} kernel parameter") from None
 
 
-def _grid3(grid):
-    return tuple(grid) + (1,) * (3 - len(grid))
-
-
 def _stream_getter():
     """A cheap callable giving torch's current CUDA stream (0 without torch)."""
     import sys
@@ -139,12 +135,6 @@ def _stream_getter():
         return lambda: torch.cuda.current_stream().cuda_stream
 
 
-def _torch_stream():
-    import sys
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        return torch.cuda.current_stream().cuda_stream
-    return 0
 
 
 class CudaBackend:
