@@ -135,8 +135,6 @@ def _stream_getter():
         return lambda: torch.cuda.current_stream().cuda_stream
 
 
-
-
 class CudaBackend:
     name = "cuda"
 
