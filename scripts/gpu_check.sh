@@ -64,6 +64,9 @@ if want examples; then
     python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
   python3 -m moye.examples.transpose 8192 8192 2>&1 | tee -a "$OUT/examples.log" || status=1
+  for v in tf32 ldmatrix; do
+    python3 -m moye.examples.tensor_core_matmul $v 2>&1 | tee -a "$OUT/examples.log" || status=1
+  done
 fi
 if want bench; then
   python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json" 2>&1 \

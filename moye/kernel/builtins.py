@@ -6,7 +6,7 @@ import math
 
 from .. import types as T
 from ..array import MoYeArray
-from ..layout import Layout, cosize
+from ..layout import Layout, cosize, size
 from . import ir
 from .memory import PointerEngine
 from .tracer import (KernelError, Sym, _coerce, current, special, sym_minmax, sym_select,
@@ -66,9 +66,93 @@ def register_allocate(dtype, size):
     """The kernel's allocator for owning arrays: a register array."""
     if not isinstance(size, int):
         raise KernelError(f"a register fragment needs a static size, got {size!r}")
-    arr = ir.Array(dtype, size, "local", 16)
+    dtype = T.as_element_type(dtype)
+    if dtype.bits < 8:
+        # sub-byte elements (Int4, UInt1) live packed in 32-bit registers; they are
+        # reached through recast(fragment, UInt32), as the MMA instructions take them
+        arr = ir.Array(T.UInt32, -(-size * dtype.bits // 32), "local", 16)
+    else:
+        arr = ir.Array(dtype, size, "local", 16)
     current().kernel.arrays.append(arr)
     return PointerEngine(arr, dtype, "local", 0, 16)
+
+
+def cp_async_commit():
+    """Close this thread's group of cp.async copies issued so far
+    (cp.async.commit_group). MoYe: cp_async_commit; CuTe: cp_async_fence."""
+    current().instr("cp_async_commit", ())
+
+
+def cp_async_wait(n=None):
+    """Wait until at most `n` committed cp.async groups of this thread are
+    pending (cp.async.wait_group n); with no `n`, wait for every copy issued
+    (cp.async.wait_all). Follow it with sync_threads() before other threads
+    read the data. MoYe: cp_async_wait; CuTe: cp_async_wait<N>."""
+    if n is not None and (not isinstance(n, int) or n < 0):
+        raise KernelError(f"cp_async_wait: n must be a static int >= 0, got {n!r}")
+    current().instr("cp_async_wait", (), n=n)
+
+
+def cucopyto(dst, src):
+    """copyto for kernels choosing the instruction: cp.async for global to
+    shared memory (the widest of 16, 8 or 4 bytes the layouts allow; wait
+    with cp_async_wait), otherwise the widest aligned vector loads and
+    stores. MoYe: cucopyto!.
+    """
+    from .memory import _copy, _vector_split
+    d, s_ = dst.engine, src.engine
+    if not isinstance(d, PointerEngine) or not isinstance(s_, PointerEngine):
+        raise KernelError("cucopyto: both arrays must be kernel arrays (global, shared or "
+                          "registers)")
+    n = size(dst.layout)
+    if size(src.layout) != n:
+        raise KernelError(f"cucopyto: dst {dst.layout} and src {src.layout} differ in size")
+    if s_.space == "global" and d.space == "shared":
+        split = _vector_split(d, dst.layout, s_, src.layout, n)
+        vec = split[0] if split else 1
+        nbytes = vec * d.dtype.bits // 8
+        if nbytes >= 4:
+            _, dl, sl = split
+            b = current()
+            for j in range(n // vec):
+                di, si = d.offset + dl((0, j)), s_.offset + sl((0, j))
+                b.instr("cp_async", (d.base, _index(di), s_.base, _index(si)), bytes=nbytes,
+                        cache="cg" if nbytes == 16 else "ca")
+            return dst
+    _copy(d, dst.layout, s_, src.layout)
+    return dst
+
+
+def _index(i):
+    return _coerce(i, T.Int32) if isinstance(i, Sym) else i
+
+
+def _shfl(mode, doc):
+    def f(x, lane, width=32):
+        if not isinstance(x, Sym):
+            raise KernelError(f"shuffle of {x!r}: only dynamic values travel between lanes")
+        if x.type.bits not in (32, 64):
+            raise KernelError(f"shuffle of a {x.type}: 32- or 64-bit values only")
+        if isinstance(width, int) and (width < 1 or width > 32 or width & (width - 1)):
+            raise KernelError(f"shuffle width must be a power of two up to 32, got {width}")
+        v = current().instr("shfl", (x.value, _index(lane), _index(width)), x.type, mode=mode)
+        return Sym(v, x.type)
+    f.__doc__ = doc
+    return f
+
+
+shfl_sync = _shfl("idx", "The value `x` of lane `lane` of the warp (CUDA __shfl_sync).")
+shfl_up_sync = _shfl("up", "`x` of lane id - delta, or one's own below 0 (__shfl_up_sync).")
+shfl_down_sync = _shfl("down", "`x` of lane id + delta, or one's own past the width "
+                               "(__shfl_down_sync).")
+shfl_xor_sync = _shfl("bfly", "`x` of lane id ^ mask (__shfl_xor_sync), for butterfly "
+                              "reductions.")
+
+
+def lane_idx():
+    """This thread's lane in its warp (0..31), from the linear thread id."""
+    t = thread_idx.x + block_dim.x * (thread_idx.y + block_dim.y * thread_idx.z)
+    return t % 32
 
 
 def ifelse(cond, a, b):
@@ -144,5 +228,7 @@ class Constexpr:
 
 
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "shared_array",
+           "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
+           "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
            "cos", "tanh", "fma", "cast", "cushow", "Constexpr"]

@@ -149,6 +149,29 @@ def shared_bytes(kernel):
 #   addr(array)  pointer to an array's first element
 #   offset(ptr, k)   pointer arithmetic in elements
 #   barrier   print [attrs: fmt]   asm [attrs: text, outputs, inputs]   comment [attrs: text]
+#
+# Asynchronous copies and warp-collective instructions. A memory operand is
+# a base (pointer Value or Array) and an element index in the base's own
+# element type, as for load/store. A *register list* is a base in local
+# memory whose element type is the register type (UInt32 for PTX b32,
+# Float32 for f32, Int32 for s32, Float64 for f64) and a tuple of static
+# indices, one per register, in the order the PTX instruction lists them.
+#   cp_async(dst, dst_idx, src, src_idx[, pred]) [attrs: bytes, cache]
+#       one thread copies `bytes` (4, 8, 16) from global src to shared dst,
+#       asynchronously; cache is "ca" or "cg". With pred (Bool) false the
+#       destination is zero-filled and the source not read.
+#   cp_async_commit()               close this thread's group of pending cp.async
+#   cp_async_wait() [attrs: n]      wait until at most n committed groups are pending
+#                                   (n None: wait for all, committed or not)
+#   ldmatrix(dst, dst_regs, src, src_idx) [attrs: count, trans]
+#       the warp loads `count` 8x8 b16 matrices; src_idx is the start of this
+#       lane's row (16 bytes) in shared memory; dst_regs `count` b32 registers
+#   stmatrix(dst, dst_idx, src, src_regs) [attrs: count, trans]   the reverse (sm_90)
+#   mma(d, d_regs, a, a_regs, b, b_regs, c, c_regs) [attrs: ptx]
+#       one mma.sync of the warp, `ptx` its full spelling
+#       (mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32)
+#   shfl(x, lane, width) [attrs: mode] -> x's type   mode: idx, up, down, bfly
+#       (__shfl_sync / _up / _down / _xor over the full warp)
 PURE_OPS = frozenset("add sub mul div mod neg and or xor shl shr not lt le gt ge eq ne min max "
                      "abs select cast call special offset addr".split())
 

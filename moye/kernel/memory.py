@@ -29,6 +29,9 @@ class PointerEngine:
         return PointerEngine(self.base, self.dtype, self.space, self.offset + k, self.align)
 
     def _index(self, i):
+        if self.dtype.bits < 8:
+            raise KernelError(f"element access to {self.dtype} values: sub-byte elements are "
+                              "reached as packed words through recast(array, UInt32)")
         idx = self.offset + i
         if self.space == "local" and not isinstance(idx, int):
             raise KernelError("a register fragment is indexed with a dynamic value; fragments "
@@ -85,6 +88,16 @@ class PointerEngine:
         base = b.instr("cast", (base,), ir.PtrType(dtype, self.space), to=dtype, ptr=True)
         return PointerEngine(base, dtype, self.space, bits // dtype.bits, self.align)
 
+    def atom_copy(self, atom, dst, src):
+        """copyto(atom, dst, src) in a kernel: the atom's instruction per atom."""
+        from .atoms import copy_atom
+        copy_atom(atom, dst, src)
+
+    def atom_mma(self, atom, d, a, b, c):
+        """gemm with a warp-wide MMA atom in a kernel: one instruction per (m, n, k)."""
+        from .atoms import mma_atom
+        mma_atom(atom, d, a, b, c)
+
     def __repr__(self):
         return f"PointerEngine({self.base!r}+{self.offset!r}, {self.dtype}, {self.space})"
 
@@ -123,9 +136,14 @@ def _aligned(engine, vec):
 def _copy(dst, dst_layout, src, src_layout):
     """dst[dst_layout] = src[src_layout], moving the widest aligned vectors
     (up to 16 bytes) that both layouts keep contiguous."""
-    n = size(dst_layout)
-    if size(src_layout) != n:
-        raise KernelError(f"copy of {size(src_layout)} elements into {n}")
+    n, m = size(dst_layout), size(src_layout)
+    if isinstance(n, Sym):
+        n = m
+    if isinstance(n, int) and isinstance(m, int) and m != n:
+        raise KernelError(f"copy of {m} elements into {n}")
+    if not isinstance(n, int):
+        raise KernelError(f"copy of a dynamic number of elements ({dst_layout} from "
+                          f"{src_layout}): copies in kernels need a static size; tile first")
     split = _vector_split(dst, dst_layout, src, src_layout, n)
     if split is None:
         for i in range(n):

@@ -37,6 +37,10 @@ def copyto(*args):
         if type(v) is int and v % n:
             raise MoyeError(f"copyto: mode 0 of {name} (shape {T.fmt(a.shape)}) holds {v} values, "
                             f"not a multiple of the {n} that one {atom.op} copies")
+    kernel_copy = getattr(dst.engine, "atom_copy", None) or getattr(src.engine, "atom_copy", None)
+    if kernel_copy is not None:
+        kernel_copy(atom, dst, src)
+        return dst
     return _copy_arrays(dst, src)
 
 
@@ -44,8 +48,9 @@ def gemm(mma, *operands):
     """D = A * B^T + C with the MMA's instruction and precision:
     gemm(mma, D, A, B, C) or gemm(mma, A, B, C) (C accumulates).
     Operands are a thread's partitions (MMA, MMA_M, MMA_K) for one-thread
-    atoms (UniversalFMA), or whole tiles (M,K), (N,K), (M,N) for warp-wide
-    atoms, which the host emulates for all threads at once.
+    atoms (UniversalFMA) and, inside kernels, for every atom (each (m, n, k)
+    is one mma.sync of the warp); on the host a warp-wide atom takes whole
+    tiles (M,K), (N,K), (M,N) and emulates all threads at once.
     MoYe: gemm!; CuTe: gemm.
     """
     if len(operands) == 3:
@@ -61,6 +66,10 @@ def gemm(mma, *operands):
         raise TypeError(f"gemm: expected a TiledMMA, ThrMMA or MMAAtom first, got {mma!r}")
     if size(atom.thr_id) == 1:
         return _gemm_thread(atom, d, a, b, c)
+    kernel_mma = getattr(d.engine, "atom_mma", None)
+    if kernel_mma is not None:
+        kernel_mma(atom, d, a, b, c)
+        return d
     return _gemm_tiles(atom, d, a, b, c)
 
 

@@ -28,6 +28,10 @@ def _repeat_none(n):
     return None if n == 1 else (None,) * n
 
 
+def _hashable(x):
+    return tuple(_hashable(e) for e in x) if isinstance(x, (tuple, list)) else x
+
+
 class TiledCopy:
     """A CopyAtom tiled over threads and values (CuTe's TiledCopy).
     Build one with `make_tiled_copy`."""
@@ -45,6 +49,15 @@ class TiledCopy:
             raise MoyeError(f"TiledCopy: each thread copies {size(layout_tv[1])} values, not a "
                             f"multiple of the {self.atom_num_val} that {atom.op} copies at once "
                             f"({atom.dtype})")
+
+    def _key(self):
+        return (self.atom, self.layout_tv, _hashable(self.tiler_mn))
+
+    def __eq__(self, other):
+        return isinstance(other, TiledCopy) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
     @property
     def num_threads(self):

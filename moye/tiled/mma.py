@@ -21,6 +21,17 @@ class TiledMMA:
         self.permutation_mnk = permutation_mnk
         self.thr_layout_vmnk = tiled_product(atom.thr_id, atom_layout_mnk)
 
+    def _key(self):
+        return (self.atom, self.atom_layout_mnk, self.permutation_mnk)
+
+    def __eq__(self, other):
+        """Same atom (op and types), atom layout and permutation: the same
+        tiled MMA, which kernels specialize on."""
+        return isinstance(other, TiledMMA) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
     # -- sizes ------------------------------------------------------------------
     def permutation(self, i):
         perm = self.permutation_mnk[i]

@@ -143,7 +143,8 @@ class _Writer:
     def instr(self, s, ind):
         op, a, r = s.op, s.args, s.result
         rt = r.type if r is not None else None
-        decl = f"const {ctype(rt)} {self.name(r)} = " if r is not None else ""
+        decl = "" if r is None else f"{ctype(rt)} const {self.name(r)} = " \
+            if isinstance(rt, ir.PtrType) else f"const {ctype(rt)} {self.name(r)} = "
         if op in _BINOP:
             t = rt if op not in ("lt", "le", "gt", "ge", "eq", "ne") else None
             self.emit(ind, f"{decl}{self.arg(a[0], t)} {_BINOP[op]} {self.arg(a[1], t)};")
@@ -196,6 +197,8 @@ class _Writer:
             self.emit(ind, s.attrs["text"])
         elif op == "comment":
             self.emit(ind, "// " + s.attrs["text"])
+        elif op in _COLLECTIVE:
+            _COLLECTIVE[op](self, s, ind, decl)
         else:
             raise NotImplementedError(f"CUDA codegen: no rule for IR op {op!r}")
 
@@ -242,3 +245,107 @@ def generate(kernel, block_threads=None):
     w.body(kernel.body, ind)
     w.lines.append("}")
     return "\n".join(w.lines) + "\n"
+
+
+# -- asynchronous copies and warp collectives: inline PTX -----------------------------
+_CONSTRAINT = {"UInt32": "r", "Int32": "r", "Float32": "f", "Float64": "d", "UInt64": "l"}
+
+
+def _regs(w, base, idxs):
+    """The C++ lvalues of a register list."""
+    b = w.operand(base)
+    return [f"{b}[{i}]" for i in idxs]
+
+
+def _reg_type(base):
+    t = base.elem if isinstance(base, ir.Array) else base.type.elem
+    return _CONSTRAINT[t.name]
+
+
+def _smem_addr(w, base, idx):
+    return f"static_cast<uint32_t>(__cvta_generic_to_shared(&{w.operand(base)}[{w.operand(idx)}]))"
+
+
+def _asm(w, ind, text, outputs, inputs):
+    """asm volatile with numbered operands: outputs then inputs."""
+    out = ", ".join(f'"={c}"({x})' for c, x in outputs)
+    inp = ", ".join(f'"{c}"({x})' for c, x in inputs)
+    w.emit(ind, f'asm volatile("{text};\\n" : {out} : {inp});')
+
+
+def _brace(start, count):
+    return "{" + ", ".join(f"%{start + i}" for i in range(count)) + "}"
+
+
+def _emit_cp_async(w, s, ind, decl):
+    a = s.args
+    dst = _smem_addr(w, a[0], a[1])
+    src = f"&{w.operand(a[2])}[{w.operand(a[3])}]"
+    n, cache = s.attrs["bytes"], s.attrs["cache"]
+    if len(a) == 5:
+        w.emit(ind, f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {n}, %2;\\n" '
+                    f':: "r"({dst}), "l"({src}), "r"({w.operand(a[4])} ? {n} : 0));')
+    else:
+        w.emit(ind, f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {n};\\n" '
+                    f':: "r"({dst}), "l"({src}));')
+
+
+def _emit_commit(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("cp.async.commit_group;\\n" ::);')
+
+
+def _emit_wait(w, s, ind, decl):
+    n = s.attrs.get("n")
+    if n is None:
+        w.emit(ind, 'asm volatile("cp.async.wait_all;\\n" ::: "memory");')
+    else:
+        w.emit(ind, f'asm volatile("cp.async.wait_group {int(n)};\\n" ::: "memory");')
+
+
+def _matrix_ptx(op, s):
+    return (f"{op}.sync.aligned.m8n8.x{s.attrs['count']}{'.trans' if s.attrs['trans'] else ''}"
+            ".shared.b16")
+
+
+def _emit_ldmatrix(w, s, ind, decl):
+    dst, words, src, idx = s.args
+    regs = _regs(w, dst, words)
+    text = f"{_matrix_ptx('ldmatrix', s)} {_brace(0, len(regs))}, [%{len(regs)}]"
+    _asm(w, ind, text, [("r", r) for r in regs], [("r", _smem_addr(w, src, idx))])
+
+
+def _emit_stmatrix(w, s, ind, decl):
+    dst, idx, src, words = s.args
+    regs = _regs(w, src, words)
+    text = f"{_matrix_ptx('stmatrix', s)} [%0], {_brace(1, len(regs))}"
+    w.emit(ind, f'asm volatile("{text};\\n" :: "r"({_smem_addr(w, dst, idx)}), '
+                + ", ".join(f'"r"({r})' for r in regs) + ' : "memory");')
+
+
+def _emit_mma(w, s, ind, decl):
+    d, dw, a, aw, b, bw, c, cw = s.args
+    groups = [(_reg_type(x), _regs(w, x, ws)) for x, ws in ((d, dw), (a, aw), (b, bw), (c, cw))]
+    k, parts = 0, []
+    for _, regs in groups:
+        parts.append(_brace(k, len(regs)))
+        k += len(regs)
+    text = f"{s.attrs['ptx']} " + ", ".join(parts)
+    outputs = [(groups[0][0], r) for r in groups[0][1]]
+    inputs = [(t, r) for t, regs in groups[1:] for r in regs]
+    _asm(w, ind, text, outputs, inputs)
+
+
+_SHFL = {"idx": "__shfl_sync", "up": "__shfl_up_sync", "down": "__shfl_down_sync",
+         "bfly": "__shfl_xor_sync"}
+
+
+def _emit_shfl(w, s, ind, decl):
+    x, lane, width = s.args
+    fn = _SHFL[s.attrs["mode"]]
+    w.emit(ind, f"{decl}{fn}(0xffffffffu, {w.operand(x)}, {w.operand(lane)}, "
+                f"{w.operand(width)});")
+
+
+_COLLECTIVE = {"cp_async": _emit_cp_async, "cp_async_commit": _emit_commit,
+               "cp_async_wait": _emit_wait, "ldmatrix": _emit_ldmatrix,
+               "stmatrix": _emit_stmatrix, "mma": _emit_mma, "shfl": _emit_shfl}

@@ -1,0 +1,236 @@
+"""Copy and MMA atoms inside kernels: each atom of a thread's partition
+becomes its real instruction (cp.async, ldmatrix, stmatrix, mma.sync).
+
+A partition's mode 0 holds the values of one or more atoms (a multiple of
+the atom's value count); the other modes repeat the atom. For each repeat
+the values must sit where the instruction wants them: contiguous and
+aligned in memory for cp.async and ldmatrix's row, packed into whole
+registers (two f16 in a b32, ...) in register fragments.
+"""
+from .. import types as T
+from ..layout import Layout, make_layout, size
+from ..layout import inttuple as IT
+from .memory import PointerEngine, _copy
+from .tracer import KernelError, Sym, _coerce, _div_of, current
+
+REGISTER_TYPES = {"b32": T.UInt32, "u32": T.UInt32, "s32": T.Int32, "f32": T.Float32,
+                  "f64": T.Float64}
+
+
+def _values_rest(layout):
+    """(mode 0, the other modes grouped as one) of a partition's layout."""
+    if IT.rank(layout.shape) == 1:
+        return Layout(layout.shape, layout.stride), Layout(1, 0)
+    rest = [layout[i] for i in range(1, IT.rank(layout.shape))]
+    return layout[0], (rest[0] if len(rest) == 1 else make_layout(*rest))
+
+
+def atom_instances(array, n, what):
+    """Per repeat of an atom of `n` values: the static offsets of its values
+    relative to the first, and the first's offset (static or dynamic)."""
+    values, rest = _values_rest(array.layout)
+    v = size(values)
+    if not isinstance(v, int) or v % n:
+        raise KernelError(f"{what}: mode 0 of the partition {array.layout} holds {v} values, "
+                          f"not a multiple of the atom's {n}")
+    if not isinstance(size(rest), int):
+        raise KernelError(f"{what}: the partition {array.layout} repeats the atom a dynamic "
+                          "number of times; tile the array to a static shape first")
+    out = []
+    for r in range(size(rest)):
+        r_off = rest(r)
+        for c in range(v // n):
+            first = values(c * n)
+            rel = []
+            for i in range(n):
+                d = values(c * n + i) - first if i else 0
+                rel.append(d if isinstance(d, int) else None)
+            out.append((rel, array.engine.offset + first + r_off))
+    return out
+
+
+def _is_run(rel):
+    return all(d == i for i, d in enumerate(rel))
+
+
+def register_list(engine, rel, first, reg_type, what):
+    """The (base, word indices) of values at `first + rel[i]` of a register
+    fragment packed into registers of `reg_type`."""
+    if engine.space != "local":
+        raise KernelError(f"{what}: expected a register fragment, got {engine.space} memory "
+                          "(make one with make_fragment_like / make_fragment_A/B/C)")
+    q = reg_type.bits // engine.dtype.bits if reg_type.bits >= engine.dtype.bits else 0
+    if q == 0 or reg_type.bits % engine.dtype.bits or len(rel) % q:
+        raise KernelError(f"{what}: {len(rel)} {engine.dtype} values do not fill whole "
+                          f"{reg_type.bits}-bit registers")
+    if not isinstance(first, int):
+        raise KernelError(f"{what}: a register fragment is indexed with a dynamic value")
+    words = []
+    for j in range(0, len(rel), q):
+        group = rel[j:j + q]
+        start = first + group[0] if group[0] is not None else None
+        if start is None or any(d != group[0] + i for i, d in enumerate(group)) or start % q:
+            raise KernelError(f"{what}: values {j}..{j + q - 1} of the fragment are not one "
+                              f"{reg_type.bits}-bit register (offsets {group} from {first}); "
+                              "build the fragment with make_fragment_A/B/C or make_fragment_like")
+        words.append(start // q)
+    return _recast_base(engine, reg_type), tuple(words)
+
+
+def _recast_base(engine, t):
+    if engine.dtype is t:
+        return engine.base
+    return engine.recast(t).base
+
+
+def _operand(x):
+    return _coerce(x, T.Int32) if isinstance(x, Sym) else x
+
+
+# -- copies ----------------------------------------------------------------------------
+def copy_atom(atom, dst, src):
+    """Emit `atom`'s instruction for every atom in the partitions dst, src."""
+    kind = atom.op.kind
+    if kind in ("universal", "fma"):
+        return _copy(dst.engine, dst.layout, src.engine, src.layout)
+    if kind == "cp_async":
+        return _cp_async(atom, dst, src)
+    if kind in ("ldsm", "stsm"):
+        return _matrix(atom, dst, src, kind)
+    raise KernelError(f"copyto: {atom.op} has no kernel emission")
+
+
+def _contiguous(engine, rel, first, nbytes, what, side):
+    if not _is_run(rel):
+        raise KernelError(f"{what}: the {side} values of one atom are not contiguous in memory "
+                          f"(offsets {rel}); the instruction moves {nbytes} contiguous bytes")
+    elems = nbytes * 8 // engine.dtype.bits
+    if engine.align % nbytes or _div_of(first) % elems:
+        raise KernelError(f"{what}: the {side} address is not provably aligned to {nbytes} "
+                          f"bytes (offset {first!r} elements of {engine.dtype})")
+
+
+def _cp_async(atom, dst, src, pred=None):
+    what = f"copyto({atom.op})"
+    if src.engine.space != "global" or dst.engine.space != "shared":
+        raise KernelError(f"{what}: cp.async copies global to shared memory, got "
+                          f"{src.engine.space} to {dst.engine.space}")
+    n = atom.num_val_src
+    nbytes = atom.op.info["bytes"]
+    s_inst, d_inst = atom_instances(src, n, what), atom_instances(dst, n, what)
+    if len(s_inst) != len(d_inst):
+        raise KernelError(f"{what}: src {src.layout} and dst {dst.layout} hold different "
+                          "numbers of atoms")
+    for i, ((srel, sfirst), (drel, dfirst)) in enumerate(zip(s_inst, d_inst)):
+        _contiguous(src.engine, srel, sfirst, nbytes, what, "source")
+        _contiguous(dst.engine, drel, dfirst, nbytes, what, "destination")
+        args = (dst.engine.base, _operand(dfirst), src.engine.base, _operand(sfirst))
+        if pred is not None:
+            p = pred[i] if isinstance(pred, list) else pred
+            if p is False or (isinstance(p, int) and not isinstance(p, Sym) and not p):
+                p = False
+            if p is not True:
+                args += (_coerce(p, T.Bool) if isinstance(p, Sym) else bool(p),)
+        current().instr("cp_async", args, bytes=nbytes, cache=atom.op.info["cache_op"])
+
+
+def _matrix(atom, dst, src, kind):
+    op = atom.op
+    what = f"copyto({op})"
+    count, trans = op.info["count"], op.info["transpose"]
+    mem, regs = (src, dst) if kind == "ldsm" else (dst, src)
+    if mem.engine.space != "shared":
+        raise KernelError(f"{what}: the matrix side must be shared memory, got "
+                          f"{mem.engine.space}")
+    if mem.engine.dtype.bits != 16 or regs.engine.dtype.bits != 16:
+        raise KernelError(f"{what}: ldmatrix/stmatrix move 16-bit elements, got "
+                          f"{mem.engine.dtype} and {regs.engine.dtype}")
+    n_mem = atom.num_val_src if kind == "ldsm" else atom.num_val_dst
+    n_reg = atom.num_val_dst if kind == "ldsm" else atom.num_val_src
+    m_inst, r_inst = atom_instances(mem, n_mem, what), atom_instances(regs, n_reg, what)
+    if len(m_inst) != len(r_inst):
+        raise KernelError(f"{what}: src {src.layout} and dst {dst.layout} hold different "
+                          "numbers of atoms")
+    for (mrel, mfirst), (rrel, rfirst) in zip(m_inst, r_inst):
+        _contiguous(mem.engine, mrel, mfirst, 16, what, "shared-memory row")
+        base, words = register_list(regs.engine, rrel, rfirst, T.UInt32, what)
+        if len(words) != count:
+            raise KernelError(f"{what}: {len(words)} registers per atom, expected {count}")
+        if kind == "ldsm":
+            current().instr("ldmatrix", (base, words, mem.engine.base, _operand(mfirst)),
+                            count=count, trans=trans)
+        else:
+            current().instr("stmatrix", (mem.engine.base, _operand(mfirst), base, words),
+                            count=count, trans=trans)
+
+
+def copy_if_atom(atom, pred, dst, src):
+    """copyto with a predicate per atom (a list, in atom order, or one value)."""
+    if atom.op.kind == "cp_async":
+        return _cp_async(atom, dst, src, pred)
+    raise KernelError(f"copy_if: {atom.op} has no predicated form; use cp.async or copy "
+                      "element-wise under `if`")
+
+
+# -- MMA ---------------------------------------------------------------------------------
+def mma_atom(atom, d, a, b, c):
+    """D = A * B^T + C over (V, M, K) x (V, N, K) -> (V, M, N) register
+    fragments, one mma.sync per (m, n, k); k outermost, n serpentine."""
+    op = atom.op
+    regs = op.info["registers"]
+    what = f"gemm({op})"
+    M, N, K = size(a, 1), size(b, 1), size(a, 2)
+    if size(b, 2) != K or size(c, 1) != M or size(c, 2) != N or size(d, 1) != M \
+            or size(d, 2) != N:
+        raise KernelError(f"{what}: A {IT.fmt(a.shape)}, B {IT.fmt(b.shape)}, C "
+                          f"{IT.fmt(c.shape)} do not form (V,M,K) x (V,N,K) -> (V,M,N)")
+    if d.engine.space != "local":
+        raise KernelError(f"{what}: D must be a register fragment (make_fragment_C), got "
+                          f"{d.engine.space} memory")
+    a, b, c = _in_registers(a), _in_registers(b), _in_registers(c)
+    lists = {}
+    for name, arr in (("a", a), ("b", b), ("c", c), ("d", d)):
+        count, rtype = regs[name]
+        nval = size(arr, 0)
+        per = {}
+        for j, (rel, first) in enumerate(atom_instances(_v_mn(arr), nval, what)):
+            base, words = register_list(arr.engine, rel, first, REGISTER_TYPES[rtype],
+                                        f"{what} {name.upper()}")
+            if len(words) != count:
+                raise KernelError(f"{what}: {name.upper()} gives {len(words)} registers per "
+                                  f"atom; the instruction takes {count}")
+            per[j] = (base, words)
+        lists[name] = (per, size(arr, 1))
+    b_ = current()
+    for k in range(K):
+        for m in range(M):
+            for nn in range(N):
+                n = nn if m % 2 == 0 else N - 1 - nn
+                da, dw = lists["d"][0][m + M * n]
+                aa, aw = lists["a"][0][m + M * k]
+                ba, bw = lists["b"][0][n + N * k]
+                ca, cw = lists["c"][0][m + M * n] if k == 0 else (da, dw)
+                b_.instr("mma", (da, dw, aa, aw, ba, bw, ca, cw), ptx=op.ptx)
+
+
+def _in_registers(arr):
+    """`arr` itself if in registers, else a register copy of it."""
+    if arr.engine.space == "local":
+        return arr
+    from ..array import copyto, make_fragment_like
+    frag = make_fragment_like(arr)
+    copyto(frag, arr)
+    return frag
+
+
+def _v_mn(arr):
+    """The array with modes (V, (M, K)) so atom_instances walks m fastest."""
+    from ..array import MoYeArray
+    lay = arr.layout
+    if IT.rank(lay.shape) == 2:
+        lay = make_layout(lay[0], lay[1], Layout(1, 0))
+    return MoYeArray.view_of(arr.engine, make_layout(lay[0], make_layout(lay[1], lay[2])))
+
+
+def is_kernel_array(x):
+    return isinstance(getattr(x, "engine", None), PointerEngine)
