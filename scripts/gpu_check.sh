@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
-#   scripts/gpu_check.sh [all|backend|tests|examples|bench]...   (default: all)
+#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm]...   (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
 #     bench     benchmarks/kernels.py and benchmarks/launch_overhead.py
+#     gemm      benchmarks/gemm.py (the production GEMM against cuBLAS)
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -64,6 +65,9 @@ if want examples; then
     python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
   python3 -m moye.examples.transpose 8192 8192 2>&1 | tee -a "$OUT/examples.log" || status=1
+  python3 -m moye.examples.gemm 2>&1 | tee -a "$OUT/examples.log" || status=1
+  python3 -m moye.examples.gemm 2048 2048 1024 bfloat16 2>&1 | tee -a "$OUT/examples.log" \
+    || status=1
   for v in tf32 ldmatrix; do
     python3 -m moye.examples.tensor_core_matmul $v 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
@@ -73,6 +77,10 @@ if want bench; then
     | tee "$OUT/launch_overhead.log" || status=1
   python3 benchmarks/kernels.py ${BENCH_ARGS:-} --json "$OUT/kernels.json" 2>&1 \
     | tee "$OUT/bench.log" || status=1
+fi
+if want gemm; then
+  python3 benchmarks/gemm.py ${GEMM_ARGS:-} --json "$OUT/gemm.json" 2>&1 \
+    | tee "$OUT/gemm.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status

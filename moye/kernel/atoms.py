@@ -27,8 +27,14 @@ def _values_rest(layout):
 
 def atom_instances(array, n, what):
     """Per repeat of an atom of `n` values: the static offsets of its values
-    relative to the first, and the first's offset (static or dynamic)."""
-    values, rest = _values_rest(array.layout)
+    relative to the first, and the first's offset (static or dynamic).
+    Through a swizzled layout (outer o offset o inner) a run of n values
+    stays a run when the inner layout keeps it contiguous and aligned to n
+    and the swizzle leaves the low bits that address it alone."""
+    layout = array.layout
+    if hasattr(layout, "outer"):
+        return _swizzled_instances(array, n, what)
+    values, rest = _values_rest(layout)
     v = size(values)
     if not isinstance(v, int) or v % n:
         raise KernelError(f"{what}: mode 0 of the partition {array.layout} holds {v} values, "
@@ -47,6 +53,29 @@ def atom_instances(array, n, what):
                 rel.append(d if isinstance(d, int) else None)
             out.append((rel, array.engine.offset + first + r_off))
     return out
+
+
+def _swizzled_instances(array, n, what):
+    from ..array import MoYeArray
+    lay = array.layout
+    inner = MoYeArray.view_of(PointerEngine(None, array.engine.dtype, array.engine.space, 0),
+                              lay.inner)
+    low = 1 << getattr(lay.outer, "base", 0)
+    out = []
+    for rel, first in atom_instances(inner, n, what):
+        pre = lay.offset + first
+        if _is_run(rel) and n <= low and _div_of(pre) % n == 0:
+            start = lay.outer(pre)
+            if isinstance(start, Sym):
+                start = Sym(start.value, start.type, min(_pow2(_div_of(pre)), low))
+            out.append((rel, array.engine.offset + start))
+        else:
+            out.append(([None] * len(rel), array.engine.offset + lay.outer(pre)))
+    return out
+
+
+def _pow2(n):
+    return n & -n if n > 0 else 1 << 30
 
 
 def _is_run(rel):
@@ -91,13 +120,48 @@ def _operand(x):
 def copy_atom(atom, dst, src):
     """Emit `atom`'s instruction for every atom in the partitions dst, src."""
     kind = atom.op.kind
-    if kind in ("universal", "fma"):
-        return _copy(dst.engine, dst.layout, src.engine, src.layout)
+    if kind == "universal":
+        return _universal(atom, dst, src)
     if kind == "cp_async":
         return _cp_async(atom, dst, src)
     if kind in ("ldsm", "stsm"):
         return _matrix(atom, dst, src, kind)
     raise KernelError(f"copyto: {atom.op} has no kernel emission")
+
+
+def _universal(atom, dst, src):
+    """A plain copy: one vector load and store of the op's width per atom
+    when both sides allow it, else the widest vectors the layouts allow."""
+    n = atom.num_val_src
+    vectorizable = n > 1 and atom.op.bits in (16, 32, 64, 128) and \
+        dst.engine.dtype.bits == src.engine.dtype.bits
+    if vectorizable:
+        d_inst = atom_instances(dst, n, "copyto")
+        s_inst = atom_instances(src, n, "copyto")
+        nbytes = atom.op.bits // 8
+        ok = len(d_inst) == len(s_inst) and all(
+            _is_run(r) and _aligned(e, f, nbytes)
+            for inst, e in ((d_inst, dst.engine), (s_inst, src.engine)) for r, f in inst)
+        if ok:
+            d0, s0 = _at_base(dst.engine), _at_base(src.engine)
+            for (_, df), (_, sf) in zip(d_inst, s_inst):
+                d0.store(df, s0.load(sf, n), n)
+            return
+    if hasattr(dst.layout, "outer") or hasattr(src.layout, "outer"):
+        for i in range(size(dst.layout)):
+            dst.engine.store(dst.layout(i), src.engine.load(src.layout(i)))
+        return
+    _copy(dst.engine, dst.layout, src.engine, src.layout)
+
+
+def _at_base(e):
+    """The engine with its offset folded away (atom offsets include it)."""
+    return PointerEngine(e.base, e.dtype, e.space, 0, e.align)
+
+
+def _aligned(engine, first, nbytes):
+    return engine.align % nbytes == 0 and \
+        _div_of(first) % (nbytes * 8 // engine.dtype.bits) == 0
 
 
 def _contiguous(engine, rel, first, nbytes, what, side):

@@ -68,7 +68,7 @@ def gemm(mma, *operands):
         return _gemm_thread(atom, d, a, b, c)
     kernel_mma = getattr(d.engine, "atom_mma", None)
     if kernel_mma is not None:
-        kernel_mma(atom, d, a, b, c)
+        kernel_mma(atom, _as3(d, "D"), _as3(a, "A"), _as3(b, "B"), _as3(c, "C"))
         return d
     return _gemm_tiles(atom, d, a, b, c)
 
