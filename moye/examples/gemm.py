@@ -59,22 +59,22 @@ def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, m
             copyto(copy_B, tBsB[:, :, :, s], tBgB[:, :, :, s])
         moye.cp_async_commit()
 
-    # the main loop, unrolled over the stages so that every shared stage is static
-    for k0 in range(0, k_tiles, stages):
-        for s in range(stages):
-            k = k0 + s
-            k_next, w = k + stages - 1, (s + stages - 1) % stages
-            if k < k_tiles:
-                moye.cp_async_wait(stages - 2)      # tile k has landed
-                moye.sync_threads()                 # ... for all; stage s-1 is free
-                if k_next < k_tiles:
-                    copyto(copy_A, tAsA[:, :, :, w], tAgA[:, :, :, k_next])
-                    copyto(copy_B, tBsB[:, :, :, w], tBgB[:, :, :, k_next])
-                moye.cp_async_commit()
-                for kb in range(size(tCrA, 2)):
-                    copyto(s2r_A, tXrA[:, :, kb], tXsA[:, :, kb, s])
-                    copyto(s2r_B, tXrB[:, :, kb], tXsB[:, :, kb, s])
-                    gemm(mma, tCrC, tCrA[:, :, kb], tCrB[:, :, kb], tCrC)
+    # the main loop: wait for tile k, refill the stage read last time with tile
+    # k + stages - 1, and multiply tile k block by block from registers
+    smem_read, smem_write = 0, stages - 1
+    for k in range(k_tiles):
+        moye.cp_async_wait(stages - 2)          # tile k has landed (this thread's copies)
+        moye.sync_threads()                     # ... everyone's; the write stage is free
+        if k + stages - 1 < k_tiles:
+            copyto(copy_A, tAsA[:, :, :, smem_write], tAgA[:, :, :, k + stages - 1])
+            copyto(copy_B, tBsB[:, :, :, smem_write], tBgB[:, :, :, k + stages - 1])
+        moye.cp_async_commit()
+        for kb in range(size(tCrA, 2)):
+            copyto(s2r_A, tXrA[:, :, kb], tXsA[:, :, kb, smem_read])
+            copyto(s2r_B, tXrB[:, :, kb], tXsB[:, :, kb, smem_read])
+            gemm(mma, tCrC, tCrA[:, :, kb], tCrB[:, :, kb], tCrC)
+        smem_write = smem_read
+        smem_read = moye.ifelse(smem_read == stages - 1, 0, smem_read + 1)
 
     # epilogue: alpha * acc -> shared (converted), then 16-byte rows to D with beta * C
     tCsC = partition_C(thr_mma, sC)

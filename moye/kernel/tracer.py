@@ -176,6 +176,10 @@ class Sym:
     def __init__(self, value, type, div=1):
         self.value, self.type, self.div = value, type, div
 
+    @property
+    def __moye_divisor__(self):
+        return self.div
+
     def __repr__(self):
         return f"Sym({self.value!r}: {self.type})"
 

@@ -47,6 +47,14 @@ def require_static(x, what):
                             f"got the dynamic value {x!r}")
 
 
+def known_divisor(x):
+    """A power of two known to divide `x`: from the value when static, from
+    a dynamic value's `__moye_divisor__` (1 if it has none)."""
+    if type(x) is int:
+        return x & -x if x else 1 << 30
+    return getattr(x, "__moye_divisor__", 1)
+
+
 def is_const(x, value):
     """True when `x` is the static integer `value` (CuTe's is_constant)."""
     return type(x) is int and x == value

@@ -46,6 +46,11 @@ class Swizzle:
         y = offset & self.yyy_mask
         return offset ^ (y >> self.shift if self.shift >= 0 else y << -self.shift)
 
+    @property
+    def period(self):
+        """Adding a multiple of this to an offset commutes with the swizzle."""
+        return 1 << (self.bits + self.base + abs(self.shift))
+
     def __eq__(self, other):
         return isinstance(other, Swizzle) and \
             (self.bits, self.base, self.shift) == (other.bits, other.base, other.shift)
@@ -153,7 +158,14 @@ class ComposedLayout:
         return cosize(self.inner, *modes)
 
     def __moye_slice_and_offset__(self, coord):
+        """The slice keeps the offset inside the outer function, except a part
+        that is a multiple of the swizzle's period, which passes through it
+        unchanged and goes out with the returned offset (as a stage index of
+        a multistage buffer does)."""
         sub, off = slice_and_offset(coord, self.inner)
+        period = getattr(self.outer, "period", None)
+        if period and S.known_divisor(off) % period == 0:
+            return ComposedLayout(self.outer, self.offset, sub), off
         return ComposedLayout(self.outer, S.add(self.offset, off), sub), 0
 
     def __moye_upcast__(self, n):
