@@ -112,11 +112,27 @@ def _static_key(v):
         return tuple(_static_key(e) for e in v)
     try:
         hash(v)
-        if type(v).__eq__ is object.__eq__ and type(v).__name__ in ("TiledCopy", "TiledMMA"):
-            return (type(v).__name__, repr(v))
         return (type(v).__name__, v)
     except TypeError:
         return (type(v).__name__, repr(v))
+
+
+def spec_text(v):
+    """A complete text of a specialization key, for the disk cache: atoms by
+    their op's name and element type (their reprs show only layouts, and two
+    ops can share layouts), tiled copies and MMAs by all that defines them."""
+    if isinstance(v, (tuple, list)):
+        return "(" + ",".join(spec_text(e) for e in v) + ")"
+    name = type(v).__name__
+    if name in ("TiledCopy", "TiledMMA"):
+        return f"{name}{spec_text(v._key())}"
+    if name == "CopyAtom":
+        return f"CopyAtom({v.op.name},{v.dtype})"
+    if name == "MMAAtom":
+        return f"MMAAtom({v.op.name})"
+    if name in ("CopyOp", "MMAOp"):
+        return f"{name}({v.name})"
+    return repr(v)
 
 
 def _is_static(v, annotated):
@@ -301,7 +317,7 @@ class KernelFunction:
         exe = self._compiled.get(key)
         if exe is None:
             be = BACKENDS[backend]
-            spec = f"{self.code_identity()}|{binding.key!r}|{block}"
+            spec = f"{self.code_identity()}|{spec_text(binding.key)}|{block}"
             trace = lambda: self._trace_binding(binding, block)  # noqa: E731
             exe = self._compiled[key] = be.compile_specialization(spec, trace, block, arch)
         return exe
