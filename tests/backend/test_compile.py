@@ -29,7 +29,26 @@ def example_specializations():
         "matmul_smem": (matmul_smem.matmul_kernel, (A, Layout((128, 8)), t, B, Layout((128, 8)),
                                                     t, C, Layout((128, 128)), t)),
         "tiled_matmul": (tiled_matmul.matmul_kernel, (A, sA, cA, B, sB, cB, C, mma)),
+        **tensor_core_specializations(),
     }
+
+
+def tensor_core_specializations():
+    from moye.examples import gemm, tensor_core_matmul as tcm
+    out = {}
+    for variant, (kern, config, dtype, _) in tcm.VARIANTS.items():
+        dt = np.float32 if dtype == "float32" else np.float16
+        args, _ = config()
+        out[f"tensor_core_{variant}"] = (kern, (np.ones((128, 64), dt), np.ones((128, 64), dt),
+                                               colmajor((128, 128)), *args), 128)
+    h = np.ones((256, 128), np.float16)
+    for a_major, b_major in (("K", "K"), ("MN", "MN")):
+        args, threads = gemm.make_config("Float16", a_major, b_major)
+        A = h if a_major == "K" else np.ones((128, 256), np.float16).T
+        D = np.zeros((256, 256), np.float16)
+        out[f"gemm_{a_major}{b_major}"] = (gemm.gemm_kernel, (A, A, D, D, 1.0, 0.0, *args),
+                                           threads)
+    return out
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,7 +68,8 @@ def private_cache(tmp_path_factory):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", list(example_specializations()))
 def test_example_compiles(name, arch):
-    kern, args = example_specializations()[name]
-    kernel, _, _ = kern.trace(*args, block=256)
-    module = BACKENDS["cuda"].compile_only(kernel, (256, 1, 1), arch)
+    kern, args, *threads = example_specializations()[name]
+    threads = threads[0] if threads else 256
+    kernel, _, _ = kern.trace(*args, block=threads)
+    module = BACKENDS["cuda"].compile_only(kernel, (threads, 1, 1), arch)
     assert module.cubin[:4] == b"\x7fELF"
