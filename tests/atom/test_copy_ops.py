@@ -20,7 +20,7 @@ from moye import (CPOP_ASYNC_CACHEALWAYS, CPOP_ASYNC_CACHEGLOBAL, LDSM_U16x2_T, 
                   composition, copyto, cosize, make_tiled_copy, make_tiled_copy_A,
                   make_tiled_copy_B, make_tiled_copy_C, make_tiled_mma, shape, size)
 
-from .ptx_ldmatrix import ldmatrix, stmatrix
+from moye.backend.cpu.ptx_ldmatrix import ldmatrix, stmatrix
 
 LDSM = (LDSM_U32x1_N, LDSM_U32x2_N, LDSM_U32x4_N, LDSM_U16x2_T, LDSM_U16x4_T, LDSM_U16x8_T)
 STSM = (STSM_U32x1_N, STSM_U32x2_N, STSM_U32x4_N, STSM_U16x2_T, STSM_U16x4_T, STSM_U16x8_T)

@@ -21,7 +21,7 @@ from moye.atom import mma_reference
 from moye.atom.arch import mma_ops_list, sm70, sm75, sm80, sm90, wgmma_op
 from moye.types import BFloat16, Float16, Float32, TFloat32
 
-from . import ptx_fragments as ptx
+from moye.backend.cpu import ptx_fragments as ptx
 
 SYNC_OPS = sm70.SM70_OPS + sm75.SM75_OPS + sm80.SM80_OPS
 WGMMA_OPS = tuple(

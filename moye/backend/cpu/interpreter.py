@@ -7,20 +7,25 @@ thread reaches together. Shared memory is one row per block, register arrays
 one row per thread. Integer division and remainder follow C (truncation), 32-bit
 integers wrap as on the GPU.
 
+cp.async copies wait in per-thread groups until a cp.async.wait retires
+them (async_copy.py); warp-collective instructions (ldmatrix, stmatrix,
+mma.sync, shfl.sync) run per warp of 32 consecutive threads, emulated from
+the PTX ISA (collectives.py), and need every lane of the warp active.
+
 Checks the GPU does not make: a load or store out of an array's bounds
 raises with the kernel's source line, the block and thread ids and the
 index; `race_check=True` reports shared-memory accesses by different
-threads to the same address between two barriers (with both lines).
+threads to the same address between two barriers, and accesses to shared
+memory a cp.async has not finished writing (with both lines; race.py).
 """
 import numpy as np
 
 from ...errors import MoyeError
 from ...kernel import ir
-from ...types import as_element_type
-
-
-class KernelRuntimeError(MoyeError):
-    """A kernel did something invalid while running on the CPU backend."""
+from . import collectives
+from .async_copy import AsyncCopies
+from .errors import KernelRuntimeError, where as _where
+from .race import RaceCheck
 
 
 class _Ptr:
@@ -37,12 +42,6 @@ def _np(t):
     if t.name == "UInt128":
         return np.dtype((np.void, 16))
     return t.numpy
-
-
-def _where(loc):
-    if loc is None:
-        return "the kernel"
-    return f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}"
 
 
 def _cdiv(a, b):
@@ -97,7 +96,8 @@ class _Block:
         for a in kernel.arrays:
             rows = nb if a.space == "shared" else n
             self.env[a.id] = (a.space, np.zeros((rows, a.size), dtype=_np(a.elem)))
-        self.race = {} if race_check else None
+        self.race = RaceCheck(self) if race_check else None
+        self.copies = AsyncCopies(self)
 
     # values ----------------------------------------------------------------
     def get(self, x):
@@ -188,6 +188,12 @@ class _Block:
         elif op == "cast":
             src = self.get(a[0])
             if s.attrs.get("ptr"):
+                old = getattr(a[0], "type", None)
+                if isinstance(old, ir.PtrType) and (old.elem.bits < 8) != (r.type.elem.bits < 8):
+                    raise KernelRuntimeError(
+                        f"{_where(s.loc)}\n  the CPU backend stores {old.elem} elements one "
+                        f"per byte, not packed as on the GPU, so it cannot see them as "
+                        f"{r.type.elem}; pass packed words (UInt32) instead")
                 self.set(r, _recast_ptr(src, r.type))
             else:
                 with np.errstate(all="ignore"):
@@ -229,7 +235,15 @@ class _Block:
             self.store(a[0], a[1], a[2], s, mask)
         elif op == "barrier":
             if self.race is not None:
-                self.race.clear()
+                self.race.barrier()
+        elif op == "cp_async":
+            self.copies.issue(s, mask)
+        elif op == "cp_async_commit":
+            self.copies.commit(mask)
+        elif op == "cp_async_wait":
+            self.copies.wait(s, mask)
+        elif op in _COLLECTIVES:
+            _COLLECTIVES[op](self, s, mask)
         elif op == "print":
             vals = [self.vec(x) for x in a]
             for lane in np.nonzero(mask)[0]:
@@ -259,16 +273,24 @@ class _Block:
         bad = mask & ((index < 0) | (index + width > n_elem))
         if bad.any():
             lane = int(np.nonzero(bad)[0][0])
-            raise KernelRuntimeError(
-                f"{_where(s.loc)}\n  out-of-bounds {s.op} of {name} (index {int(index[lane])}, "
-                f"{width} element(s); the buffer has {n_elem}) by thread {self._tid(lane)} of "
-                f"block {self._bid(lane)}")
+            self.out_of_bounds(s, s.op, name, lane, index[lane], f"{width} element(s)", n_elem)
         rows = None
         if kind == "local":
             rows = np.arange(self.n)
         elif kind == "shared":
             rows = self.block_of_lane
-        return kind, buf, np.where(mask, index, 0), rows
+        index = np.where(mask, index, 0)
+        if self.race is not None and kind == "shared":
+            lanes = np.nonzero(mask)[0]
+            self.race.access(s, arr, lanes, rows[lanes], index[lanes] * buf.itemsize,
+                             width * buf.itemsize, buf.itemsize, write=s.op == "store")
+        return kind, buf, index, rows
+
+    def out_of_bounds(self, s, what, name, lane, index, size, n_elem):
+        """Raise the error of an access at `index` (of `size`) by `lane`."""
+        raise KernelRuntimeError(
+            f"{_where(s.loc)}\n  out-of-bounds {what} of {name} (index {int(index)}, {size}; "
+            f"the buffer has {n_elem}) by thread {self._tid(lane)} of block {self._bid(lane)}")
 
     def _tid(self, lane):
         t = int(self.thread_of_lane[lane])
@@ -281,8 +303,6 @@ class _Block:
     def load(self, base, idx, s, mask, r):
         width = s.attrs.get("width", 1)
         kind, buf, index, rows = self._index(base, idx, s, mask, width)
-        if self.race is not None and kind == "shared":
-            self._record(buf, index, mask, width, s, write=False)
         if rows is not None:
             if width == 1:
                 return buf[rows, index]
@@ -295,8 +315,6 @@ class _Block:
     def store(self, base, idx, value, s, mask):
         width = s.attrs.get("width", 1)
         kind, buf, index, rows = self._index(base, idx, s, mask, width)
-        if self.race is not None and kind == "shared":
-            self._record(buf, index, mask, width, s, write=True)
         v = self.vec(value)
         lanes = np.nonzero(mask)[0]
         if width == 1:
@@ -313,27 +331,10 @@ class _Block:
             else:
                 buf[index[lanes] + k] = parts[lanes, k]
 
-    def _record(self, buf, index, mask, width, s, write):
-        table = self.race.setdefault(id(buf), {})
-        for lane in np.nonzero(mask)[0]:
-            for k in range(width):
-                addr = (int(self.block_of_lane[lane]), int(index[lane]) + k)
-                prev = table.get(addr)
-                if prev is not None:
-                    plane, pwrite, ploc = prev
-                    if plane != lane and (write or pwrite):
-                        kind = ("write-after-write" if write and pwrite else
-                                "read-after-write" if pwrite else "write-after-read")
-                        raise KernelRuntimeError(
-                            f"shared-memory race ({kind}) on element {addr[1]} between thread "
-                            f"{self._tid(plane)} at {_where(ploc)} and thread {self._tid(lane)} "
-                            f"at {_where(s.loc)}, block {self._bid(lane)}, with no barrier "
-                            "between them")
-                if write or prev is None:
-                    table[addr] = (lane, write, s.loc)
-
 
 _CMP = {"lt", "le", "gt", "ge", "eq", "ne"}
+_COLLECTIVES = {"ldmatrix": collectives.ldmatrix, "stmatrix": collectives.stmatrix,
+                "mma": collectives.mma, "shfl": collectives.shfl}
 
 
 def _pack(parts, dtype):

@@ -1,5 +1,6 @@
 """The PTX ISA's own description of the MMA instructions, written down
-independently of moye's layouts, to check them.
+independently of moye's layouts: the CPU backend executes mma.sync with it,
+and tests/atom check moye's layouts against it.
 
 For each instruction (parsed from its PTX spelling) this gives, for every
 thread and every fragment element a0, a1, ... (b0.., c0..), the row and
@@ -13,12 +14,17 @@ warpgroup owns rows 16w..16w+15 with mma.m16n8k16's (or m16n8k8's, for tf32
 A) fragment, D repeating every 8 columns. Names follow the ISA: groupID =
 %laneid >> 2, threadID_in_group = %laneid % 4.
 
-`ptx_mma` computes D = A * B + C as the ISA defines each instruction.
+`unpack` and `pack` read and write the elements held in a thread's
+registers, and `ptx_mma` computes D = A * B + C as the ISA defines each
+instruction.
 """
 import re
 
 import ml_dtypes
 import numpy as np
+
+from ...atom.mma import round_inputs
+from ...types import TFloat32
 
 LANES = np.arange(32)[:, None]
 
@@ -76,14 +82,16 @@ def _acc_8x8(g, t):
 
 
 def _mma_sync(f, operand, lane):
-    """(row, col) of each element of `operand` ('a', 'b' or 'c') for lanes `lane`."""
+    """(row, col) of each element of `operand` ('a', 'b', 'c' or 'd') for lanes `lane`."""
     g, t = lane >> 2, lane % 4
     m, n, k = f["shape"]
     a = f["atype"]
     if (m, n, k) == (8, 8, 4) and a == "f16":
         layout = f["alayout"] if operand == "a" else f["blayout"]
+        if operand == "d":      # C and D each follow their own type (.f16x2 or .f32)
+            return _m8n8k4_f16("c", layout, f["dtype"], lane)
         return _m8n8k4_f16(operand, layout, f["ctype"], lane)
-    if operand == "c":
+    if operand in ("c", "d"):
         return _acc_8x8(g, t) if m == 8 else _acc_16x8(g, t)
     if (m, n, k) == (8, 8, 4):                                       # f64
         return (g, t) if operand == "a" else (t, g)
@@ -175,7 +183,7 @@ def _wgmma(f, operand, thread):
     warp, lane = thread // 32, thread % 32
     g, t = lane >> 2, lane % 4
     n, k = f["shape"][1], f["shape"][2]
-    if operand == "c":                                               # accumulator D
+    if operand in ("c", "d"):                                        # accumulator D
         i = _vals(n // 2)
         return 16 * warp + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * t + (i & 1)
     if operand == "a" and k == 16:                                   # f16 / bf16 A in registers
@@ -189,8 +197,9 @@ def _wgmma(f, operand, thread):
 
 def fragment(ptx, operand, threads):
     """(row, col) arrays, shape (len(threads), values): where each element of
-    each thread's fragment of `operand` ('a', 'b', 'c'; D is laid out as C)
-    lies in the PTX matrix. For mma.m8n8k4 .f16 the position is within the
+    each thread's fragment of `operand` ('a', 'b', 'c', 'd') lies in the PTX
+    matrix. D is laid out as C except in mma.m8n8k4 .f32.f16.f16.f16, whose
+    C is .f16x2 and D .f32. For mma.m8n8k4 .f16 the position is within the
     thread's own computation (see quad_pair)."""
     f = parse(ptx)
     threads = np.asarray(threads)[:, None]
@@ -210,6 +219,38 @@ def threads_of(ptx):
     return np.arange(128 if parse(ptx)["kind"] == "wgmma" else 32)
 
 
+# -- registers -------------------------------------------------------------------------------
+BITS = {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "f64": 64, "s32": 32, "s8": 8, "u8": 8,
+        "s4": 4, "u4": 4, "b1": 1}
+
+
+def unpack(raw, ptx_type):
+    """The elements a thread's registers hold, from their bytes raw[..., byte]
+    (little-endian registers, in order): element i lives in register
+    i // (32 / bits), from the lowest bits up. TF32 elements are float32
+    with the low 13 mantissa bits ignored, as the tensor cores read them.
+        >>> unpack(np.array([0x21, 0xF3], np.uint8), "s4")
+        array([ 1,  2,  3, -1], dtype=int8)
+    """
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    bits = BITS[ptx_type]
+    if bits == 1:
+        return np.unpackbits(raw, axis=-1, bitorder="little")
+    if bits == 4:
+        nibbles = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(raw.shape[:-1] + (-1,))
+        return ((nibbles ^ 8).astype(np.int8) - 8) if ptx_type == "s4" else nibbles
+    if ptx_type == "tf32":
+        return round_inputs(raw.view(np.float32), TFloat32).astype(np.float32)
+    return raw.view(NUMPY[ptx_type])
+
+
+def pack(values, ptx_type):
+    """The bytes of registers holding `values` (..., elements) of a PTX type
+    of 8 bits or more: the inverse of unpack."""
+    raw = np.ascontiguousarray(np.asarray(values).astype(NUMPY[ptx_type]))
+    return raw.view(np.uint8)
+
+
 # -- the operation itself -------------------------------------------------------------------
 NUMPY = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "f32": np.float32,
          "f64": np.float64, "s32": np.int32, "s8": np.int8, "u8": np.uint8,
@@ -217,25 +258,26 @@ NUMPY = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "f32
 
 
 def ptx_mma(ptx, a, b, c):
-    """D = A * B + C for A (M,K), B (K,N), C (M,N) as the PTX ISA defines
-    the instruction: single-bit ops add popc(row of A xor/and column of B);
-    integer ops accumulate in s32, wrapping or (.satfinite) clamping to
-    [MIN_INT32, MAX_INT32]; floating-point ops multiply exactly and round
-    once to .dtype (the ISA leaves order and rounding to the hardware).
-    Operands must hold values of their PTX types (tf32: low 13 bits zero)."""
+    """D = A * B + C for A (..., M, K), B (..., K, N), C (..., M, N) as the
+    PTX ISA defines the instruction: single-bit ops add popc(row of A
+    xor/and column of B); integer ops accumulate in s32, wrapping or
+    (.satfinite) clamping to [MIN_INT32, MAX_INT32]; floating-point ops
+    multiply exactly and round once to .dtype (the ISA leaves order and
+    rounding to the hardware). Operands must hold values of their PTX types
+    (tf32: low 13 bits zero)."""
     f = parse(ptx)
+    c = np.asarray(c)
     if f["bitop"]:
         a, b = np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)
-        bits = (a[:, :, None] ^ b[None, :, :]) if f["bitop"] == "xor" else \
-            (a[:, :, None] & b[None, :, :])
-        acc = bits.sum(axis=1) + np.asarray(c).astype(np.int64)
-        return _to_s32(acc, saturate=False)
+        a, b = a[..., :, :, None], b[..., None, :, :]
+        bits = (a ^ b) if f["bitop"] == "xor" else (a & b)
+        return _to_s32(bits.sum(axis=-2) + c.astype(np.int64), saturate=False)
     if f["dtype"] == "s32":
         acc = np.asarray(a).astype(np.int64) @ np.asarray(b).astype(np.int64) + \
-            np.asarray(c).astype(np.int64)
+            c.astype(np.int64)
         return _to_s32(acc, f["satfinite"])
     acc = np.asarray(a).astype(np.float64) @ np.asarray(b).astype(np.float64) + \
-        np.asarray(c).astype(np.float64)
+        c.astype(np.float64)
     return acc.astype(NUMPY[f["dtype"]])
 
 
