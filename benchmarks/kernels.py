@@ -8,8 +8,8 @@
 - the shared-memory matmul and the tiled matmul (TFLOP/s) against torch.mm
   in float32 with TF32 off;
 - trace + compile time of the tiled matmul, cold and from the disk cache
-  (each in a fresh process), and the host overhead of launching a trivial
-  kernel against an empty torch op and a bare cuLaunchKernel.
+  (each in a fresh process), and the host time of moye's kern[1, 32](y, x)
+  against a bare cuLaunchKernel of the same kernel and an empty torch op.
 """
 import argparse
 import json
@@ -154,58 +154,23 @@ def bench_compile():
 
 
 def bench_launch(torch):
-    import moye
-
-    @moye.kernel
-    def nothing(x):
-        pass
-
+    """Host time of a launch: moye's kern[1, 32](y, x) on torch tensors (and
+    CuPy arrays where CuPy is installed) against a bare cuLaunchKernel of
+    the same kernel and an empty torch op, rounds interleaved (see
+    launch_overhead.py, which also times moye's driver layer)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import launch_overhead
+    bare, workloads = launch_overhead.moye_workloads()
     x = torch.zeros(1, device="cuda")
-    nothing[1, 1](x)
-    torch.cuda.synchronize()
-
-    def host_us(fn, n=2000):
-        for _ in range(100):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t = (time.perf_counter() - t0) / n * 1e6
-        torch.cuda.synchronize()
-        return t
-
-    launch = nothing[1, 1]
-    moye_us = host_us(lambda: launch(x))
-    torch_us = host_us(lambda: x.add_(0))
-    bare_us = _bare_launch_us(torch, host_us)
-    rows = [{"workload": "moye launch of an empty kernel", "host_us": moye_us},
-            {"workload": "torch x.add_(0)", "host_us": torch_us}]
-    if bare_us is not None:
-        rows.append({"workload": "bare cuLaunchKernel via cuda.bindings", "host_us": bare_us})
-        rows[0]["vs_bare"] = moye_us / bare_us
+    workloads["torch x.add_(0)"] = lambda: x.add_(0)
+    us = launch_overhead.per_launch_us({"bare": bare, **workloads})
+    bare_us = us.pop("bare")
+    from moye.backend.cuda import driver
+    driver.free(bare.buffer)
+    rows = [{"workload": "bare cuLaunchKernel via cuda.bindings (same kernel, prebuilt params)",
+             "host_us": bare_us}]
+    rows += [{"workload": w, "host_us": t, "vs_bare": t / bare_us} for w, t in us.items()]
     return rows
-
-
-def _bare_launch_us(torch, host_us):
-    """Host time of cuLaunchKernel through cuda.bindings on an empty kernel."""
-    try:
-        import ctypes
-
-        from cuda.bindings import driver as cu
-        from moye.backend.cuda import driver, nvrtc
-    except ImportError:
-        return None
-    src = 'extern "C" __global__ void empty_kernel(float* x) {}'
-    mod = driver.load_module(nvrtc.compile_cuda(src, ["empty_kernel"], driver.device_arch()).cubin)
-    fn = mod.get_function("empty_kernel")
-    x = torch.zeros(1, device="cuda")
-    ptr = ctypes.c_uint64(x.data_ptr())
-    params = (ctypes.c_void_p * 1)(ctypes.addressof(ptr))
-    stream = torch.cuda.current_stream().cuda_stream
-    handle = getattr(fn, "handle", fn)
-    return host_us(lambda: cu.cuLaunchKernel(handle, 1, 1, 1, 1, 1, 1, 0, stream,
-                                             ctypes.addressof(params), 0))
 
 
 def main():

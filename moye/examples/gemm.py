@@ -182,4 +182,4 @@ def main(M=4096, N=4096, K=4096, dtype="float16"):
 
 if __name__ == "__main__":
     nums = [int(x) for x in sys.argv[1:4]]
-    main(*nums, *(sys.argv[4:5] or ["float16"]))
+    main(*nums, **({"dtype": sys.argv[4]} if len(sys.argv) > 4 else {}))

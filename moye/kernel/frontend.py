@@ -9,12 +9,12 @@
 Each distinct specialization of the arguments (array element types, ranks,
 alignment and unit-stride mode; the values of static arguments) is traced
 once: the rewritten body runs in Python with symbolic scalars and emits IR,
-which a backend compiles.
+which a backend compiles. `kern[grid, block]` is a launch function; once a
+specialization has been launched it is one written for that specialization
+(dispatch.py), which checks the arguments and launches without binding.
 """
 import functools
 import inspect
-import math
-import sys
 import traceback
 
 import numpy as np
@@ -25,7 +25,10 @@ from ..array.engine import allocator
 from ..errors import MoyeError
 from ..layout import Layout
 from . import ir
+from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F401
+                        runtime_values, spec_text)
 from .builtins import Constexpr, register_allocate
+from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, make_entry, make_key_reader
 from .memory import PointerEngine
 from .rewrite import rewrite_function
 from .tracer import Builder, KernelError, Sym, tracing_context
@@ -41,166 +44,6 @@ def default_backend():
     if "cpu" in BACKENDS:
         return "cpu"
     raise MoyeError("no GPU is available and no CPU backend is installed")
-
-
-# -- arguments ----------------------------------------------------------------------
-
-class ArrayArg:
-    """An array argument: where it is and how it is laid out."""
-
-    def __init__(self, obj, ptr, shape, strides, dtype, device):
-        self.obj, self.ptr, self.shape, self.strides = obj, ptr, shape, strides
-        self.dtype, self.device = dtype, device
-
-    def key(self):
-        unit = next((i for i, (n, d) in enumerate(zip(self.shape, self.strides))
-                     if d == 1 and n != 1), None)
-        vec = max(1, 16 // max(1, self.dtype.bits // 8))
-        divs = tuple(_pow2_div(d, vec) for d in self.strides)
-        aligned = self.ptr % 16 == 0
-        span = 1 + sum((n - 1) * abs(d) for n, d in zip(self.shape, self.strides))
-        return ("array", self.dtype.name, len(self.shape), unit, divs, aligned, span >= 2**31,
-                self.device)
-
-
-def _pow2_div(x, cap):
-    if x == 0:
-        return cap
-    d = 1
-    while d < cap and x % (d * 2) == 0:
-        d *= 2
-    return d
-
-
-def as_array_arg(a):
-    """An ArrayArg for torch/CuPy arrays, `__cuda_array_interface__`, or
-    NumPy arrays (for the CPU backend); None for anything else."""
-    mod = type(a).__module__
-    if mod.startswith("torch") and hasattr(a, "data_ptr"):
-        dtype = T.as_element_type(str(a.dtype))
-        return ArrayArg(a, a.data_ptr(), tuple(a.shape), tuple(a.stride()), dtype,
-                        "cuda" if a.is_cuda else "cpu")
-    cai = getattr(a, "__cuda_array_interface__", None)
-    if cai is not None:
-        dtype = T.as_element_type(np.dtype(cai["typestr"]))
-        shape = tuple(cai["shape"])
-        item = dtype.bits // 8
-        if cai.get("strides") is None:
-            strides, acc = [], 1
-            for n in reversed(shape):
-                strides.append(acc)
-                acc *= n
-            strides = tuple(reversed(strides))
-        else:
-            strides = tuple(s // item for s in cai["strides"])
-        return ArrayArg(a, cai["data"][0], shape, strides, dtype, "cuda")
-    if isinstance(a, np.ndarray):
-        item = a.itemsize
-        return ArrayArg(a, a.ctypes.data, a.shape, tuple(s // item for s in a.strides),
-                        T.as_element_type(a.dtype), "cpu")
-    return None
-
-
-_STATIC_TYPES = ("Layout", "ComposedLayout", "Swizzle", "TiledCopy", "TiledMMA", "CopyAtom",
-                 "MMAAtom", "CopyOp", "MMAOp", "ElementType")
-
-
-def _static_key(v):
-    if isinstance(v, Constexpr):
-        return _static_key(v.value)
-    if isinstance(v, (tuple, list)):
-        return tuple(_static_key(e) for e in v)
-    try:
-        hash(v)
-        return (type(v).__name__, v)
-    except TypeError:
-        return (type(v).__name__, repr(v))
-
-
-def spec_text(v):
-    """A complete text of a specialization key, for the disk cache: atoms by
-    their op's name and element type (their reprs show only layouts, and two
-    ops can share layouts), tiled copies and MMAs by all that defines them."""
-    if isinstance(v, (tuple, list)):
-        return "(" + ",".join(spec_text(e) for e in v) + ")"
-    name = type(v).__name__
-    if name in ("TiledCopy", "TiledMMA"):
-        return f"{name}{spec_text(v._key())}"
-    if name == "CopyAtom":
-        return f"CopyAtom({v.op.name},{v.dtype})"
-    if name == "MMAAtom":
-        return f"MMAAtom({v.op.name})"
-    if name in ("CopyOp", "MMAOp"):
-        return f"{name}({v.name})"
-    return repr(v)
-
-
-def _is_static(v, annotated):
-    if annotated or isinstance(v, Constexpr) or v is None or isinstance(v, str):
-        return True
-    if type(v).__name__ in _STATIC_TYPES:
-        return True
-    if isinstance(v, (tuple, list)):
-        return all(_is_static(e, False) for e in v)
-    return False
-
-
-def _scalar_type(v):
-    if isinstance(v, bool):
-        return T.Bool
-    if isinstance(v, (int, np.integer)):
-        return T.Int32 if -2**31 <= int(v) < 2**31 else T.Int64
-    if isinstance(v, (float, np.floating)):
-        return T.Float32 if not isinstance(v, np.float64) else T.Float64
-    return None
-
-
-class _Binding:
-    """How the call's arguments map to kernel parameters."""
-
-    def __init__(self, kinds, key, scalars):
-        self.kinds, self.key, self.scalars = kinds, key, scalars
-
-
-def complete_arguments(fn_sig, args):
-    """`args` with the kernel's default values appended for missing ones."""
-    params = list(fn_sig.parameters.values())
-    if len(args) >= len(params):
-        return tuple(args)
-    missing = params[len(args):]
-    if any(p.default is inspect.Parameter.empty for p in missing):
-        return tuple(args)
-    return tuple(args) + tuple(p.default for p in missing)
-
-
-def bind_arguments(fn_sig, constexpr_names, args):
-    args = complete_arguments(fn_sig, args)
-    names = list(fn_sig.parameters)
-    if len(args) != len(names):
-        raise MoyeError(f"the kernel takes {len(names)} arguments ({', '.join(names)}), "
-                        f"got {len(args)}")
-    kinds, key, scalars = [], [], {}
-    for name, a in zip(names, args):
-        if _is_static(a, name in constexpr_names):
-            value = a.value if isinstance(a, Constexpr) else a
-            kinds.append(("static", name, value))
-            key.append(("static", _static_key(value)))
-            continue
-        arr = as_array_arg(a)
-        if arr is not None:
-            kinds.append(("array", name, arr))
-            key.append(arr.key())
-            continue
-        t = _scalar_type(a)
-        if t is not None:
-            kinds.append(("scalar", name, t))
-            key.append(("scalar", t.name))
-            scalars[name] = a
-            continue
-        raise MoyeError(f"argument '{name}': {type(a).__name__} is not an array, a number or a "
-                        "static value (layouts, atoms, tiled copies/MMAs, element types, "
-                        "moye.Constexpr)")
-    return _Binding(kinds, tuple(key), scalars)
 
 
 def _identifier(name):
@@ -246,20 +89,6 @@ def _trace_arguments(builder, binding):
     return values, plan
 
 
-def runtime_values(binding, plan):
-    """The flat parameter values of a call, in parameter order."""
-    out = []
-    for kind, name, info in binding.kinds:
-        if kind == "scalar":
-            out.append((info, binding.scalars[name]))
-        elif kind == "array":
-            out.append(("ptr", info.ptr))
-            out.extend(("shape", int(n)) for n in info.shape)
-            unit = info.key()[3]
-            out.extend(("stride", int(d)) for i, d in enumerate(info.strides) if i != unit)
-    return out
-
-
 # -- the kernel object -----------------------------------------------------------------
 
 class KernelFunction:
@@ -273,27 +102,68 @@ class KernelFunction:
         self.constexpr_names = {n for n, p in self.signature.parameters.items()
                                 if p.annotation is Constexpr or p.annotation == "Constexpr"
                                 or p.annotation == "moye.Constexpr"}
-        self.backend = backend
+        self._backend = backend
         self._rewritten = None
         self._traces = {}
         self._compiled = {}
-        self._fast = {}
-        self._launches = {}
+        self._launches = {}         # (grid, block) as written -> its latest launch function
+        self._entries = {}          # block -> {key: dispatch.Entry}
+        self._key_readers = {}      # argument types -> dispatch key reader, or None
+        self._recent = {}           # (grid, block) as written -> recent Entries, latest first
+        self._streak = {}           # (grid, block) as written -> calls in a row the first served
         self._identity = None
-        self.nparams = len(self.signature.parameters)
+        params = self.signature.parameters
+        self._param_names = list(params)
+        self._defaults = {n: p.default for n, p in params.items()
+                          if p.default is not inspect.Parameter.empty}
 
     def __repr__(self):
         return f"<moye.kernel {self.name}>"
 
+    @property
+    def backend(self):
+        """The backend this kernel always uses ("cuda", "cpu"), or None: by
+        its arrays' device, else the default."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, value):
+        self._backend = value
+        self._entries.clear()           # they chose a backend without asking
+        self._launches.clear()
+        self._recent.clear()
+        self._streak.clear()
+
     def __getitem__(self, config):
-        launch = self._launches.get(config) if isinstance(config, tuple) else None
-        if launch is not None:
-            return launch
+        """The launch function of `config` = (grid, block):
+        `kern[grid, block](*args, smem=0, stream=None, backend=None)`.
+        `smem` is more dynamic shared memory (bytes), `stream` a CUDA stream
+        (an int handle, a torch or CuPy stream; by default torch's current
+        one, else the legacy default stream), `backend` "cuda" or "cpu"."""
+        try:
+            return self._launches[config]
+        except (KeyError, TypeError):
+            return self._new_launch(config)
+
+    def _entries_for(self, block):
+        entries = self._entries.get(block)
+        if entries is None:
+            entries = self._entries[block] = {}
+        return entries
+
+    def _new_launch(self, config):
         if not isinstance(config, tuple) or len(config) != 2:
             raise MoyeError(f"launch a kernel as {self.name}[grid, block](*args); got "
                             f"{self.name}[{config!r}]")
-        launch = Launch(self, _dim3(config[0], "grid"), _dim3(config[1], "block"))
-        if len(self._launches) < 256:
+        grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
+        try:
+            hash(config)
+        except TypeError:                   # a list in the config: not kept
+            config = None
+        launch = _dispatching_launch(self, config, grid, block)
+        if config is not None:
+            if len(self._launches) >= 256:
+                self._launches.clear()
             self._launches[config] = launch
         return launch
 
@@ -384,61 +254,120 @@ class KernelFunction:
         return CompiledKernel(self, exe, binding.key, block)
 
     def launch(self, grid, block, args, smem=0, stream=None, backend=None):
-        if len(args) != self.nparams:
-            args = complete_arguments(self.signature, args)
-        quick = _quick_key(args, block, backend)
-        entry = self._fast.get(quick)
-        if entry is not None:
-            return entry(grid, args, smem, stream)
-        entry = self._launch_slow(grid, block, args, smem, stream, backend)
-        if entry is not None and quick is not None:
-            # static arguments are keyed by id: keep them alive with the entry
-            entry.static_args = [a for a in args if not isinstance(a, (int, float))
-                                 and type(a) is not _TensorType[0]]
-            self._fast[quick] = entry
+        """`self[grid, block](*args, smem=smem, stream=stream, backend=backend)`."""
+        self._dispatch(None, _dim3(grid, "grid"), _dim3(block, "block"), None, tuple(args),
+                       smem, stream, backend)
 
-    def _launch_slow(self, grid, block, args, smem, stream, backend):
-        backend = backend or self.backend or _backend_for(args) or default_backend()
+    def _dispatch(self, config, grid, block, tried, args, smem, stream, backend):
+        """A launch that `config`'s launch function (of Entry `tried`, if
+        any) did not take (see dispatch.py): by another recent specialization
+        of the configuration, by the one the arguments' key selects, or by
+        binding the arguments (tracing and compiling if needed), after which
+        that specialization gets a fast path (see _served for which launch
+        function `config` then maps to)."""
+        while args and args[-1] is MISSING:       # from a launch function's defaults
+            args = args[:-1]
+        key = key_of = None
+        if backend is None:
+            for entry in self._recent.get(config, ()):
+                if entry is not tried:
+                    probe = entry.probes.get(config) or entry.probe(config, grid)
+                    if probe(*args, smem=smem, stream=stream) is not NOT_MINE:
+                        return self._served(config, grid, block, entry)
+            types = tuple(map(type, args))
+            key_of = self._key_readers.get(types, MISSING)
+            if key_of is MISSING:
+                if len(self._key_readers) >= 64:
+                    self._key_readers.clear()
+                key_of = self._key_readers[types] = make_key_reader(
+                    self._param_names, self._defaults, self.constexpr_names, args)
+            key = key_of(args) if key_of is not None else None
+            entry = self._entries_for(block).get(key) if key is not None else None
+            if entry is not None and \
+                    entry.probe(config, grid)(*args, smem=smem, stream=stream) is not NOT_MINE:
+                return self._served(config, grid, block, entry)
         binding = bind_arguments(self.signature, self.constexpr_names, args)
+        backend = backend or self._backend or _backend_of(binding) or default_backend()
+        _check_devices(binding, backend)
         exe = self._executable(backend, binding, block)
-        exe.launch(grid, block, runtime_values(binding, None), binding, smem=smem, stream=stream)
-        fast = getattr(exe, "fast_launcher", None)
-        return fast(binding, block) if fast is not None else None
+        exe.launch(grid, block, runtime_values(binding), binding, smem=smem, stream=stream)
+        code = getattr(exe, "fast_launch_code", None)
+        if key is None or code is None or \
+                key_of.kinds != tuple(k for k, _, _ in binding.kinds if k != "static"):
+            return
+        entry = make_entry(self._param_names, self._defaults, self.constexpr_names, args, key,
+                           binding, lambda values: code(binding, block, values))
+        entries = self._entries_for(block)
+        if len(entries) >= ENTRIES_LIMIT:
+            entries.clear()
+        entries[key] = entry
+        self._install(config, grid, block, entry)
+
+    def _served(self, config, grid, block, entry):
+        """After `entry` launched for a call that `config`'s launch function
+        did not take: it comes first among the recent ones, and after a few
+        such calls in a row its launch function becomes `config`'s (calls
+        alternating between two specializations keep one of them direct)."""
+        recent = self._recent.get(config)
+        if recent is None:                  # the configuration's first specialization
+            return self._install(config, grid, block, entry)
+        if recent[0] is not entry:
+            self._recent[config] = (entry,) + tuple(e for e in recent if e is not entry)
+            self._streak[config] = 1
+        elif self._launches.get(config) is not entry.installed(config):
+            streak = self._streak.get(config, 0) + 1
+            if streak >= 4:
+                return self._install(config, grid, block, entry)
+            self._streak[config] = streak
+
+    def _install(self, config, grid, block, entry):
+        """Make `entry`'s launch function the one `self[config]` gives, and
+        `entry` the first of the configuration's recent ones (at most 4)."""
+        if config is None:
+            return
+        if len(self._launches) >= 256:
+            self._launches.clear()
+            self._recent.clear()
+            self._streak.clear()
+        fallback = functools.partial(self._dispatch, config, grid, block, entry)
+        self._launches[config] = entry.launcher(config, grid, fallback)
+        recent = self._recent.get(config, ())
+        self._recent[config] = (entry,) + tuple(e for e in recent if e is not entry)[:3]
+        self._streak[config] = 0
 
 
-def _quick_key(args, block, backend):
-    """A cheap key that determines the specialization of a call: the same
-    key means the same compiled kernel, so repeated launches skip binding.
-    None where no cheap key exists."""
-    parts = [block, backend]
-    for a in args:
-        t = type(a)
-        if t is _TensorType[0]:
-            if not a.is_cuda:
-                return None
-            parts.append((a.dtype, a.stride(), a.data_ptr() & 15 == 0, a.numel() >= 2**30))
-        elif t is int:
-            parts.append(-2**31 <= a < 2**31)
-        elif t is float or t is bool:
-            parts.append(t)
-        elif t.__module__ == "torch" or t is np.ndarray:
-            if t.__name__ == "Tensor" and _TensorType[0] is None:
-                _TensorType[0] = t
-                return _quick_key(args, block, backend)
-            return None
-        else:
-            parts.append(id(a))
-    return tuple(parts)
+def _dispatching_launch(kernel, config, grid, block):
+    """The first launch function of a configuration: it goes through
+    kernel._dispatch, or, once the configuration has a launch function of
+    its own, through that one (for callers who kept this one)."""
+    launches = kernel._launches
+
+    def launch(*args, smem=0, stream=None, backend=None):
+        f = launches.get(config)
+        if f is not None and f is not launch:
+            if not smem and stream is None and backend is None:
+                return f(*args)
+            return f(*args, smem=smem, stream=stream, backend=backend)
+        kernel._dispatch(config, grid, block, None, args, smem, stream, backend)
+    launch.__name__ = launch.__qualname__ = f"{kernel.name}[{grid}, {block}]"
+    return launch
 
 
-_TensorType = [None]
+def _check_devices(binding, backend):
+    """A clear error for an array the backend cannot reach."""
+    want = "cuda" if backend == "cuda" else "cpu"
+    for kind, name, info in binding.kinds:
+        if kind == "array" and info.device != want:
+            where = "on the GPU" if info.device == "cuda" else "in host memory"
+            raise MoyeError(f"argument '{name}' is {where}, but this launch runs on the "
+                            f"{backend} backend")
 
 
-def _backend_for(args):
-    for a in args:
-        arr = as_array_arg(a)
-        if arr is not None:
-            return "cuda" if arr.device == "cuda" else "cpu"
+def _backend_of(binding):
+    """"cuda" or "cpu" by the device of the first array argument."""
+    for kind, _, info in binding.kinds:
+        if kind == "array":
+            return "cuda" if info.device == "cuda" else "cpu"
     return None
 
 
@@ -454,19 +383,11 @@ class CompiledKernel:
             raise MoyeError(f"{self.kernel.name}: these arguments need another specialization "
                             "than the compiled one; call .compile with them")
         self.exe.launch(_dim3(grid, "grid"), self.block if block is None else _dim3(block, "block"),
-                        runtime_values(binding, None), binding, smem=smem, stream=stream)
+                        runtime_values(binding), binding, smem=smem, stream=stream)
 
     @property
     def source(self):
         return getattr(self.exe, "source", None)
-
-
-class Launch:
-    def __init__(self, kernel, grid, block):
-        self.kernel, self.grid, self.block = kernel, grid, block
-
-    def __call__(self, *args, smem=0, stream=None, backend=None):
-        self.kernel.launch(self.grid, self.block, args, smem=smem, stream=stream, backend=backend)
 
 
 def _dim3(x, what):

@@ -17,7 +17,7 @@ class CudaExecutable:
     def launch(self, grid, block, values, binding=None, smem=0, stream=None):
         from . import driver
         if stream is None:
-            stream = _stream_getter()()
+            stream = current_stream_getter()()
         smem += self.kernel.dynamic_smem
         if smem > 48 * 1024 and smem > self.smem_limit_set:
             self.function.set_max_dynamic_shared_memory(smem)
@@ -26,62 +26,79 @@ class CudaExecutable:
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream)
 
 
-    def fast_launcher(self, binding, block):
-        """A launcher for later calls with arguments of this binding's kinds:
-        it refills preallocated parameter slots and calls cuLaunchKernel."""
-        from . import driver
-        params, holders = driver.pack([_ctype(t) for t in self.param_types],
-                                      [0] * len(self.param_types))
-        slots = []          # (argument index, how to read its values)
-        i = 0
-        for pos, (kind, name, info) in enumerate(binding.kinds):
-            if kind == "static":
-                continue
-            if kind == "scalar":
-                slots.append((pos, "scalar", holders[i], None))
-                i += 1
-                continue
-            unit = info.key()[3]
-            rank = len(info.shape)
-            slots.append((pos, "array", holders[i:i + 1 + rank + rank - (unit is not None)],
-                          unit))
-            i += 1 + rank + rank - (unit is not None)
-        function = self.function.handle
-        dyn = self.kernel.dynamic_smem
-        # cuda.bindings' Cython cuLaunchKernel is cheaper to call than libcuda through ctypes
-        cu_launch = driver._cu().cuLaunchKernel
-        addr = driver.ctypes.addressof(params)
-        exe = self
-        stream_of = _stream_getter()
+    def fast_launch_code(self, binding, block, values):
+        """The lines of a fast launch of this specialization (the frontend's
+        dispatch.py writes them into its launch function) and the names they
+        use. In scope: `gx, gy, gz` (the grid), `smem` (bytes beyond the
+        kernel's own), `stream` (None for the current one), and `values`:
+        per argument that is not static, the names of an array's address
+        and shape, or of a scalar's value. The strides are this binding's,
+        constants in the lines.
 
-        def launch(grid, args, smem, stream):
-            for pos, kind, hs, unit in slots:
-                a = args[pos]
-                if kind == "scalar":
-                    hs.value = a
-                    continue
-                hs[0].value = a.data_ptr()
-                shape, stride = a.shape, a.stride()
-                k = 1
-                for n in shape:
-                    hs[k].value = n
-                    k += 1
-                for j, d in enumerate(stride):
-                    if j != unit:
-                        hs[k].value = d
-                        k += 1
-            if stream is None:
-                stream = stream_of()
-            total = smem + dyn
-            if total > 48 * 1024 and total > exe.smem_limit_set:
-                exe.function.set_max_dynamic_shared_memory(total)
-                exe.smem_limit_set = total
-            err, = cu_launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                             total, stream, addr, 0)
-            if err:
-                driver.raise_error(int(err), "cuLaunchKernel")
-        launch.holders, launch.params = holders, params     # keep the slots alive
-        return launch
+        The values go into a parameter buffer with one struct call, and
+        cuda.bindings' cuLaunchKernel takes its address (its Cython wrapper
+        costs less than libcuda through ctypes). A buffer comes from a pool
+        for the call and goes back after: cuLaunchKernel releases the GIL,
+        and another thread must not refill a buffer it is reading."""
+        from . import driver
+        kinds = tuple(_ctype(t) for t in self.param_types)
+        exprs = []
+        arrays = iter(info for kind, _, info in binding.kinds if kind == "array")
+        for names in values:
+            if len(names) == 1:                 # a scalar
+                exprs.append(names[0])
+                continue
+            info = next(arrays)
+            ptr, shape = names
+            unit = info.key()[3]
+            exprs.append(ptr)
+            exprs += [f"{shape}[{k}]" for k in range(len(info.shape))]
+            exprs += [str(int(d)) for k, d in enumerate(info.strides) if k != unit]
+        if len(exprs) != len(kinds):
+            raise MoyeError(f"kernel '{self.kernel.name}': {len(kinds)} parameters, but the "
+                            f"arguments give {len(exprs)} values")
+        dyn = self.kernel.dynamic_smem
+        self._more_smem(dyn)
+        first = driver.ParamPack(kinds)
+        cu = driver._cu()
+        env = {"_cu_pack": first.pack_into, "_cu_free": [first.slot()],
+               "_cu_new_slot": lambda: driver.ParamPack(kinds).slot(),
+               "_cu_current_stream": current_stream_getter(),
+               "_cu_stream_handle": driver.stream_handle, "_cu_more_smem": self._more_smem,
+               "_cu_launch": cu.cuLaunchKernel, "_cu_OK": cu.CUresult.CUDA_SUCCESS,
+               "_cu_function": self.function.handle, "_cu_failed": self._launch_failed}
+        bx, by, bz = block
+        lines = [
+            "try:",
+            "    _cu_slot = _cu_free.pop()",
+            "except IndexError:",
+            "    _cu_slot = _cu_new_slot()",
+            "_cu_buf, _cu_at, _cu_params = _cu_slot",
+            f"_cu_pack(_cu_buf, _cu_at{''.join(', ' + e for e in exprs)})",
+            "if stream is None:",
+            "    stream = _cu_current_stream()",
+            "elif type(stream) is not int:",
+            "    stream = _cu_stream_handle(stream)",
+            f"smem = _cu_more_smem(smem + {dyn}) if smem else {dyn}",
+            f"_cu_err = _cu_launch(_cu_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
+            "stream or None, _cu_params, 0)[0]",
+            "if _cu_err is not _cu_OK:",
+            f"    _cu_failed(_cu_err, (gx, gy, gz), {block}, smem, stream, _cu_params)",
+            "_cu_free.append(_cu_slot)"]
+        return lines, env
+
+    def _more_smem(self, total):
+        """`total` bytes of dynamic shared memory, allowed first if above 48 KB."""
+        if total > 48 * 1024 and total > self.smem_limit_set:
+            self.function.set_max_dynamic_shared_memory(total)
+            self.smem_limit_set = total
+        return total
+
+    def _launch_failed(self, err, grid, block, smem, stream, params):
+        """A fast launch that failed: once more if this thread had no current
+        context (CUDA_ERROR_INVALID_CONTEXT), else the CudaError."""
+        from . import driver
+        driver.relaunch(self.function, grid, block, smem, stream, params, err)
 
 
 class _KernelInfo:
@@ -121,18 +138,24 @@ def _ctype(t):
         raise MoyeError(f"the CUDA backend cannot pass a {t.name} kernel parameter") from None
 
 
-def _stream_getter():
-    """A cheap callable giving torch's current CUDA stream (0 without torch)."""
+def current_stream_getter():
+    """A cheap callable giving the stream a launch without `stream=` uses:
+    torch's current stream on moye's device where torch is imported, else 0
+    (the legacy default stream)."""
+    import functools
     import sys
     torch = sys.modules.get("torch")
     if torch is None:
-        return lambda: 0
-    try:
-        raw = torch._C._cuda_getCurrentRawStream
-        device = torch._C._cuda_getDevice          # current_device() without its checks
-        return lambda: raw(device())
-    except AttributeError:
-        return lambda: torch.cuda.current_stream().cuda_stream
+        modules = sys.modules
+
+        def no_torch():
+            return 0 if "torch" not in modules else current_stream_getter()()
+        return no_torch
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    if raw is None:                         # a torch built without CUDA
+        return int
+    from . import driver
+    return functools.partial(raw, driver.init()["ordinal"])
 
 
 class CudaBackend:

@@ -11,9 +11,9 @@ any ctypes Structure or Array type (`c_char * 128`) for a struct passed by
 value, such as a TMA descriptor. Buffers are per thread, because
 cuLaunchKernel releases the GIL while it reads them.
 
-Launches call libcuda's cuLaunchKernel through ctypes (cheaper than the
-cuda.bindings wrapper), and cuLaunchKernelEx through cuda.bindings for
-thread-block clusters.
+Launches call cuda.bindings' cuLaunchKernel with the params array's address
+(its Cython wrapper costs about 0.4 us; libcuda's through ctypes with
+argtypes about 1.5 us), and cuLaunchKernelEx for thread-block clusters.
 """
 import ctypes
 import struct
@@ -24,7 +24,8 @@ from ...errors import CudaError, MoyeError
 __all__ = ["init", "device_count", "device_arch", "compute_capability", "device_name",
            "driver_version", "max_shared_memory_per_block_optin", "load_module", "Module",
            "Function", "ParamPack", "Launcher", "launch", "pack", "raw_launch", "raise_error",
-           "synchronize", "alloc", "free", "copy_to_device", "copy_to_host", "memset_d8"]
+           "stream_handle", "relaunch", "synchronize", "alloc", "free", "copy_to_device",
+           "copy_to_host", "memset_d8"]
 
 _state = {}
 _tls = threading.local()
@@ -270,10 +271,16 @@ class ParamPack:
         self.address = base + self._at
         struct.pack_into(f"<{n}Q", self._buf, self._at, *(self.address + o for o in offsets))
         values = struct.Struct("".join(fmt))
-        self._pack_into = values.pack_into
+        self._pack_into = self.pack_into = values.pack_into
         self._values_at = self._at + 8 * n
         self.offsets = tuple(offsets)
         self.size = pos
+
+    def slot(self):
+        """(buffer, offset, address): `pack_into(buffer, offset, *values)`
+        fills the values; `address` is the params array for cuLaunchKernel.
+        The buffer is what keeps the memory alive."""
+        return self._buf, self._values_at, self.address
 
     def pack(self, values):
         """Write `values` (one per kind, in order) into the params buffer."""
@@ -323,7 +330,7 @@ class ParamPack:
 def pack(kinds, values):
     """A kernel-params array and the ctypes objects it points to, one per
     parameter (keep both alive): for launch paths that refill the objects'
-    `.value` in place and call raw_launch with addressof(params)."""
+    `.value` in place and launch with addressof(params)."""
     holders = []
     for k, v in zip(kinds, values):
         if k in _SCALARS:
@@ -406,10 +413,10 @@ def _launch_config(grid, block, shared_mem, stream, cluster):
 
 
 def raw_launch():
-    """libcuda's cuLaunchKernel through ctypes, the cheapest call from Python:
+    """libcuda's cuLaunchKernel through ctypes:
     fn(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra) -> CUresult
-    with integer handles. Launches without clusters use it; the rest of this
-    module goes through cuda.bindings."""
+    with integer handles. For callers that hold integer handles only; moye's
+    launches go through cuda.bindings, whose call costs less."""
     fn = _state.get("raw")
     if fn is None:
         init()
@@ -422,6 +429,28 @@ def raw_launch():
     return fn
 
 
+def stream_handle(stream):
+    """The integer handle of a stream given as an int, a torch or CuPy
+    stream (`cuda_stream`, `ptr`), an object with `__cuda_stream__`, or a
+    cuda.bindings CUstream; None is 0, the legacy default stream."""
+    if stream is None:
+        return 0
+    if type(stream) is int:
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return int(proto()[1])
+    for attr in ("cuda_stream", "ptr"):
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    try:
+        return int(stream)
+    except TypeError:
+        raise MoyeError(f"stream: expected an int handle, a torch/CuPy stream or a CUstream, "
+                        f"got {type(stream).__name__}") from None
+
+
 def raise_error(code, what):
     """Raise the CudaError for CUresult `code` (an int or CUresult) from `what`."""
     _raise(_cu().CUresult(int(code)), what)
@@ -432,14 +461,14 @@ def _launch(function, grid, block, shared_mem, stream, address, cluster):
         grid = _dim3(grid)
     if type(block) is not tuple or len(block) != 3:
         block = _dim3(block)
-    if stream is not None and type(stream) is not int:
-        stream = int(getattr(stream, "cuda_stream", stream))   # CUstream, torch.cuda.Stream
-    handle = function.address if type(function) is Function else int(function)
+    if type(stream) is not int:
+        stream = stream_handle(stream)
+    handle = function.handle if type(function) is Function else _function_handle(function)
+    cu = _cu()
     for _ in range(2):
         if cluster is None:
-            err = (_state.get("raw") or raw_launch())(
-                handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
-                stream, address, None)
+            err = cu.cuLaunchKernel(handle, grid[0], grid[1], grid[2], block[0], block[1],
+                                    block[2], shared_mem, stream or None, address, 0)[0]
         else:
             cfg = _launch_config(grid, block, shared_mem, stream, _dim3(cluster))
             err = _cu().cuLaunchKernelEx(cfg, getattr(function, "handle", function), address,
@@ -451,6 +480,29 @@ def _launch(function, grid, block, shared_mem, stream, address, cluster):
         _tls.ctx = None                 # a thread that never made the context current
         init()
     _launch_failed(_cu().CUresult(int(err)), function, grid, block, shared_mem, cluster)
+
+
+def _function_handle(function):
+    """A CUfunction for a Function, a CUfunction or an integer handle."""
+    cu = _cu()
+    if isinstance(function, cu.CUfunction):
+        return function
+    return cu.CUfunction(int(getattr(function, "handle", function)))
+
+
+def relaunch(function, grid, block, shared_mem, stream, address, err):
+    """After a launch that returned `err`: launch once more if this thread
+    had no current context (CUDA_ERROR_INVALID_CONTEXT), else raise the
+    CudaError, with a hint where the configuration explains it."""
+    if int(err) == 201 and "device" in _state:
+        _tls.ctx = None
+        init()
+        err = _cu().cuLaunchKernel(_function_handle(function), grid[0], grid[1], grid[2],
+                                   block[0], block[1], block[2], shared_mem, stream or None,
+                                   address, 0)[0]
+        if err == 0:
+            return
+    _launch_failed(_cu().CUresult(int(err)), function, grid, block, shared_mem, None)
 
 
 def _launch_failed(err, function, grid, block, shared_mem, cluster):

@@ -79,9 +79,12 @@ def _preload():
         folder = os.path.dirname(os.path.abspath(path))
         builtins = [p for p in glob.glob(os.path.join(folder, "libnvrtc-builtins.so.*"))
                     if ".alt." not in p]
+        # RTLD_LOCAL: libnvrtc carries its own C++ runtime, and made global its
+        # symbols bind libraries loaded later (torch) to it; after a compile,
+        # torch's import then failed to parse its own operator schemas
         try:
             for lib in builtins[:1] + [path]:
-                ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                ctypes.CDLL(lib, mode=ctypes.RTLD_LOCAL)
         except OSError as e:
             raise MoyeError(f"cannot load NVRTC from {path}: {e}") from None
     _state["preloaded"] = path

@@ -1,0 +1,273 @@
+"""A kernel call's arguments: which are arrays, scalars or static values,
+and the specialization key they select.
+
+Arrays come from torch tensors, anything with `__cuda_array_interface__`
+(CuPy, Numba, ...), anything with DLPack (`__dlpack__`; a CPU one through
+NumPy), and NumPy arrays (for the CPU backend). The key of an array is its
+element type, rank, unit-stride mode, how far its strides divide the vector
+width, whether its address is 16-byte aligned, whether 32-bit indices reach
+it, and its device; its extents, strides and address are runtime values.
+"""
+import inspect
+
+import numpy as np
+
+from .. import types as T
+from ..errors import MoyeError
+from . import dlpack
+from .builtins import Constexpr
+
+INDEX_LIMIT = 2**31            # extents and spans from here on need 64-bit indices
+
+
+class ArrayArg:
+    """An array argument: where it is and how it is laid out. `obj` is what
+    keeps the memory alive (for the CPU backend, something NumPy can view)."""
+
+    def __init__(self, obj, ptr, shape, strides, dtype, device):
+        self.obj, self.ptr, self.shape, self.strides = obj, ptr, shape, strides
+        self.dtype, self.device = dtype, device
+
+    def key(self):
+        unit = next((i for i, (n, d) in enumerate(zip(self.shape, self.strides))
+                     if d == 1 and n != 1), None)
+        vec = max(1, 16 // max(1, self.dtype.bits // 8))
+        divs = tuple(_pow2_div(d, vec) for d in self.strides)
+        aligned = self.ptr % 16 == 0
+        return ("array", self.dtype.name, len(self.shape), unit, divs, aligned,
+                needs_64bit_indices(self.shape, self.strides), self.device)
+
+
+def _pow2_div(x, cap):
+    if x == 0:
+        return cap
+    d = 1
+    while d < cap and x % (d * 2) == 0:
+        d *= 2
+    return d
+
+
+def needs_64bit_indices(shape, strides):
+    """Whether an extent, or the span of elements the array covers, reaches
+    2**31 (so its index math needs 64 bits).
+        >>> needs_64bit_indices((1024, 1024), (1024, 1)), needs_64bit_indices((2, 8), (2**31, 1))
+        (False, True)
+    """
+    span = 1
+    for n, d in zip(shape, strides):
+        if n >= INDEX_LIMIT:
+            return True
+        if n > 1:
+            span += (n - 1) * abs(d)
+    return span >= INDEX_LIMIT
+
+
+def _element_type(x, name, what):
+    try:
+        return T.as_element_type(x)
+    except TypeError:
+        raise MoyeError(f"argument '{name}': {what} has element type {x}, which moye does not "
+                        "support (supported: " + ", ".join(t.name for t in T.ALL_TYPES) + ")"
+                        ) from None
+
+
+def as_array_arg(a, name="?"):
+    """An ArrayArg for torch tensors, `__cuda_array_interface__` objects,
+    NumPy arrays and DLPack producers; None for anything else. A MoyeError
+    naming the argument for an array moye cannot take."""
+    t = type(a)
+    if t.__module__.startswith("torch") and hasattr(a, "data_ptr"):
+        dtype = _element_type(a.dtype, name, "a torch tensor")
+        if a.is_cuda:
+            device = "cuda"
+        elif a.device.type == "cpu":
+            device = "cpu"
+        else:
+            raise MoyeError(f"argument '{name}': a torch tensor on {a.device}; moye takes CUDA "
+                            "and CPU tensors")
+        return ArrayArg(a, a.data_ptr(), tuple(a.shape), tuple(a.stride()), dtype, device)
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _from_cuda_array_interface(a, cai, name)
+    if isinstance(a, np.ndarray):
+        dtype = _element_type(a.dtype, name, "a NumPy array")
+        item = a.itemsize
+        return ArrayArg(a, a.ctypes.data, a.shape, tuple(s // item for s in a.strides), dtype,
+                        "cpu")
+    if hasattr(a, "__dlpack__"):
+        return _from_dlpack(a, name)
+    return None
+
+
+_CAI_TYPES = {}                 # typestr -> element type
+
+
+def _from_cuda_array_interface(a, cai, name):
+    typestr = cai["typestr"]
+    dtype = _CAI_TYPES.get(typestr)
+    if dtype is None:
+        dtype = _CAI_TYPES[typestr] = _element_type(np.dtype(typestr), name,
+                                                    "a __cuda_array_interface__ array")
+    shape = tuple(cai["shape"])
+    item = dtype.bits // 8
+    if cai.get("strides") is None:
+        strides = dlpack.compact_strides(shape)
+    else:
+        if any(s % item for s in cai["strides"]):
+            raise MoyeError(f"argument '{name}': strides {tuple(cai['strides'])} bytes are not "
+                            f"multiples of the {item}-byte element")
+        strides = tuple(s // item for s in cai["strides"])
+    return ArrayArg(a, cai["data"][0] or 0, shape, strides, dtype, "cuda")
+
+
+CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
+
+
+def _from_dlpack(a, name):
+    """A DLPack producer's array: on a CUDA device read from its capsule,
+    on the CPU through np.from_dlpack (the CPU backend runs on NumPy)."""
+    device = dlpack.device_of(a)
+    if device is not None and device[0] == dlpack.KDL_CPU:
+        try:
+            host = np.from_dlpack(a)
+        except (BufferError, TypeError, ValueError, RuntimeError) as e:
+            raise MoyeError(f"argument '{name}': NumPy cannot take this CPU DLPack array "
+                            f"({type(a).__name__}): {e}") from None
+        return as_array_arg(host, name)
+    if device is not None and device[0] not in CUDA_DEVICES:
+        raise MoyeError(f"argument '{name}': a DLPack array on {dlpack.device_name(device[0])}; "
+                        "moye takes arrays on kDLCUDA (or kDLCUDAManaged) and kDLCPU")
+    view = dlpack.view(a)
+    if view.device_type not in CUDA_DEVICES:
+        raise MoyeError(f"argument '{name}': a DLPack array on "
+                        f"{dlpack.device_name(view.device_type)}; moye takes arrays on kDLCUDA "
+                        "(or kDLCUDAManaged), and kDLCPU ones with __dlpack_device__")
+    if view.dtype is None:
+        raise MoyeError(f"argument '{name}': a DLPack array of {view.dtype_text}, which moye "
+                        "does not support (supported: int8-64, uint8-64, float16/32/64, "
+                        "bfloat16, bool, float8_e4m3fn, float8_e5m2)")
+    arr = ArrayArg(a, view.ptr, view.shape, view.strides, view.dtype, "cuda")
+    arr.capsule = view.capsule          # the DLManagedTensor stays valid while arr lives
+    return arr
+
+
+# -- static values and scalars -----------------------------------------------------
+
+STATIC_TYPES = ("Layout", "ComposedLayout", "Swizzle", "TiledCopy", "TiledMMA", "CopyAtom",
+                "MMAAtom", "CopyOp", "MMAOp", "ElementType")
+
+
+def static_key(v):
+    if isinstance(v, Constexpr):
+        return static_key(v.value)
+    if isinstance(v, (tuple, list)):
+        return tuple(static_key(e) for e in v)
+    try:
+        hash(v)
+        return (type(v).__name__, v)
+    except TypeError:
+        return (type(v).__name__, repr(v))
+
+
+def spec_text(v):
+    """A complete text of a specialization key, for the disk cache: atoms by
+    their op's name and element type (their reprs show only layouts, and two
+    ops can share layouts), tiled copies and MMAs by all that defines them."""
+    if isinstance(v, (tuple, list)):
+        return "(" + ",".join(spec_text(e) for e in v) + ")"
+    name = type(v).__name__
+    if name in ("TiledCopy", "TiledMMA"):
+        return f"{name}{spec_text(v._key())}"
+    if name == "CopyAtom":
+        return f"CopyAtom({v.op.name},{v.dtype})"
+    if name == "MMAAtom":
+        return f"MMAAtom({v.op.name})"
+    if name in ("CopyOp", "MMAOp"):
+        return f"{name}({v.name})"
+    return repr(v)
+
+
+def is_static(v, annotated):
+    if annotated or isinstance(v, Constexpr) or v is None or isinstance(v, str):
+        return True
+    if type(v).__name__ in STATIC_TYPES:
+        return True
+    if isinstance(v, (tuple, list)):
+        return all(is_static(e, False) for e in v)
+    return False
+
+
+def scalar_type(v):
+    if isinstance(v, bool):
+        return T.Bool
+    if isinstance(v, (int, np.integer)):
+        return T.Int32 if -INDEX_LIMIT <= int(v) < INDEX_LIMIT else T.Int64
+    if isinstance(v, (float, np.floating)):
+        return T.Float32 if not isinstance(v, np.float64) else T.Float64
+    return None
+
+
+# -- binding ---------------------------------------------------------------------------
+
+class Binding:
+    """How the call's arguments map to kernel parameters: `kinds` holds
+    (kind, name, info) per argument, kind "static" (info: the value),
+    "array" (an ArrayArg) or "scalar" (its element type)."""
+
+    def __init__(self, kinds, key, scalars):
+        self.kinds, self.key, self.scalars = kinds, key, scalars
+
+
+def complete_arguments(fn_sig, args):
+    """`args` with the kernel's default values appended for missing ones."""
+    params = list(fn_sig.parameters.values())
+    if len(args) >= len(params):
+        return tuple(args)
+    missing = params[len(args):]
+    if any(p.default is inspect.Parameter.empty for p in missing):
+        return tuple(args)
+    return tuple(args) + tuple(p.default for p in missing)
+
+
+def bind_arguments(fn_sig, constexpr_names, args):
+    args = complete_arguments(fn_sig, args)
+    names = list(fn_sig.parameters)
+    if len(args) != len(names):
+        raise MoyeError(f"the kernel takes {len(names)} arguments ({', '.join(names)}), "
+                        f"got {len(args)}")
+    kinds, key, scalars = [], [], {}
+    for name, a in zip(names, args):
+        if is_static(a, name in constexpr_names):
+            value = a.value if isinstance(a, Constexpr) else a
+            kinds.append(("static", name, value))
+            key.append(("static", static_key(value)))
+            continue
+        arr = as_array_arg(a, name)
+        if arr is not None:
+            kinds.append(("array", name, arr))
+            key.append(arr.key())
+            continue
+        t = scalar_type(a)
+        if t is not None:
+            kinds.append(("scalar", name, t))
+            key.append(("scalar", t.name))
+            scalars[name] = a
+            continue
+        raise MoyeError(f"argument '{name}': {type(a).__name__} is not an array, a number or a "
+                        "static value (layouts, atoms, tiled copies/MMAs, element types, "
+                        "moye.Constexpr)")
+    return Binding(kinds, tuple(key), scalars)
+
+
+def runtime_values(binding, plan=None):
+    """The flat parameter values of a call, in parameter order."""
+    out = []
+    for kind, name, info in binding.kinds:
+        if kind == "scalar":
+            out.append((info, binding.scalars[name]))
+        elif kind == "array":
+            out.append(("ptr", info.ptr))
+            out.extend(("shape", int(n)) for n in info.shape)
+            unit = info.key()[3]
+            out.extend(("stride", int(d)) for i, d in enumerate(info.strides) if i != unit)
+    return out

@@ -1,0 +1,468 @@
+"""Kernel arguments and the launch fast path, without a GPU.
+
+DLPack producers are read from their capsules (a CUDA one made by hand
+here) or, on the CPU, through NumPy. The fast path (dispatch.py) is checked
+against a CUDA backend whose compiler and driver are stand-ins: the kernels
+are traced for real, `cuLaunchKernel` records the parameter buffer it is
+given, and each launch's values are compared with what binding the
+arguments gives, while a changed element type, rank, stride, alignment,
+index width, int width or static value must select another specialization.
+"""
+import ctypes
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import moye
+from moye import MoyeError
+from moye.kernel import dlpack
+from moye.kernel.arguments import as_array_arg, bind_arguments, needs_64bit_indices
+
+rng = np.random.default_rng(5)
+
+
+# -- DLPack ------------------------------------------------------------------------
+
+class DLPackOnly:
+    """An array that offers nothing but DLPack (as JAX or TVM arrays do)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class CudaProducer:
+    """A hand-made DLPack producer of a CUDA array (no memory behind it):
+    each `__dlpack__()` returns a fresh capsule; `released` counts the
+    managed tensors whose deleter ran."""
+
+    def __init__(self, ptr, shape, strides=None, code=2, bits=32, lanes=1, device=2,
+                 byte_offset=0, versioned=False):
+        self.ptr, self.shape, self.strides = ptr, shape, strides
+        self.code, self.bits, self.lanes, self.device = code, bits, lanes, device
+        self.byte_offset, self.versioned = byte_offset, versioned
+        self.released = 0
+        self._keep = []
+        self._deleter = _DELETER(self._release)
+
+    def _release(self, address):
+        self.released += 1
+
+    def __dlpack_device__(self):
+        return (self.device, 0)
+
+    def __dlpack__(self, **kwargs):
+        n = len(self.shape)
+        shape = (ctypes.c_int64 * max(n, 1))(*self.shape)
+        strides = (ctypes.c_int64 * max(n, 1))(*(self.strides or [0] * n))
+        t = dlpack.DLTensor(self.ptr, dlpack.DLDevice(self.device, 0), n,
+                            dlpack.DLDataType(self.code, self.bits, self.lanes),
+                            ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+                            ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+                            if self.strides is not None else None, self.byte_offset)
+        deleter = ctypes.cast(self._deleter, ctypes.c_void_p)
+        if self.versioned:
+            managed = dlpack.DLManagedTensorVersioned(dlpack.DLPackVersion(1, 0), None,
+                                                      deleter, 0, t)
+            name = b"dltensor_versioned"
+        else:
+            managed = dlpack.DLManagedTensor(t, None, deleter)
+            name = b"dltensor"
+        self._keep.append((shape, strides, managed))
+        # the capsule's destructor is the producer's job; here none (the test owns memory)
+        return _PyCapsule_New(ctypes.addressof(managed), name, None)
+
+
+def test_cuda_dlpack_array_fields():
+    p = CudaProducer(0x7F00_0000_1000, (4, 6), (1, 4), byte_offset=32)
+    arr = as_array_arg(p, "x")
+    assert (arr.ptr, arr.shape, arr.strides, arr.dtype, arr.device) == \
+        (0x7F00_0000_1020, (4, 6), (1, 4), moye.Float32, "cuda")
+    assert arr.key() == ("array", "Float32", 2, 0, (1, 4), True, False, "cuda")
+    assert arr.obj is p and arr.capsule is not None
+
+
+def test_cuda_dlpack_compact_strides_versioned_and_bf16():
+    arr = as_array_arg(CudaProducer(0x1000, (2, 3, 5), None, code=4, bits=16,
+                                    versioned=True), "x")
+    assert arr.strides == (15, 5, 1) and arr.dtype == moye.BFloat16
+    assert arr.key()[3] == 2                                   # unit-stride mode
+
+
+def test_cuda_dlpack_binds_like_the_same_cuda_array_interface():
+    class CAI:
+        __cuda_array_interface__ = {"shape": (8, 3), "typestr": "<f2", "data": (0x2008, False),
+                                    "strides": (2, 16), "version": 3}
+    key = bind_arguments(_sig2, set(), (CudaProducer(0x2008, (8, 3), (1, 8), bits=16), 1.0)).key
+    assert key == bind_arguments(_sig2, set(), (CAI(), 1.0)).key
+
+
+def _two(x, a):
+    pass
+
+
+_sig2 = __import__("inspect").signature(_two)
+
+
+@pytest.mark.parametrize("code, bits, lanes, text", [(5, 64, 1, "complex64"),
+                                                     (2, 32, 4, "float32x4"),
+                                                     (17, 4, 1, "float4_e2m1fn4")])
+def test_dlpack_bad_element_type_names_the_argument(code, bits, lanes, text):
+    with pytest.raises(MoyeError, match=f"argument 'src'.*{text}"):
+        as_array_arg(CudaProducer(0x1000, (4,), (1,), code=code, bits=bits, lanes=lanes), "src")
+
+
+def test_dlpack_bad_device_names_the_argument():
+    with pytest.raises(MoyeError, match="argument 'dst'.*kDLOpenCL"):
+        as_array_arg(CudaProducer(0x1000, (4,), (1,), device=4), "dst")
+
+
+def test_dlpack_capsule_lives_with_the_argument_and_is_not_consumed():
+    p = CudaProducer(0x1000, (4,), (1,))
+    arr = as_array_arg(p, "x")
+    assert dlpack._capsule_name(arr.capsule) == b"dltensor"   # not renamed "used_dltensor"
+    view = dlpack.DLPackView(arr.capsule)                      # still readable
+    assert view.ptr == 0x1000
+
+
+def test_cpu_dlpack_goes_through_numpy():
+    a = rng.standard_normal((3, 5)).astype(np.float32)[:, ::2]
+    arr = as_array_arg(DLPackOnly(a), "x")
+    assert (arr.shape, arr.strides, arr.dtype, arr.device) == ((3, 3), (5, 2), moye.Float32,
+                                                               "cpu")
+    assert isinstance(arr.obj, np.ndarray) and arr.ptr == a.ctypes.data
+
+
+@moye.kernel
+def axpy(y, x, a, n):
+    t = moye.thread_idx.x
+    if t < n:
+        y[t] = a * x[t] + y[t]
+
+
+def test_dlpack_arrays_run_on_the_cpu_backend():
+    x = rng.standard_normal(32).astype(np.float32)
+    y = rng.standard_normal(32).astype(np.float32)
+    expect = (np.float32(0.5) * x + y)[:20]
+    axpy[1, 32](DLPackOnly(y), DLPackOnly(x), 0.5, 20)
+    np.testing.assert_allclose(y[:20], expect, rtol=1e-6)
+    axpy[1, 32](DLPackOnly(y), DLPackOnly(x), 0.5, 20)        # a second launch, same path
+    np.testing.assert_allclose(y[:20], expect + np.float32(0.5) * x[:20], rtol=1e-6)
+
+
+def test_needs_64bit_indices():
+    assert not needs_64bit_indices((2**16, 2**14), (2**14, 1))
+    assert needs_64bit_indices((2**16, 2**15), (2**15, 1))
+    assert needs_64bit_indices((2**31,), (0,))                 # an extent alone
+    assert not needs_64bit_indices((0, 5), (2**40, 1))         # empty: nothing to reach
+
+
+# -- the fast path, on a stand-in CUDA backend -------------------------------------------
+
+class Recorder:
+    """Stands in for cuda.bindings' driver: cuLaunchKernel decodes the
+    parameter buffer with the launched function's parameter types."""
+
+    def __init__(self):
+        from cuda.bindings import driver as real
+        self.real, self.launches, self.types, self.yield_gil = real, [], {}, False
+        self.OK = real.CUresult.CUDA_SUCCESS
+        for name in ("CUresult", "CUfunction", "CUstream", "CUlaunchConfig"):
+            setattr(self, name, getattr(real, name))
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # noqa: N802
+        if self.yield_gil:
+            time.sleep(0)           # as the real one releases the GIL before reading params
+        types = self.types[int(f)]
+        values = []
+        for i, t in enumerate(types):
+            at = ctypes.c_uint64.from_address(params + 8 * i).value
+            values.append(t.from_address(at).value)
+        self.launches.append({"function": int(f), "grid": (gx, gy, gz), "block": (bx, by, bz),
+                              "smem": smem, "stream": stream, "values": values})
+        return (self.OK,)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """moye's CUDA backend with no compiler and no device: specializations
+    are traced, not compiled; launches are recorded."""
+    pytest.importorskip("cuda.bindings")
+    from moye.backend.cuda import backend as cuda_backend
+    from moye.backend.cuda import driver
+    rec = Recorder()
+    monkeypatch.setitem(driver._state, "cu", rec)
+    monkeypatch.setattr(cuda_backend, "current_stream_getter", lambda: lambda: 0)
+    count = [0]
+
+    def compile_specialization(self, spec, trace, block, arch=None):
+        kernel = trace()
+        count[0] += 1
+        function = driver.Function(rec.CUfunction(0x1000 + count[0]), None, kernel.name)
+        types = [p.type for p in kernel.params]
+        rec.types[0x1000 + count[0]] = [cuda_backend._ctype(t) for t in types]
+        return cuda_backend.CudaExecutable(kernel, None, function, types)
+
+    monkeypatch.setattr(cuda_backend.CudaBackend, "compile_specialization",
+                        compile_specialization)
+    rec.compiled = count
+    return rec
+
+
+class TorchLike:
+    """A CUDA tensor's metadata, read as torch's is."""
+    __module__ = "torch"
+
+    def __init__(self, ptr, shape, strides, dtype="float32", cuda=True):
+        self.ptr, self.shape, self.strides = ptr, tuple(shape), tuple(strides)
+        self.dtype, self.is_cuda = _TorchDtype.of(dtype), cuda
+
+    def data_ptr(self):
+        return self.ptr
+
+    def stride(self):
+        return self.strides
+
+    @property
+    def device(self):
+        return type("Device", (), {"type": "cuda" if self.is_cuda else "cpu"})()
+
+
+class _TorchDtype:
+    __module__ = "torch"
+    _all = {}
+
+    @classmethod
+    def of(cls, name):
+        if name not in cls._all:
+            cls._all[name] = cls()
+            cls._all[name].name = name
+        return cls._all[name]
+
+    def __str__(self):
+        return "torch." + self.name
+
+
+class CupyLike:
+    """A CuPy array's metadata: data.ptr, strides in bytes, itemsize."""
+    __module__ = "cupy"
+
+    def __init__(self, ptr, shape, strides, dtype="float32"):
+        self.dtype = np.dtype(dtype)
+        self.data = type("MemoryPointer", (), {"ptr": ptr})()
+        self.shape, self.itemsize = tuple(shape), self.dtype.itemsize
+        self.strides = tuple(d * self.itemsize for d in strides)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.data.ptr, False),
+                "strides": self.strides, "version": 3}
+
+
+def expected(*arrays_and_scalars, units):
+    """Parameter values as binding gives them: per array its address,
+    extents and strides but the unit-stride mode's; then scalars."""
+    out = []
+    for a, unit in zip(arrays_and_scalars, units):
+        if isinstance(a, (int, float)):
+            out.append(a)
+            continue
+        arr = as_array_arg(a, "?")
+        out.append(arr.ptr)
+        out += list(arr.shape)
+        out += [d for k, d in enumerate(arr.strides) if k != unit]
+    return out
+
+
+@moye.kernel
+def copy1(y, x):
+    y[0] = x[0]
+
+
+@moye.kernel
+def copy_n(y, x, n):
+    y[n] = x[n]
+
+
+@moye.kernel
+def copy_k(y, x, k: moye.Constexpr):
+    y[k] = x[k]
+
+
+@moye.kernel
+def scaled(y, x, a=2.0):
+    y[0] = a * x[0]
+
+
+def _fresh(kernel):
+    kernel._entries.clear()
+    kernel._launches.clear()
+    kernel._key_readers.clear()
+    kernel._recent.clear()
+    kernel._streak.clear()
+    kernel._compiled.clear()
+    kernel._traces.clear()
+
+
+@pytest.mark.parametrize("make", [TorchLike, CupyLike])
+def test_fast_launches_refresh_pointers_and_extents(fake_cuda, make):
+    _fresh(copy1)
+    for i, n in enumerate([1024, 33, 5000]):
+        y, x = make(0x10000 * (i + 1), (n,), (1,)), make(0x900000 + 64 * i, (n,), (1,))
+        copy1[(n + 127) // 128, 128](y, x)
+        rec = fake_cuda.launches[-1]
+        assert rec["values"] == [y.data_ptr() if make is TorchLike else y.data.ptr, n,
+                                 x.data_ptr() if make is TorchLike else x.data.ptr, n]
+        assert rec["grid"] == ((n + 127) // 128, 1, 1) and rec["block"] == (128, 1, 1)
+    assert fake_cuda.compiled[0] == 1 and len(fake_cuda.launches) == 3
+    # after its first launch, kern[grid, block] is the specialization's launch function
+    assert "fallback" in copy1[(33 + 127) // 128, 128].__code__.co_freevars
+
+
+def test_each_specialization_change_compiles_again(fake_cuda):
+    _fresh(copy1)
+    launches = fake_cuda.launches
+    base = dict(shape=(64, 32), strides=(32, 1))
+    cases = [
+        ("first", TorchLike(0x1000, **base), TorchLike(0x9000, **base), 1),
+        ("same kinds", TorchLike(0x2000, **base), TorchLike(0xA000, **base), 1),
+        ("element type", TorchLike(0x2000, **base, dtype="float16"),
+         TorchLike(0xA000, **base, dtype="float16"), 2),
+        ("unit-stride mode", TorchLike(0x2000, (64, 32), (1, 64)), TorchLike(0xA000, **base), 3),
+        ("stride divisibility", TorchLike(0x2000, (64, 32), (33, 1)),
+         TorchLike(0xA000, **base), 4),
+        ("alignment", TorchLike(0x2004, **base), TorchLike(0xA000, **base), 5),
+        ("rank", TorchLike(0x2000, (2048,), (1,)), TorchLike(0xA000, **base), 6),
+        ("index width", TorchLike(0x2000, (2**16, 2**15), (2**15, 1)),
+         TorchLike(0xA000, **base), 7),
+        ("same strides, 32-bit again", TorchLike(0x2000, (4, 2**15), (2**15, 1)),
+         TorchLike(0xA000, **base), 7),
+        ("back to the first", TorchLike(0x3000, **base), TorchLike(0xB000, **base), 7),
+        ("back to 32-bit", TorchLike(0x3000, (64, 64), (64, 1)), TorchLike(0xB000, **base), 7),
+    ]
+    for what, y, x, compiled in cases:
+        copy1[1, 32](y, x)
+        assert fake_cuda.compiled[0] == compiled, what
+        units = [as_array_arg(y).key()[3], as_array_arg(x).key()[3]]
+        assert launches[-1]["values"] == expected(y, x, units=units), what
+    wide = [c for c in copy1._compiled if c[0][0][6]]
+    assert len(wide) == 1
+
+
+def test_ints_floats_statics_and_defaults(fake_cuda):
+    _fresh(copy_n)
+    y, x = TorchLike(0x1000, (8,), (1,)), TorchLike(0x2000, (8,), (1,))
+    copy_n[1, 1](y, x, 3)
+    copy_n[1, 1](y, x, 5)
+    assert fake_cuda.compiled[0] == 1 and fake_cuda.launches[-1]["values"][-1] == 5
+    copy_n[1, 1](y, x, 2**40)                                 # Int64 now
+    assert fake_cuda.compiled[0] == 2 and fake_cuda.launches[-1]["values"][-1] == 2**40
+    copy_n[1, 1](y, x, 7)
+    assert fake_cuda.compiled[0] == 2 and fake_cuda.launches[-1]["values"][-1] == 7
+
+    _fresh(copy_k)
+    for k in (1, 2, 1, 2):
+        copy_k[1, 1](y, x, k)
+    assert fake_cuda.compiled[0] == 4                         # k=1 and k=2: two kernels
+    assert len(copy_k._compiled) == 2
+
+    _fresh(scaled)
+    scaled[1, 1](y, x)
+    scaled[1, 1](y, x, 3.0)
+    scaled[1, 1](y, x)
+    assert [r["values"][-1] for r in fake_cuda.launches[-3:]] == [2.0, 3.0, 2.0]
+    assert len(scaled._compiled) == 1
+
+
+def test_argument_count_errors_still_name_the_kernel(fake_cuda):
+    _fresh(copy1)
+    y, x = TorchLike(0x1000, (8,), (1,)), TorchLike(0x2000, (8,), (1,))
+    copy1[1, 1](y, x)
+    with pytest.raises(MoyeError, match=r"takes 2 arguments \(y, x\), got 3"):
+        copy1[1, 1](y, x, x)
+    with pytest.raises(MoyeError, match=r"takes 2 arguments \(y, x\), got 1"):
+        copy1[1, 1](y)
+
+
+def test_cpu_tensor_and_other_types_leave_the_fast_path(fake_cuda):
+    _fresh(copy1)
+    y, x = TorchLike(0x1000, (8,), (1,)), TorchLike(0x2000, (8,), (1,))
+    f = copy1[1, 1]                                 # kept before the first launch
+    f(y, x)
+    f(y, x)
+    assert len(fake_cuda.launches) == 2
+    cy, cx = CupyLike(0x5000, (8,), (1,)), CupyLike(0x6000, (8,), (1,))
+    f(cy, cx)
+    copy1[1, 1](y, x)
+    copy1[1, 1](cy, cx)
+    assert [r["values"][0] for r in fake_cuda.launches] == [0x1000, 0x1000, 0x5000, 0x1000,
+                                                           0x5000]
+    assert fake_cuda.compiled[0] == 1                # same kinds: one kernel for both
+    with pytest.raises(MoyeError, match="argument 'x' is in host memory"):
+        copy1[1, 1](y, TorchLike(0x2000, (8,), (1,), cuda=False), backend="cuda")
+
+
+def test_streams_and_shared_memory(fake_cuda):
+    _fresh(copy1)
+    y, x = TorchLike(0x1000, (8,), (1,)), TorchLike(0x2000, (8,), (1,))
+    copy1[1, 1](y, x)
+    copy1[1, 1](y, x, stream=0x77)
+    copy1[1, 1](y, x, stream=type("TorchStream", (), {"cuda_stream": 0x88})())
+    copy1[1, 1](y, x, smem=256)
+    copy1[1, 1](y, x)
+    got = [(r["stream"], r["smem"]) for r in fake_cuda.launches]
+    assert [int(s or 0) for s, _ in got] == [0, 0x77, 0x88, 0, 0]
+    assert [m for _, m in got] == [0, 0, 0, 256, 0]
+
+
+def test_generic_cuda_array_interface_and_dlpack_take_the_fast_path(fake_cuda):
+    _fresh(copy1)
+
+    class CAI:
+        def __init__(self, ptr, n):
+            self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f4",
+                                             "data": (ptr, False), "strides": None,
+                                             "version": 3}
+    copy1[1, 1](CAI(0x1000, 8), CAI(0x2000, 8))
+    copy1[1, 1](CAI(0x3000, 9), CAI(0x4000, 9))
+    p, q = CudaProducer(0x5000, (10,), (1,)), CudaProducer(0x6000, (10,), None)
+    copy1[1, 1](p, q)
+    copy1[1, 1](p, q)
+    assert [r["values"] for r in fake_cuda.launches] == [
+        [0x1000, 8, 0x2000, 8], [0x3000, 9, 0x4000, 9], [0x5000, 10, 0x6000, 10],
+        [0x5000, 10, 0x6000, 10]]
+    assert fake_cuda.compiled[0] == 1
+    gc.collect()
+
+
+def test_launch_buffers_are_per_call(fake_cuda):
+    """cuLaunchKernel releases the GIL: two threads must not share a buffer."""
+    _fresh(copy1)
+    copy1[1, 1](TorchLike(0, (8,), (1,)), TorchLike(0, (8,), (1,)))
+    fake_cuda.yield_gil = True
+
+    def work(base):
+        for i in range(300):
+            copy1[1, 1](TorchLike(base + 16 * i, (8,), (1,)), TorchLike(base + 16 * i, (i,), (1,)))
+    threads = [threading.Thread(target=work, args=(b,)) for b in (0x100000, 0x200000)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sent = {(b + 16 * i, b + 16 * i, i) for b in (0x100000, 0x200000) for i in range(300)}
+    got = [(r["values"][0], r["values"][2], r["values"][3]) for r in fake_cuda.launches[1:]]
+    assert len(got) == 600 and set(got) == sent
