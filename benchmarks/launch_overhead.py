@@ -20,6 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+try:                    # before moye compiles: see tests/conftest.py
+    import torch  # noqa: E402,F401
+except ImportError:
+    pass
 import moye  # noqa: E402
 from moye import sync_threads  # noqa: E402
 from moye.backend.cuda import driver, nvrtc  # noqa: E402

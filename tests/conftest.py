@@ -9,3 +9,20 @@ settings.register_profile("ci", deadline=None, max_examples=150,
 settings.register_profile("thorough", deadline=None, max_examples=3000,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _import_torch_first():
+    """On a GPU machine, import torch before any test compiles with NVRTC:
+    on the H100 machine, `import torch` after moye had initialized the driver
+    and compiled failed now and then inside torch's own schema parser
+    ("expected ident ... annotate(strtag)"); importing it first avoids it."""
+    import ctypes.util
+    if ctypes.util.find_library("cuda") is None:
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+
+
+_import_torch_first()
