@@ -79,9 +79,9 @@ def _preload():
         folder = os.path.dirname(os.path.abspath(path))
         builtins = [p for p in glob.glob(os.path.join(folder, "libnvrtc-builtins.so.*"))
                     if ".alt." not in p]
-        # RTLD_LOCAL: libnvrtc carries its own C++ runtime, and made global its
-        # symbols bind libraries loaded later (torch) to it; after a compile,
-        # torch's import then failed to parse its own operator schemas
+        # RTLD_LOCAL: libnvrtc carries its own C++ runtime, whose symbols must
+        # not bind libraries loaded later (torch); cuda.bindings finds the
+        # library by its soname either way
         try:
             for lib in builtins[:1] + [path]:
                 ctypes.CDLL(lib, mode=ctypes.RTLD_LOCAL)
