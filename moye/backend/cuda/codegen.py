@@ -50,7 +50,7 @@ def ctype(t):
 
 def _vec_type(elem_bits, width):
     bits = elem_bits * width
-    return {16: "uint16_t", 32: "uint32_t", 64: "uint2", 128: "uint4"}[bits]
+    return {16: "uint16_t", 32: "uint32_t", 64: "uint64_t", 128: "uint4"}[bits]
 
 
 class _Writer:
