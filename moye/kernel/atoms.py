@@ -206,9 +206,14 @@ def _matrix(atom, dst, src, kind):
     if mem.engine.space != "shared":
         raise KernelError(f"{what}: the matrix side must be shared memory, got "
                           f"{mem.engine.space}")
-    if mem.engine.dtype.bits != 16 or regs.engine.dtype.bits != 16:
-        raise KernelError(f"{what}: ldmatrix/stmatrix move 16-bit elements, got "
-                          f"{mem.engine.dtype} and {regs.engine.dtype}")
+    # Without .trans each lane's 32-bit words move whole, so 8- and 32-bit elements
+    # (int8, tf32) pass through as CuTe's and MoYe's U32 atoms use them; .trans
+    # moves 16-bit halves.
+    bits = (16,) if trans else (8, 16, 32)
+    if mem.engine.dtype.bits not in bits or regs.engine.dtype.bits != mem.engine.dtype.bits:
+        moves = "16-bit elements (.trans)" if trans else "8-, 16- or 32-bit elements"
+        raise KernelError(f"{what}: ldmatrix/stmatrix move {moves}, the same size on both "
+                          f"sides; got {mem.engine.dtype} and {regs.engine.dtype}")
     n_mem = atom.num_val_src if kind == "ldsm" else atom.num_val_dst
     n_reg = atom.num_val_dst if kind == "ldsm" else atom.num_val_src
     m_inst, r_inst = atom_instances(mem, n_mem, what), atom_instances(regs, n_reg, what)
