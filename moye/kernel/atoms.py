@@ -257,8 +257,18 @@ def mma_atom(atom, d, a, b, c):
         raise KernelError(f"{what}: D must be a register fragment (make_fragment_C), got "
                           f"{d.engine.space} memory")
     a, b, c = _in_registers(a), _in_registers(b), _in_registers(c)
+    c_after = op.info.get("c_after", False)
     lists = {}
+    if c_after:         # the instruction gets a zero C; C is added to D after it
+        from .builtins import register_allocate
+        count, rtype = regs["c"]
+        zero = register_allocate(REGISTER_TYPES[rtype], count)
+        for i in range(count):
+            zero.store(i, 0)
+        lists["c"] = ({j: (zero.base, tuple(range(count))) for j in range(M * N)}, M)
     for name, arr in (("a", a), ("b", b), ("c", c), ("d", d)):
+        if name in lists:
+            continue
         count, rtype = regs[name]
         nval = size(arr, 0)
         per = {}
@@ -280,6 +290,9 @@ def mma_atom(atom, d, a, b, c):
                 ba, bw = lists["b"][0][n + N * k]
                 ca, cw = lists["c"][0][m + M * n] if k == 0 else (da, dw)
                 b_.instr("mma", (da, dw, aa, aw, ba, bw, ca, cw), ptx=op.ptx)
+                if c_after and k == 0:
+                    for v in range(size(d, 0)):
+                        d[v, m, n] = d[v, m, n] + c[v, m, n]
 
 
 def _in_registers(arr):

@@ -133,6 +133,12 @@ def float64_reference(op, a, b, c):
     return a.astype(np.float64) @ b.astype(np.float64).T + c.astype(np.float64)
 
 
+def _ptx_operand(op, operand):
+    """The PTX operand whose fragment figure moye's layout of `operand`
+    follows: C's layout is D's where the op adds C after the instruction."""
+    return "d" if operand == "C" and op.info.get("c_after") else operand.lower()
+
+
 def check_op(op, rng):
     """The whole host check of one op on one atom; returns nothing, asserts."""
     m, n, k = op.shape_mnk
@@ -153,7 +159,7 @@ def check_op(op, rng):
             assert np.array_equal(held, np.broadcast_to(np.arange(values.size), held.shape)), \
                 f"{op}: {operand} in shared memory is not the whole tile for every thread"
             continue
-        rows, cols = ptx.fragment(op.ptx, operand.lower(), threads)
+        rows, cols = ptx.fragment(op.ptx, _ptx_operand(op, operand), threads)
         want = column_major_index(op, operand, rows, cols)
         assert held.shape == want.shape, \
             f"{op}: {operand} fragments {held.shape}, the PTX ISA's {want.shape}"
@@ -322,7 +328,7 @@ def test_sm70_quad_pairs_cover_the_warp(op):
     for operand, values in (("A", a), ("B", b), ("C", c)):
         held = fragments(tiled, lanes, operand, np.arange(values.size).reshape(values.shape,
                                                                                  order="F"))
-        rows, cols = ptx.fragment(op.ptx, operand.lower(), lanes)
+        rows, cols = ptx.fragment(op.ptx, _ptx_operand(op, operand), lanes)
         if operand == "A":
             want = (rows + 8 * bm) + 16 * cols
         elif operand == "B":

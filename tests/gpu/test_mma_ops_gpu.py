@@ -2,6 +2,8 @@
 the host from the op's thread-value layouts, the kernel runs one
 `gemm(mma, D, A, B, C)` (one instruction), and D, unpacked the same way,
 is compared with A @ B^T + C computed in NumPy (exact for integer ops)."""
+import zlib
+
 import numpy as np
 import pytest
 
@@ -75,36 +77,38 @@ def torch():
     return t
 
 
-# mma.m8n8k4 with f32 D and f16 C: the PTX ISA gives C (f16x2) and D (f32) different
-# fragment layouts; an MMAOp has one C layout (the f32 one), so C is read wrong
-_C_NOT_D = {op.name for op in MMA_OPS if op.shape_mnk == (8, 8, 4)
-            and op.d_type.name == "Float32" and op.c_type.name == "Float16"}
-PARAMS = [pytest.param(op, marks=pytest.mark.xfail(strict=True, reason="C and D layouts differ"))
-          if op.name in _C_NOT_D else op for op in MMA_OPS]
-
-
-@pytest.mark.parametrize("op", PARAMS, ids=lambda o: o.name)
+@pytest.mark.parametrize("op", MMA_OPS, ids=lambda o: o.name)
 def test_mma_op_on_gpu(torch, op):
     from moye.backend.cuda import driver
     if int(driver.device_arch()[3:5]) < op.info.get("min_sm", 80):
         pytest.skip(f"{op} needs sm_{op.info['min_sm']}")
-    rng = np.random.default_rng(abs(hash(op.name)) % 2**32)
+    check_one_mma(op, torch)
+
+
+def check_one_mma(op, torch=None):
+    """One gemm of `op` on random values against mma_reference: on the GPU
+    through `torch`, or on the CPU backend where torch is None."""
+    rng = np.random.default_rng(zlib.crc32(op.name.encode()))
     mma = make_tiled_mma(op)
     nv = {w: size(getattr(op, f"{w}_layout"), 1) for w in "abc"}
-    lanes = {w: np.full((32, nv[w]), 0, np.float64) for w in "abc"}
-    # values on the lanes that hold each element (thr_id maps logical threads to lanes)
-    for w, t in (("a", op.a_type), ("b", op.b_type), ("c", op.c_type)):
-        lanes[w] = _values(t, (32, nv[w]), rng)
+    lanes = {w: _values(t, (32, nv[w]), rng)
+             for w, t in (("a", op.a_type), ("b", op.b_type), ("c", op.c_type))}
     A, B, C = (_tile(op, w, lanes[w]) for w in "abc")
     # lanes that the op does not use (sm70 quad pairs) read their own copy of the same tile
     Aw, Bw, Cw = (_pack(lanes[w], t) for w, t in (("a", op.a_type), ("b", op.b_type),
                                                   ("c", op.c_type)))
     words_d = nv["c"] * op.d_type.bits // 32
-    dev = lambda x: torch.from_numpy(x.view(np.int32)).cuda()          # noqa: E731
-    D = torch.full((words_d, 32), -1, dtype=torch.int32, device="cuda")
-    one_mma[1, 32](D, dev(Aw), dev(Bw), dev(Cw), mma)
-    torch.cuda.synchronize()
-    got = _tile(op, "c", _unpack(D.cpu().numpy().view(np.uint32), op.d_type, nv["c"]))
+    D = np.full((words_d, 32), -1, dtype=np.int32)
+    if torch is None:
+        one_mma[1, 32](D, Aw.view(np.int32), Bw.view(np.int32), Cw.view(np.int32), mma,
+                       backend="cpu")
+    else:
+        dev = lambda x: torch.from_numpy(x.view(np.int32)).cuda()          # noqa: E731
+        D_dev = dev(D)
+        one_mma[1, 32](D_dev, dev(Aw), dev(Bw), dev(Cw), mma)
+        torch.cuda.synchronize()
+        D = D_dev.cpu().numpy()
+    got = _tile(op, "c", _unpack(D.view(np.uint32), op.d_type, nv["c"]))
     ref = np.asarray(mma_reference(op, A, B, C), dtype=np.float64)
     if op.d_type.is_float:
         np.testing.assert_allclose(got, ref, rtol=1e-2 if op.d_type.bits == 16 else 1e-5,

@@ -61,12 +61,14 @@ def _registers(kind, count_elems, t):
 
 
 def mma_sync_op(shape_mnk, types, a_layout, b_layout, c_layout, *, arch, min_sm, majors="TN",
-                thr_id=None, saturate=False, bitop=None, cute=True):
+                thr_id=None, saturate=False, bitop=None, cute=True, c_after=False):
     """The MMAOp of one mma.sync instruction. `types` is (D, A, B, C); the
     layouts map (thread, value) to the column-major index in the (M,K),
     (N,K) and (M,N) tiles, thread being the op's logical thread (a lane of
     the warp through `thr_id`, Layout(32) unless given). `cute=False` for
-    the few ops that CuTe does not name."""
+    the few ops that CuTe does not name; `c_after` where C's registers are
+    not arranged as D's (the instruction then gets a zero C, and C is added
+    to D after it)."""
     m, n, k = shape_mnk
     types = tuple(as_element_type(t) for t in types)
     thr_id = Layout(32) if thr_id is None else thr_id
@@ -90,7 +92,8 @@ def mma_sync_op(shape_mnk, types, a_layout, b_layout, c_layout, *, arch, min_sm,
     }
     return MMAOp(name, shape_mnk, thr_id, a_layout, b_layout, c_layout, types, arch=arch, ptx=ptx,
                  kind="popc" if bitop else "mma", bitop=bitop, saturate=saturate,
-                 registers=registers, min_sm=min_sm, cute_name=cute_name)
+                 registers=registers, min_sm=min_sm, cute_name=cute_name,
+                 c_after=c_after)
 
 
 def export(ops, namespace):

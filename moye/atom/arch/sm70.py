@@ -7,8 +7,10 @@ so logical thread t's rows or columns are t (PTX ISA, "Matrix Fragments for
 mma.m8n8k4 with .f16 floating point type": the high group takes the +4 rows
 or columns). A TiledMMA of 2x2 atoms covers the warp.
 
-The accumulator layout follows `.ctype`, as the PTX ISA keys it: with f16 C
-the D registers (even f32 ones) use the f16 arrangement.
+The accumulators: f16 C and D share one arrangement, f32 C and D another.
+With f32 D and f16 C (MoYe's F32F16F16F16, which CuTe lacks) C's registers
+are arranged unlike D's, so the op's accumulator layout is D's (f32): the
+instruction gets a zero C and C is added to D after it (`c_after`).
 """
 from ...layout import Layout
 from ...types import Float16, Float32
@@ -36,10 +38,11 @@ _ops = []
 for _types in ((Float16, Float16, Float16, Float16), (Float32, Float16, Float16, Float16),
                (Float32, Float16, Float16, Float32)):
     for _majors in ("TN", "NT", "NN", "TT"):
-        _acc = ACC_8x8_F16 if _types[3] is Float16 else ACC_8x8_F32
+        _acc = ACC_8x8_F16 if _types[0] is Float16 else ACC_8x8_F32
         _ops.append(mma_sync_op((8, 8, 4), _types, _A[_majors[0]], _B[_majors[1]], _acc,
                                 thr_id=QUAD_PAIR, majors=_majors, arch=70, min_sm=70,
-                                cute=_types[0] is _types[3]))
+                                cute=_types[0] is _types[3],
+                                c_after=_types[0] is not _types[3]))
 
 SM70_OPS = tuple(_ops)
 __all__ = export(SM70_OPS, globals())
