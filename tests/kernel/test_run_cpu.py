@@ -1,11 +1,14 @@
 """Kernels run on the CPU backend: the rewrite's semantics, the seed
 examples against NumPy, and the CPU backend's checks."""
+import inspect
+import re
+
 import numpy as np
 import pytest
 
 import moye
-from moye import Layout
-from moye.backend.cpu import KernelRuntimeError
+from moye import Layout, MoYeArray
+from moye.backend.cpu import KernelRuntimeError, race_checking
 
 from . import kernels_for_tests as K
 
@@ -81,33 +84,110 @@ def test_matmul_kernels(name):
     assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < 1e-6
 
 
+def line_of(kern, text):
+    """`test_run_cpu.py:N: text` (a pattern), N the line of `kern` that holds `text`."""
+    lines, first = inspect.getsourcelines(kern.fn)
+    n = next(first + i for i, line in enumerate(lines) if line.strip() == text)
+    return re.escape(f"test_run_cpu.py:{n}: {text}")
+
+
 @moye.kernel
-def out_of_bounds(out, x):
+def out_of_bounds_load(out, x):
     t = moye.thread_idx.x
-    out[t] = x[t + 1]
+    out[t] = x[moye.block_idx.x * 32 + t + 1]
+
+
+@moye.kernel
+def out_of_bounds_store(out, x):
+    t = moye.thread_idx.x
+    MoYeArray(out)[t, moye.block_idx.y] = x[t]
 
 
 def test_out_of_bounds_names_line_thread_and_index():
-    x = np.arange(32, dtype=np.float32)
-    with pytest.raises(KernelRuntimeError, match=r"(?s)test_run_cpu.py:\d+: out\[t\] = x\[t \+ 1\]"
-                                                 r".*index 32.*thread \(31, 0, 0\) of block"):
-        out_of_bounds[1, 32](np.zeros(32, np.float32), x)
+    x = np.arange(64, dtype=np.float32)       # block 1's thread 31 reads x[64]
+    with pytest.raises(KernelRuntimeError) as e:
+        out_of_bounds_load[2, 32](np.zeros(32, np.float32), x)
+    assert re.fullmatch(line_of(out_of_bounds_load, "out[t] = x[moye.block_idx.x * 32 + t + 1]") +
+                    r"\n  out-of-bounds load of 'x' \(index 64, 1 element\(s\); the buffer has 64\)"
+                    r" by thread \(31, 0, 0\) of block \(1, 0, 0\)", str(e.value))
+    out = np.zeros((32, 2), np.float32, order="F")  # block (0, 2) stores column 2 of 2
+    with pytest.raises(KernelRuntimeError) as e:
+        out_of_bounds_store[(1, 3), 32](out, x)
+    assert re.fullmatch(line_of(out_of_bounds_store, "MoYeArray(out)[t, moye.block_idx.y] = x[t]") +
+                    r"\n  out-of-bounds store of 'out' \(index 64, coordinate \(0, 2\) of shape "
+                    r"\(32, 2\), 1 element\(s\); the buffer has 64\) by thread \(0, 0, 0\) of "
+                    r"block \(0, 2, 0\)", str(e.value))
 
 
 @moye.kernel
-def racy(out, x):
+def read_after_write(out, x):
     s = moye.shared_array(x.dtype, Layout(32))
     t = moye.thread_idx.x
     s[t] = x[t]
     out[t] = s[(t + 1) % 32]
 
 
-def test_race_check_reports_both_lines():
+@moye.kernel
+def write_after_read(out, x):
+    s = moye.shared_array(x.dtype, Layout(32))
+    t = moye.thread_idx.x
+    s[t] = x[t]
+    moye.sync_threads()
+    y = s[(t + 1) % 32]
+    s[t] = y * 2
+    out[t] = y
+
+
+@moye.kernel
+def write_after_write(out, x):
+    s = moye.shared_array(x.dtype, Layout(32))
+    t = moye.thread_idx.x
+    s[t] = x[t]
+    s[(t + 1) % 32] = x[t] * 2
+    moye.sync_threads()
+    out[t] = s[t]
+
+
+@moye.kernel
+def write_write_in_one_store(out, x):
+    s = moye.shared_array(x.dtype, Layout(32))
+    t = moye.thread_idx.x
+    s[t // 2] = x[t]
+    moye.sync_threads()
+    out[t] = s[t]
+
+
+RACES = {   # name: (kernel, kind, element, first thread, its line, second thread, its line)
+    "read_after_write": (read_after_write, "read-after-write", 1, 1, "s[t] = x[t]",
+                         0, "out[t] = s[(t + 1) % 32]"),
+    "write_after_read": (write_after_read, "write-after-read", 0, 31, "y = s[(t + 1) % 32]",
+                         0, "s[t] = y * 2"),
+    "write_after_write": (write_after_write, "write-after-write", 1, 1, "s[t] = x[t]",
+                          0, "s[(t + 1) % 32] = x[t] * 2"),
+    "write_write_in_one_store": (write_write_in_one_store, "write-after-write", 0, 0,
+                                 "s[t // 2] = x[t]", 1, "s[t // 2] = x[t]"),
+}
+
+
+@pytest.mark.parametrize("name", list(RACES))
+def test_race_check_reports_both_lines(name):
+    kern, kind, element, first, first_line, second, second_line = RACES[name]
     x = np.arange(32, dtype=np.float32)
-    exe = racy.compile(np.zeros(32, np.float32), x, block=32, backend="cpu")
+    kern[2, 32](np.zeros(32, np.float32), x)          # no check: runs
+    with pytest.raises(KernelRuntimeError) as e, race_checking():
+        kern[2, 32](np.zeros(32, np.float32), x)
+    assert re.fullmatch(rf"shared-memory race \({kind}\) on element {element} between thread "
+                        rf"\({first}, 0, 0\) at {line_of(kern, first_line)} and thread "
+                        rf"\({second}, 0, 0\) at {line_of(kern, second_line)}, block \(0, 0, 0\), "
+                        "with no barrier between them", str(e.value))
+
+
+def test_race_check_of_one_compiled_kernel():
+    x = np.arange(32, dtype=np.float32)
+    exe = read_after_write.compile(np.zeros(32, np.float32), x, block=32, backend="cpu")
+    exe(np.zeros(32, np.float32), x, grid=1)
     exe.exe.race_check = True
-    with pytest.raises(KernelRuntimeError, match=r"(?s)read-after-write.*s\[t\] = x\[t\]"
-                                                 r".*out\[t\] = s\[\(t \+ 1\) % 32\]"):
+    with pytest.raises(KernelRuntimeError, match="read-after-write"):
         exe(np.zeros(32, np.float32), x, grid=1)
 
 

@@ -1,7 +1,10 @@
 """The CPU backend: kernels interpreted with NumPy (see interpreter.py)."""
+from contextlib import contextmanager
+
 import numpy as np
 
 from ...errors import MoyeError
+from .errors import ArgumentName
 from .interpreter import KernelRuntimeError, _Ptr, run_kernel
 
 
@@ -34,15 +37,31 @@ class CpuExecutable:
                 continue
             p = next(it)
             buf = _linear_view(info.obj, name)
-            params[id(p.value)] = _Ptr(buf, np.zeros(1, np.int64), f"'{name}'")
+            params[id(p.value)] = _Ptr(buf, np.zeros(1, np.int64), ArgumentName(
+                name, info.shape, [d * buf.itemsize for d in info.strides]))
             unit = info.key()[3]
             for n in info.shape:
                 params[id(next(it).value)] = np.int64(n)
             for i, d in enumerate(info.strides):
                 if i != unit:
                     params[id(next(it).value)] = np.int64(d)
-        rc = self.race_check if race_check is None else race_check
+        rc = (self.race_check or _race_check_all) if race_check is None else race_check
         run_kernel(self.kernel, grid, block, params, race_check=rc)
+
+
+_race_check_all = False
+
+
+@contextmanager
+def race_checking():
+    """Within the block, every kernel launched on the CPU backend runs with
+    `race_check` (the examples' tests use it to run them race-checked)."""
+    global _race_check_all
+    old, _race_check_all = _race_check_all, True
+    try:
+        yield
+    finally:
+        _race_check_all = old
 
 
 def values_of(binding, name):
@@ -66,4 +85,4 @@ class CpuBackend:
         return format_kernel(kernel)
 
 
-__all__ = ["CpuBackend", "KernelRuntimeError"]
+__all__ = ["CpuBackend", "KernelRuntimeError", "race_checking"]

@@ -83,7 +83,7 @@ class AsyncCopies:
             lane = lanes[np.nonzero(bad)[0][0]]
             i = np.nonzero(lanes == lane)[0][0]
             self.block.out_of_bounds(s, f"cp.async {side}", name, lane, byte[i] // itemsize,
-                                     f"{nbytes} bytes", total // itemsize)
+                                     f"{nbytes} bytes", total // itemsize, itemsize)
         bad = byte % nbytes != 0
         if bad.any():
             i = np.nonzero(bad)[0][0]

@@ -24,7 +24,7 @@ from ...errors import MoyeError
 from ...kernel import ir
 from . import collectives
 from .async_copy import AsyncCopies
-from .errors import KernelRuntimeError, where as _where
+from .errors import ArgumentName, KernelRuntimeError, where as _where
 from .race import RaceCheck
 
 
@@ -273,7 +273,8 @@ class _Block:
         bad = mask & ((index < 0) | (index + width > n_elem))
         if bad.any():
             lane = int(np.nonzero(bad)[0][0])
-            self.out_of_bounds(s, s.op, name, lane, index[lane], f"{width} element(s)", n_elem)
+            self.out_of_bounds(s, s.op, name, lane, index[lane], f"{width} element(s)", n_elem,
+                               buf.itemsize)
         rows = None
         if kind == "local":
             rows = np.arange(self.n)
@@ -286,10 +287,14 @@ class _Block:
                              width * buf.itemsize, buf.itemsize, write=s.op == "store")
         return kind, buf, index, rows
 
-    def out_of_bounds(self, s, what, name, lane, index, size, n_elem):
-        """Raise the error of an access at `index` (of `size`) by `lane`."""
+    def out_of_bounds(self, s, what, name, lane, index, size, n_elem, itemsize=None):
+        """Raise the error of an access at `index` (of `size`, in elements of
+        `itemsize` bytes) by `lane`; in an array argument, name the coordinate too."""
+        coord = name.coordinate(int(index) * itemsize) \
+            if itemsize and isinstance(name, ArgumentName) else None
+        at = f", coordinate {coord} of shape {name.shape}" if coord is not None else ""
         raise KernelRuntimeError(
-            f"{_where(s.loc)}\n  out-of-bounds {what} of {name} (index {int(index)}, {size}; "
+            f"{_where(s.loc)}\n  out-of-bounds {what} of {name} (index {int(index)}{at}, {size}; "
             f"the buffer has {n_elem}) by thread {self._tid(lane)} of block {self._bid(lane)}")
 
     def _tid(self, lane):
