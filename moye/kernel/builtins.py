@@ -112,10 +112,12 @@ def cucopyto(dst, src):
         vec = split[0] if split else 1
         nbytes = vec * d.dtype.bits // 8
         if nbytes >= 4:
-            _, dl, sl = split
             b = current()
             for j in range(n // vec):
-                di, si = d.offset + dl((0, j)), s_.offset + sl((0, j))
+                if split:
+                    di, si = d.offset + split[1]((0, j)), s_.offset + split[2]((0, j))
+                else:       # no common vector: one cp.async per element of 4 or 8 bytes
+                    di, si = d.offset + dst.layout(j), s_.offset + src.layout(j)
                 b.instr("cp_async", (d.base, _index(di), s_.base, _index(si)), bytes=nbytes,
                         cache="cg" if nbytes == 16 else "ca")
             return dst
