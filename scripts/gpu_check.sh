@@ -6,6 +6,7 @@
 #     examples  every example kernel
 #     bench     benchmarks/kernels.py and benchmarks/launch_overhead.py
 #     gemm      benchmarks/gemm.py (the production GEMM against cuBLAS)
+#     sgemm     benchmarks/sgemm.py (the SIMT SGEMM against cuBLAS float32; SGEMM_ARGS)
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -81,6 +82,10 @@ fi
 if want gemm; then
   python3 benchmarks/gemm.py ${GEMM_ARGS:-} --json "$OUT/gemm.json" 2>&1 \
     | tee "$OUT/gemm.log" || status=1
+fi
+if want sgemm; then
+  python3 benchmarks/sgemm.py ${SGEMM_ARGS:-} --json "$OUT/sgemm.json" 2>&1 \
+    | tee "$OUT/sgemm.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status

@@ -73,3 +73,22 @@ def test_example_compiles(name, arch):
     kernel, _, _ = kern.trace(*args, block=threads)
     module = BACKENDS["cuda"].compile_only(kernel, (threads, 1, 1), arch)
     assert module.cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sgemm_compiles_without_spills(arch):
+    """The SIMT SGEMM's default configuration: no spills, at most 128
+    registers (two 256-thread blocks per SM)."""
+    import re
+
+    from moye.backend.cuda import nvrtc
+    from moye.examples import sgemm
+    args, threads = sgemm.make_config()
+    A, C = colmajor((256, 64)), colmajor((256, 256))
+    kernel, _, _ = sgemm.sgemm_kernel.trace(A, A, C, *args, block=threads)
+    source = BACKENDS["cuda"].source(kernel, (threads, 1, 1))
+    module = nvrtc.compile_cuda(source, [kernel.name], arch, options=("--ptxas-options=-v",))
+    assert module.cubin[:4] == b"\x7fELF"
+    log = module.log or ""
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 128, log
