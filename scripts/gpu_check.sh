@@ -72,6 +72,9 @@ if want examples; then
   for v in tf32 ldmatrix; do
     python3 -m moye.examples.tensor_core_matmul $v 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
+  for ex in vectorized_copy async_matmul tensor_core_double_buffer; do
+    python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
+  done
 fi
 if want bench; then
   python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json" 2>&1 \

@@ -75,6 +75,34 @@ def test_example_compiles(name, arch):
     assert module.cubin[:4] == b"\x7fELF"
 
 
+def seed_kernel_specializations():
+    """Seeds 000/001's vectorized copies and cp.async matmuls, and the
+    double-buffered TF32 tensor-core matmul."""
+    from moye.examples import async_matmul, tensor_core_double_buffer as tcdb, vectorized_copy
+    a, b = colmajor((256, 128)), colmajor((256, 128))
+    out = {f"vectorized_copy_{name.split()[0]}_{name.split()[1][1]}":
+           (vectorized_copy.copy_vec_kernel, (b, a, tiled_copy, vectorized_copy.BLOCK), 256)
+           for name, tiled_copy in vectorized_copy.COPIES.items()}
+    A, B, C = colmajor((256, 64)), colmajor((128, 64)), colmajor((256, 128))
+    for variant, kern in async_matmul.KERNELS.items():
+        sA, cA, sB, cB, mma = async_matmul.make_config(variant)
+        out[f"async_matmul_{variant}"] = (kern, (A, sA, cA, B, sB, cB, C, mma), 256)
+    sA, gA, cA, sB, gB, cB, mma = tcdb.make_config()
+    out["tensor_core_double_buffer"] = (
+        tcdb.matmul_kernel, (colmajor((256, 64)), sA, gA, cA, np.ones((256, 64), np.float32),
+                             sB, gB, cB, colmajor((256, 256)), mma), 128)
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", list(seed_kernel_specializations()))
+def test_seed_kernel_compiles(name, arch):
+    kern, args, threads = seed_kernel_specializations()[name]
+    kernel, _, _ = kern.trace(*args, block=threads)
+    module = BACKENDS["cuda"].compile_only(kernel, (threads, 1, 1), arch)
+    assert module.cubin[:4] == b"\x7fELF"
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_sgemm_compiles_without_spills(arch):
     """The SIMT SGEMM's default configuration: no spills, at most 128
