@@ -164,9 +164,12 @@ class ComposedLayout:
         a multistage buffer does)."""
         sub, off = slice_and_offset(coord, self.inner)
         period = getattr(self.outer, "period", None)
-        if period and S.known_divisor(off) % period == 0:
+        if not period:
+            return ComposedLayout(self.outer, S.add(self.offset, off), sub), 0
+        if S.known_divisor(off) % period == 0:
             return ComposedLayout(self.outer, self.offset, sub), off
-        return ComposedLayout(self.outer, S.add(self.offset, off), sub), 0
+        kept, out = _split_by_period(coord, self.inner, period)
+        return ComposedLayout(self.outer, S.add(self.offset, kept), sub), out
 
     def __moye_upcast__(self, n):
         from .algebra import upcast
@@ -177,6 +180,26 @@ class ComposedLayout:
         from .algebra import downcast
         outer = self.outer.downcast(n) if isinstance(self.outer, Swizzle) else downcast(self.outer, n)
         return ComposedLayout(outer, S.mul(self.offset, n), downcast(self.inner, n))
+
+
+def _split_by_period(coord, inner, period):
+    """The offset of slicing `inner` at `coord`, as (kept, out): the sum of
+    the coordinates' terms that are not known multiples of `period`, and of
+    those that are. A slice offset is a sum of one term per coordinate, so a
+    dynamic stage index passes out of the swizzle while a static column
+    offset beside it stays inside (and the swizzled part is loop-invariant)."""
+    flat = T.flatten_to_tuple(coord)
+    kept = out = 0
+    for i, c in enumerate(flat):
+        if c is None or S.is_const(c, 0):
+            continue
+        alone = tuple(x if j == i else (None if x is None else 0) for j, x in enumerate(flat))
+        term = slice_and_offset(T.unflatten(alone, coord), inner)[1]
+        if S.known_divisor(term) % period == 0:
+            out = S.add(out, term)
+        else:
+            kept = S.add(kept, term)
+    return kept, out
 
 
 def compose_function(fn, rhs):

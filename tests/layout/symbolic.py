@@ -70,6 +70,18 @@ class S:
     __lshift__, __rlshift__ = _bin("lshift"), _bin("lshift", True)
     __rshift__, __rrshift__ = _bin("rshift"), _bin("rshift", True)
 
+    @property
+    def __moye_divisor__(self):
+        """A power of two known to divide the value: a product's factors'
+        divisors multiply, a sum keeps the smallest of its terms'."""
+        def div(x):
+            return (x & -x if x else 1 << 30) if type(x) is int else x.__moye_divisor__
+        if self.op == "mul":
+            return min(div(self.args[0]) * div(self.args[1]), 1 << 30)
+        if self.op in ("add", "sub"):
+            return min(div(self.args[0]), div(self.args[1]))
+        return 1
+
     def __neg__(self):
         return S("neg", self)
 

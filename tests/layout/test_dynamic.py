@@ -218,6 +218,26 @@ def test_swizzles_of_dynamic_offsets():
         assert C(r, c).eval({"r": rv, "c": cv}) == C(rv, cv)
 
 
+def test_slice_offsets_that_are_multiples_of_the_period_leave_the_swizzle():
+    """Slicing a swizzled multistage buffer at a dynamic stage and a static
+    column: the stage's term (a multiple of the swizzle's period) comes out
+    as the slice's offset, the column stays inside the swizzle, so the
+    swizzled part does not depend on the stage."""
+    sw = Swizzle(2, 3, 3)                                 # period 2**8
+    buf = composition(sw, Layout((8, 32, 3), (32, 1, 256)))   # (row, col, stage)
+    stage = S.var("s")
+    sub, off = slice_and_offset((None, 16, stage), buf)
+    assert sub.offset == 16 and evaluate(off, {"s": 2}) == 512
+    for s in range(3):
+        for r in range(8):
+            assert evaluate(sub(r) + off, {"s": s}) == buf(r, 16, s)
+    col = S.var("c")                                      # a dynamic column stays inside
+    sub, off = slice_and_offset((None, col, stage), buf)
+    for s, c in ((0, 5), (2, 31)):
+        for r in range(8):
+            assert evaluate(sub(r) + off, {"s": s, "c": c}) == buf(r, c, s)
+
+
 # -- where CuTe needs static values -----------------------------------------------------------
 
 def test_complement_of_a_dynamic_stride_layout_of_rank_above_1():
