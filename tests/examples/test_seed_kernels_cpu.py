@@ -6,6 +6,7 @@ checked."""
 import numpy as np
 import pytest
 
+from moye.backend.cpu import race_checking
 from moye.examples import async_matmul, tensor_core_double_buffer, vectorized_copy
 
 rng = np.random.default_rng(2024)
@@ -87,19 +88,13 @@ def test_mains_without_a_gpu(capsys, monkeypatch):
     assert out.count("no CUDA device") == 2 + len(async_matmul.KERNELS)
 
 
-def race_checked(kern, args, block):
-    exe = kern.compile(*args, block=block, backend="cpu")
-    exe.exe.race_check = True
-    exe(*args, grid=(1, 1))
-
-
 @pytest.mark.parametrize("variant", list(async_matmul.KERNELS))
 def test_async_matmuls_have_no_shared_memory_races(variant):
     """cp.async writes into one stage while other threads read the other: the
     barriers must separate every write from the reads around it."""
     A, B, C = colmajor((128, 24)), colmajor((128, 24)), colmajor((128, 128), np.nan)
-    sA, copy_A, sB, copy_B, mma = async_matmul.make_config(variant)
-    race_checked(async_matmul.KERNELS[variant], (A, sA, copy_A, B, sB, copy_B, C, mma), 256)
+    with race_checking():
+        async_matmul.launch(variant, A, B, C)
     ref = A.astype(np.float64) @ B.astype(np.float64).T
     np.testing.assert_allclose(C, ref, rtol=1e-5, atol=1e-5)
 
@@ -108,8 +103,7 @@ def test_tensor_core_double_buffer_has_no_shared_memory_races():
     A = colmajor((128, 48))
     B = np.ascontiguousarray(rng.standard_normal((128, 48)).astype(np.float32))
     C = colmajor((128, 128), np.nan)
-    sA, gA, cA, sB, gB, cB, mma = tensor_core_double_buffer.make_config()
-    race_checked(tensor_core_double_buffer.matmul_kernel,
-                 (A, sA, gA, cA, B, sB, gB, cB, C, mma), 128)
+    with race_checking():
+        tensor_core_double_buffer.launch(A, B, C)
     ref = tf32(A).astype(np.float64) @ tf32(B).astype(np.float64).T
     np.testing.assert_allclose(C, ref, rtol=1e-5, atol=1e-5)
