@@ -27,8 +27,8 @@ from kernels import cuda_time, warm_up  # noqa: E402
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16384, 4096, 4096),
           (2048, 8192, 4096)]
 SWEEP_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
-SWEEP = [{}, {"stages": 2}, {"stages": 4}, {"bK": 16}, {"warp": [8, 4]},
-         {"bN": 256}, {"bM": 256}, {"bN": 256, "bK": 16}]
+SWEEP = [{}, {"stages": 2}, {"stages": 4}, {"bK": 32, "stages": 2}, {"bK": 32},
+         {"warp": [8, 4]}, {"bK": 8}, {"bN": 256}]
 
 
 def label(config):

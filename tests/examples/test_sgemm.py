@@ -27,11 +27,12 @@ def rel_error(C, ref):
 
 
 @pytest.mark.parametrize("M,N,K,config", [
-    (128, 128, 32, {}),                                 # 4 k-tiles through 3 stages
-    (256, 128, 40, {}),                                 # non-square, 5 k-tiles
-    (128, 256, 16, {"stages": 2}),                      # two stages, two blocks along N
+    (128, 128, 128, {}),                                # 4 k-tiles through 3 stages
+    (256, 128, 96, {}),                                 # non-square, 3 k-tiles
+    (256, 128, 40, {"bK": 8}),                          # bK = 8, 5 k-tiles
+    (128, 256, 32, {"bK": 16, "stages": 2}),            # two stages, two blocks along N
     (128, 256, 48, {"bN": 256, "bK": 16, "stages": 4}),  # 8x16 per thread, more stages than tiles
-    (128, 128, 8, {"warp": (8, 4)}),                    # one k-tile; the other warp shape
+    (128, 128, 32, {"warp": (8, 4)}),                   # one k-tile; the other warp shape
 ])
 def test_sgemm_matches_numpy(M, N, K, config):
     C, ref = run_cpu(M, N, K, **config)
@@ -53,7 +54,7 @@ def test_cuda_source_moves_16_byte_vectors():
     src = codegen.generate(kernel, threads)
     loop = src[src.index("for ("):]
     # each k: two 16-byte loads of A and two of B from shared memory
-    assert len(re.findall(r"uint4 v\d+ = \*reinterpret_cast<uint4\*>\(&smem", loop)) == 4 * 8
+    assert len(re.findall(r"uint4 v\d+ = \*reinterpret_cast<uint4\*>\(&smem", loop)) == 4 * 32
     assert "cp.async.cg.shared.global [%0], [%1], 16" in loop
     # the epilogue: 16 stores of 4 floats to C
     assert len(re.findall(r"\*reinterpret_cast<uint4\*>\(&p_C_\w+\[", src)) == 16
