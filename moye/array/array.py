@@ -300,8 +300,9 @@ def _cell(v):
 
 def _format(a):
     dims = _dims(a.layout.shape)
-    head = f"{'×'.join(str(d) for d in dims)} MoYeArray{{{a.dtype}}} with layout {a.layout}:"
-    if a.engine.space != "host":
+    layout = getattr(a.engine, "format_layout", str)(a.layout)
+    head = f"{'×'.join(str(d) for d in dims)} MoYeArray{{{a.dtype}}} with layout {layout}:"
+    if a.engine.space not in ("host", "coordinate"):
         return f"{head[:-1]} in {a.engine.space} memory"
     try:
         values = a.numpy()

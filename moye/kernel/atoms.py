@@ -234,11 +234,25 @@ def _matrix(atom, dst, src, kind):
 
 
 def copy_if_atom(atom, pred, dst, src):
-    """copyto with a predicate per atom (a list, in atom order, or one value)."""
+    """copy_if in a kernel: `pred` holds one value per index of the modes after
+    the first (moye.tiled.predicated). cp.async takes its zero-filling form;
+    every other copy runs under an `if` per predicate that is not static."""
     if atom.op.kind == "cp_async":
-        return _cp_async(atom, dst, src, pred)
-    raise KernelError(f"copy_if: {atom.op} has no predicated form; use cp.async or copy "
-                      "element-wise under `if`")
+        per = len(atom_instances(dst, atom.num_val_dst, f"copy_if({atom.op})")) // len(pred)
+        return _cp_async(atom, dst, src, [p for p in pred for _ in range(per)])
+    from ..tiled.predicated import atom_slice
+    from .control import if_
+    for r, p in enumerate(pred):
+        d, s = atom_slice(dst, r), atom_slice(src, r)
+        if not isinstance(p, Sym):
+            if p:
+                copy_atom(atom, d, s)
+            continue
+        branch = if_(p, (), ())
+        branch.then()
+        copy_atom(atom, d, s)
+        branch.then_done(())
+        branch.result()
 
 
 # -- MMA ---------------------------------------------------------------------------------

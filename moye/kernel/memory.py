@@ -93,6 +93,11 @@ class PointerEngine:
         from .atoms import copy_atom
         copy_atom(atom, dst, src)
 
+    def atom_copy_if(self, atom, pred, dst, src):
+        """copy_if(atom, pred, dst, src) in a kernel: one predicate per atom."""
+        from .atoms import copy_if_atom
+        copy_if_atom(atom, pred, dst, src)
+
     def atom_mma(self, atom, d, a, b, c):
         """gemm with a warp-wide MMA atom in a kernel: one instruction per (m, n, k)."""
         from .atoms import mma_atom

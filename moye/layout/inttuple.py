@@ -184,14 +184,23 @@ def weakly_compatible(a, b):
 
 
 def elem_less(a, b):
-    """Every element of `a` below its counterpart in `b`. CuTe: elem_less.
+    """Every element of `a` below its counterpart in `b`; with dynamic
+    values, their comparisons and-ed (a predicate in a kernel). CuTe: elem_less.
         >>> elem_less((1, 2), (2, 3)), elem_less((1, 3), (2, 3))
         (True, False)
     """
-    if type(a) is tuple and type(b) is tuple:
+    if isinstance(a, tuple) and isinstance(b, tuple):
         if len(a) > len(b):
             return False
-        return all(elem_less(x, y) for x, y in zip(a, b))
+        result = True
+        for x, y in zip(a, b):
+            less = elem_less(x, y)
+            if type(less) is bool:
+                if not less:
+                    return False
+            else:
+                result = less if result is True else result & less
+        return result
     return a < b
 
 

@@ -3,6 +3,7 @@ copy/gemm algorithms that run them."""
 from .algorithms import axpby, copyto, gemm
 from .copy import (ThrCopy, TiledCopy, make_tiled_copy, make_tiled_copy_A, make_tiled_copy_B,
                    make_tiled_copy_C)
+from .predicated import copy_if, make_copy_predicate
 from .mma import (ThrMMA, TiledMMA, make_fragment_A, make_fragment_B, make_fragment_C,
                   make_tiled_mma, tile_size)
 
@@ -63,4 +64,4 @@ def partition_fragment_C(thr_mma, c):
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in
-           ("algorithms", "copy", "mma")]
+           ("algorithms", "copy", "mma", "predicated")]
