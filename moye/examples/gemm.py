@@ -1,7 +1,7 @@
 """A production GEMM written with moye: fp16 or bf16 inputs, fp32
 accumulation, D = alpha * A @ B^T + beta * C, on Ampere-style tensor cores.
 
-    python -m moye.examples.gemm [M N K] [float16|bfloat16]
+    python -m moye.examples.gemm [M N K] [float16|bfloat16]     (e.g. 1000 1000 1000)
 
 - A (M, K) and B (N, K), each K-major (torch row-major) or M/N-major
   (the transposed view of one); C and D (M, N) row-major.
@@ -13,32 +13,60 @@ accumulation, D = alpha * A @ B^T + beta * C, on Ampere-style tensor cores.
 - An epilogue through shared memory: alpha * accumulators are converted and
   stored to a padded tile, then 16-byte vectors are read back and written to
   D with beta * C added, coalesced.
-M and N must be multiples of 128, K of 32 (`launch` says so otherwise).
+- Any M, N, K: where the tiles do not divide them, the kernel is specialized
+  with `residue` and predicates every copy on coordinates from identity
+  arrays tiled like the data: cp.async zero-fills what lies outside A and B
+  (so a partial k-tile adds nothing), and the epilogue stores only inside D.
+  Divisible shapes run the unpredicated kernel. Each 16-byte cp.async moves 8
+  contiguous elements, so each operand's contiguous extent (K for a K-major
+  one, M or N otherwise) must be a multiple of 8 (`launch` says so otherwise).
 """
 import sys
 
 import moye
-from moye import (CopyAtom, Layout, MoYeArray, Swizzle, UInt128, composition, copyto, gemm,
-                  get_slice, make_fragment_like, make_layout, make_tiled_copy, make_tiled_copy_A,
-                  make_tiled_copy_B, make_tiled_mma, partition_C, partition_D,
-                  partition_fragment_A, partition_fragment_B, partition_fragment_C, partition_S,
-                  retile_D, size, tile, tile_to_shape, zeros_)
+from moye import (CopyAtom, Layout, MoYeArray, Swizzle, UInt128, composition, copy_if, copyto,
+                  gemm, get_slice, make_copy_predicate, make_fragment_like, make_identity_array,
+                  make_layout, make_tiled_copy, make_tiled_copy_A, make_tiled_copy_B,
+                  make_tiled_mma, partition_C, partition_D, partition_fragment_A,
+                  partition_fragment_B, partition_fragment_C, partition_S, retile_D, shape, size,
+                  tile, tile_to_shape, zeros_)
+
+
+def copy_tile(copy, dst, src, coords, extents):
+    """copyto(copy, dst, src); with `coords` (the coordinates of the global
+    side's elements), only the atoms inside `extents`."""
+    if coords is None:
+        copyto(copy, dst, src)
+    else:
+        copy_if(copy, make_copy_predicate(coords, extents), dst, src)
+
+
+def k_tile(partition, k):
+    """Tile k of a (CPY, CPY_M, CPY_K, k) partition; None stays None."""
+    return None if partition is None else partition[:, :, :, k]
 
 
 @moye.kernel
 def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, mma, s2r_A,
-                s2r_B, sC_layout, copy_C, stages: moye.Constexpr):
+                s2r_B, sC_layout, copy_C, stages: moye.Constexpr, residue: moye.Constexpr):
     bM, bK, bN = size(sA_layout, 0), size(sA_layout, 1), size(sB_layout, 0)
-    tid = moye.thread_idx.x
+    tid, bx, by = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y
+    mA, mB, mD, mC = MoYeArray(A), MoYeArray(B), MoYeArray(D), MoYeArray(C)
     sA = moye.shared_array(A.dtype, sA_layout)                  # (bM, bK, stages)
     sB = moye.shared_array(B.dtype, sB_layout)                  # (bN, bK, stages)
-    gA = tile(MoYeArray(A), (bM, bK), (moye.block_idx.x, None))  # (bM, bK, k)
-    gB = tile(MoYeArray(B), (bN, bK), (moye.block_idx.y, None))  # (bN, bK, k)
+    gA = tile(mA, (bM, bK), (bx, None))                         # (bM, bK, k)
+    gB = tile(mB, (bN, bK), (by, None))                         # (bN, bK, k)
 
     # global -> shared: cp.async of 16 bytes per thread and copy
     thr_a, thr_b = get_slice(copy_A, tid), get_slice(copy_B, tid)
     tAgA, tAsA = partition_S(thr_a, gA), partition_D(thr_a, sA)   # (CPY, M, K, k|stage)
     tBgB, tBsB = partition_S(thr_b, gB), partition_D(thr_b, sB)
+    # where the tiles overhang A and B: the coordinates of gA's and gB's elements,
+    # partitioned alike, predicate the copies (statically absent otherwise)
+    tAcA = tBcB = None
+    if residue:
+        tAcA = partition_S(thr_a, tile(make_identity_array(shape(mA)), (bM, bK), (bx, None)))
+        tBcB = partition_S(thr_b, tile(make_identity_array(shape(mB)), (bN, bK), (by, None)))
 
     # the MMA's register fragments, and ldmatrix copies shaped for them
     thr_mma = get_slice(mma, tid)
@@ -55,8 +83,8 @@ def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, m
     k_tiles = size(tAgA, 3)
     for s in range(stages - 1):                 # prologue: the first stages - 1 tiles
         if s < k_tiles:
-            copyto(copy_A, tAsA[:, :, :, s], tAgA[:, :, :, s])
-            copyto(copy_B, tBsB[:, :, :, s], tBgB[:, :, :, s])
+            copy_tile(copy_A, tAsA[:, :, :, s], tAgA[:, :, :, s], k_tile(tAcA, s), shape(mA))
+            copy_tile(copy_B, tBsB[:, :, :, s], tBgB[:, :, :, s], k_tile(tBcB, s), shape(mB))
         moye.cp_async_commit()
 
     # the main loop: wait for tile k, refill the stage read last time with tile
@@ -66,8 +94,11 @@ def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, m
         moye.cp_async_wait(stages - 2)          # tile k has landed (this thread's copies)
         moye.sync_threads()                     # ... everyone's; the write stage is free
         if k + stages - 1 < k_tiles:
-            copyto(copy_A, tAsA[:, :, :, smem_write], tAgA[:, :, :, k + stages - 1])
-            copyto(copy_B, tBsB[:, :, :, smem_write], tBgB[:, :, :, k + stages - 1])
+            k_next = k + stages - 1
+            copy_tile(copy_A, tAsA[:, :, :, smem_write], tAgA[:, :, :, k_next],
+                      k_tile(tAcA, k_next), shape(mA))
+            copy_tile(copy_B, tBsB[:, :, :, smem_write], tBgB[:, :, :, k_next],
+                      k_tile(tBcB, k_next), shape(mB))
         moye.cp_async_commit()
         for kb in range(size(tCrA, 2)):
             copyto(s2r_A, tXrA[:, :, kb], tXsA[:, :, kb, smem_read])
@@ -84,27 +115,27 @@ def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, m
     copyto(tCsC, tCrD)
     moye.sync_threads()
     thr_c = get_slice(copy_C, tid)
-    gD = tile(MoYeArray(D), (bM, bN), (moye.block_idx.x, moye.block_idx.y))
-    gC = tile(MoYeArray(C), (bM, bN), (moye.block_idx.x, moye.block_idx.y))
+    gD = tile(mD, (bM, bN), (bx, by))
+    gC = tile(mC, (bM, bN), (bx, by))
     tDsC, tDgD, tDgC = partition_S(thr_c, sC), partition_D(thr_c, gD), partition_D(thr_c, gC)
+    tDcD = None
+    if residue:
+        tDcD = partition_D(thr_c, tile(make_identity_array(shape(mD)), (bM, bN), (bx, by)))
     out = make_fragment_like(tDsC)
     copyto(copy_C, out, tDsC)
     if beta != 0:
         old = make_fragment_like(tDgC)
-        copyto(copy_C, old, tDgC)
+        copy_tile(copy_C, old, tDgC, tDcD, shape(mD))
         for i in range(size(out)):
             out[i] = out[i] + beta * old[i]
-    copyto(copy_C, tDgD, out)
-
-
-def _major(t):
-    """'K' if the tensor's second mode is contiguous, else 'MN'."""
-    return "K" if t.stride(1) == 1 else "MN"
+    copy_tile(copy_C, tDgD, out, tDcD, shape(mD))
 
 
 def make_config(dtype, a_major="K", b_major="K", bM=128, bN=128, bK=32, stages=4,
-                warps=(2, 2)):
-    """The static arguments of gemm_kernel for one data type and operand layout."""
+                warps=(2, 2), residue=False, d_vector=8):
+    """The static arguments of gemm_kernel for one data type and operand
+    layout; `residue` predicates the copies (tiles that overhang A, B or D),
+    and the epilogue writes D in vectors of `d_vector` elements."""
     from moye import LDSM_U16x8_T, LDSM_U32x4_N, MMAOP_16x8x16_F32BF16BF16F32_TN, \
         MMAOP_16x8x16_F32F16F16F32_TN, CPOP_ASYNC_CACHEGLOBAL
     dtype = moye.as_element_type(dtype)
@@ -132,29 +163,73 @@ def make_config(dtype, a_major="K", b_major="K", bM=128, bN=128, bK=32, stages=4
     sA, copy_A, s2r_A = operand(bM, a_major)
     sB, copy_B, s2r_B = operand(bN, b_major)
     sC = make_layout((bM, bN), (bN + 8, 1))          # padded rows: conflict-free stores
-    per_row = bN // 8
-    copy_C = make_tiled_copy(CopyAtom(moye.UniversalCopy(UInt128), dtype),
+    per_row = min(bN // d_vector, threads)
+    vector = {8: UInt128, 4: moye.UInt64, 2: moye.UInt32, 1: dtype}[d_vector]
+    copy_C = make_tiled_copy(CopyAtom(moye.UniversalCopy(vector), dtype),
                              make_layout((threads // per_row, per_row), (per_row, 1)),
-                             Layout((1, 8)))
-    return (sA, sB, copy_A, copy_B, mma, s2r_A, s2r_B, sC, copy_C, stages), threads
+                             Layout((1, d_vector)))
+    return (sA, sB, copy_A, copy_B, mma, s2r_A, s2r_B, sC, copy_C, stages, residue), threads
 
 
 def launch(A, B, D, C=None, alpha=1.0, beta=0.0, **config):
-    """D = alpha * A @ B.T + beta * C for torch fp16/bf16 tensors A (M,K), B (N,K)."""
-    M, K = A.shape
-    N = B.shape[0]
-    bM, bN, bK = config.get("bM", 128), config.get("bN", 128), config.get("bK", 32)
-    if M % bM or N % bN or K % bK:
-        raise ValueError(f"gemm: M={M}, N={N}, K={K} must be multiples of the tile "
-                         f"({bM}, {bN}, {bK})")
+    """D = alpha * A @ B.T + beta * C for fp16/bf16 arrays A (M,K), B (N,K)
+    and row-major C, D (M,N): torch tensors, or NumPy arrays on the CPU
+    backend. Any M, N, K; each operand's contiguous extent must be a
+    multiple of 8 (16-byte cp.async)."""
+    (M, K), N = A.shape, B.shape[0]
     if C is None:
         C, beta = D, 0.0
-    args, threads = make_config(_dtype(A), _major(A), _major(B), **config)
-    gemm_kernel[(M // bM, N // bN), threads](A, B, D, C, float(alpha), float(beta), *args)
+    _check_shapes(A, B, D, C)
+    dtype = _dtype(A)
+    a_major, b_major = _major(A), _major(B)
+    for name, major, extents in (("A", a_major, {"K": K, "MN": M}),
+                                 ("B", b_major, {"K": K, "MN": N})):
+        extent = extents[major]
+        if extent % 8:
+            mn = "M" if name == "A" else "N"
+            what, other = ("K", mn) if major == "K" else (mn, "K")
+            raise moye.MoyeError(
+                f"gemm: {what} = {extent} must be a multiple of 8 because {name} is "
+                f"{what}-major: each 16-byte cp.async copies 8 contiguous {dtype} elements of "
+                f"{name}; pad {name} or pass it {other}-major")
+    bM, bN, bK = config.get("bM", 128), config.get("bN", 128), config.get("bK", 32)
+    config.setdefault("residue", bool(M % bM or N % bN or K % bK))
+    config.setdefault("d_vector", next(v for v in (8, 4, 2, 1) if N % v == 0))
+    args, threads = make_config(dtype, a_major, b_major, **config)
+    grid = (-(-M // bM), -(-N // bN))
+    gemm_kernel[grid, threads](A, B, D, C, float(alpha), float(beta), *args)
+
+
+def _check_shapes(A, B, D, C):
+    (M, K), (N, K_B) = A.shape, B.shape
+    if K_B != K:
+        raise moye.MoyeError(f"gemm: A is {M}x{K} and B is {N}x{K_B}; B must be N x K "
+                             f"(D = A @ B.T), with K = {K}")
+    for name, t in (("D", D), ("C", C)):
+        if tuple(t.shape) != (M, N):
+            raise moye.MoyeError(f"gemm: {name} has shape {tuple(t.shape)}; expected "
+                                 f"(M, N) = ({M}, {N})")
+        if N > 1 and _strides(t)[1] != 1:
+            raise moye.MoyeError(f"gemm: {name} must be row-major (unit stride along N), "
+                                 f"got strides {_strides(t)}")
+
+
+def _strides(t):
+    """Strides in elements: torch's stride(), or NumPy's in bytes / itemsize."""
+    if callable(getattr(t, "stride", None)):
+        return tuple(t.stride())
+    return tuple(s // t.itemsize for s in t.strides)
+
+
+def _major(t):
+    """'K' if the operand's second mode is contiguous, else 'MN'."""
+    return "K" if _strides(t)[1] == 1 else "MN"
 
 
 def _dtype(t):
-    return {"torch.float16": "Float16", "torch.bfloat16": "BFloat16"}[str(t.dtype)]
+    name = str(t.dtype)
+    return {"torch.float16": "Float16", "torch.bfloat16": "BFloat16"}.get(name) or \
+        moye.as_element_type(t.dtype).name
 
 
 def main(M=4096, N=4096, K=4096, dtype="float16"):
@@ -171,7 +246,11 @@ def main(M=4096, N=4096, K=4096, dtype="float16"):
             torch.randn(K, N, device="cuda", dtype=dt).t()
         C = torch.randn(M, N, device="cuda", dtype=dt)
         D = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
-        launch(A, B, D, C, alpha=0.5, beta=-1.5)
+        try:
+            launch(A, B, D, C, alpha=0.5, beta=-1.5)
+        except moye.MoyeError as e:         # an extent this operand layout cannot take
+            print(f"gemm {M}x{N}x{K} A {a_major}-major, B {b_major}-major: {e}")
+            continue
         torch.cuda.synchronize()
         ref = 0.5 * (A.double() @ B.double().t()) - 1.5 * C.double()
         err = rel_error(D.float().cpu().numpy(), ref.cpu().numpy())

@@ -41,6 +41,10 @@ def tensor_core_specializations():
         args, _ = config()
         out[f"tensor_core_{variant}"] = (kern, (np.ones((128, 64), dt), np.ones((128, 64), dt),
                                                colmajor((128, 128)), *args), 128)
+        args, _ = config(residue=True)          # predicated for tiles that overhang
+        out[f"tensor_core_{variant}_residue"] = (kern, (np.ones((100, 40), dt),
+                                                        np.ones((72, 40), dt),
+                                                        colmajor((100, 72)), *args), 128)
     h = np.ones((256, 128), np.float16)
     for a_major, b_major in (("K", "K"), ("MN", "MN")):
         args, threads = gemm.make_config("Float16", a_major, b_major)
@@ -48,6 +52,10 @@ def tensor_core_specializations():
         D = np.zeros((256, 256), np.float16)
         out[f"gemm_{a_major}{b_major}"] = (gemm.gemm_kernel, (A, A, D, D, 1.0, 0.0, *args),
                                            threads)
+        # predicated (M, N, K not multiples of the tile), D stored element by element
+        args, threads = gemm.make_config("Float16", a_major, b_major, residue=True, d_vector=1)
+        out[f"gemm_{a_major}{b_major}_residue"] = (gemm.gemm_kernel,
+                                                   (A, A, D, D, 1.0, 0.5, *args), threads)
     return out
 
 
