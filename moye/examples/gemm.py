@@ -17,9 +17,11 @@ accumulation, D = alpha * A @ B^T + beta * C, on Ampere-style tensor cores.
   with `residue` and predicates every copy on coordinates from identity
   arrays tiled like the data: cp.async zero-fills what lies outside A and B
   (so a partial k-tile adds nothing), and the epilogue stores only inside D.
-  Divisible shapes run the unpredicated kernel. Each 16-byte cp.async moves 8
-  contiguous elements, so each operand's contiguous extent (K for a K-major
-  one, M or N otherwise) must be a multiple of 8 (`launch` says so otherwise).
+  Divisible shapes run the unpredicated kernel. A predicate covers a whole
+  vector, so vectors must not straddle an edge: each 16-byte cp.async moves 8
+  contiguous elements, and each operand's contiguous extent (K for a K-major
+  one, M or N otherwise) must be a multiple of 8 (`launch` says so
+  otherwise); D is written in the widest vectors (8, 4, 2, 1) dividing N.
 """
 import sys
 

@@ -45,6 +45,7 @@ def copy_if(*args):
         _check_arrays("copy_if", out, src)
         atom = CopyAtom(UniversalCopy(out.dtype), out.dtype)
         dst, src = _as_atoms(out), _as_atoms(src)
+        expected = f"dst {T.fmt(out.shape)} has {{n}} elements; give one predicate per element"
     elif len(args) == 4:
         op, pred, out, src = args
         atom = op.atom if isinstance(op, TiledCopy) else op
@@ -52,9 +53,11 @@ def copy_if(*args):
             raise TypeError(f"copy_if: expected a TiledCopy or CopyAtom first, got {op!r}")
         _check_arrays("copy_if", out, src)
         dst = out
+        expected = (f"dst {T.fmt(dst.shape)} holds {{n}} atoms (the size of its modes after "
+                    "the first); give one predicate per atom")
     else:
         raise TypeError("copy_if takes (pred, dst, src) or (copy, pred, dst, src)")
-    pred = _predicates(pred, dst)
+    pred = _predicates(pred, dst, expected)
     kernel_copy = getattr(dst.engine, "atom_copy_if", None) or \
         getattr(src.engine, "atom_copy_if", None)
     if kernel_copy is not None:
@@ -100,8 +103,9 @@ def atom_slice(a, r):
     return a[(None,) + tuple(coord)]
 
 
-def _predicates(pred, dst):
-    """The predicate values, one per atom of `dst`, as a list."""
+def _predicates(pred, dst, expected):
+    """The predicate values, one per atom of `dst`, as a list; `expected`
+    says how many there must be (formatted with n)."""
     n = T.product(_rest_shape(dst))
     if type(n) is not int:
         raise MoyeError(f"copy_if: dst {T.fmt(dst.shape)} repeats its atom a dynamic number "
@@ -114,8 +118,7 @@ def _predicates(pred, dst):
         pred = MoYeArray(pred)
     if size(pred) != n:
         raise ShapeError(f"copy_if: pred has shape {T.fmt(pred.shape)} ({size(pred)} values) "
-                         f"but dst {T.fmt(dst.shape)} holds {n} atoms (the size of its modes "
-                         "after the first); give one predicate per atom")
+                         f"but {expected.format(n=n)}")
     return [pred[i] for i in range(n)]
 
 
