@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
-#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm]...   (default: all)
+#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls]...   (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
 #     bench     benchmarks/kernels.py and benchmarks/launch_overhead.py
 #     gemm      benchmarks/gemm.py (the production GEMM against cuBLAS)
 #     sgemm     benchmarks/sgemm.py (the SIMT SGEMM against cuBLAS float32; SGEMM_ARGS)
+#     matmuls   benchmarks/matmuls.py (every issue-7 matmul against cuBLAS; MATMULS_ARGS)
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -89,6 +90,10 @@ fi
 if want sgemm; then
   python3 benchmarks/sgemm.py ${SGEMM_ARGS:-} --json "$OUT/sgemm.json" 2>&1 \
     | tee "$OUT/sgemm.log" || status=1
+fi
+if want matmuls; then
+  python3 benchmarks/matmuls.py ${MATMULS_ARGS:-} --json "$OUT/matmuls.json" 2>&1 \
+    | tee "$OUT/matmuls.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status
