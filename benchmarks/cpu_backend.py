@@ -72,11 +72,10 @@ def production_gemm(M, N, K, rng, alpha=0.5, beta=-1.5):
     B = rng.standard_normal((N, K)).astype(np.float16)
     C = rng.standard_normal((M, N)).astype(np.float16)
     D = np.full((M, N), np.nan, np.float16)
-    args, threads = gemm.make_config("Float16", "K", "K")
     ref = alpha * (A.astype(np.float64) @ B.astype(np.float64).T) + beta * C.astype(np.float64)
 
     def launch():
-        gemm.gemm_kernel[(M // 128, N // 128), threads](A, B, D, C, alpha, beta, *args)
+        gemm.launch(A, B, D, C, alpha=alpha, beta=beta)
     return bench("gemm (fp16, K-major, alpha 0.5, beta -1.5)", f"{M}x{N}x{K}", launch, D, ref)
 
 

@@ -205,12 +205,12 @@ def setup_gemm(torch, A, B, dtype):
     D = torch.empty(M, N, device="cuda", dtype=dt)
     p = Problem(torch, A, B, D)
     # gemm.launch's defaults for K-major operands and a row-major D, alpha 1, beta 0
-    bM, bN, bK = 128, 128, 32
+    bM, bN, bK = gemm.TILE["bM"], gemm.TILE["bN"], gemm.TILE["bK"]
     element = {"float16": "Float16", "bfloat16": "BFloat16"}[dtype]
     args, threads = gemm.make_config(element, "K", "K",
                                      residue=bool(M % bM or N % bN or K % bK),
                                      d_vector=next(v for v in (8, 4, 2, 1) if N % v == 0))
-    kernel = gemm.gemm_kernel[(-(-M // bM), -(-N // bN)), threads]
+    kernel = gemm.gemm_kernel[gemm.grid(M, N), threads]
     return p, lambda: kernel(A, B, D, D, 1.0, 0.0, *args)
 
 

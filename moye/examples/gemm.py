@@ -8,8 +8,12 @@ accumulation, D = alpha * A @ B^T + beta * C, on Ampere-style tensor cores.
 - Shared memory in swizzled layouts (Swizzle o (8, 64) atoms), written by
   cp.async in a multistage pipeline and read by ldmatrix (.trans for
   M/N-major operands) without bank conflicts.
-- mma.sync m16n8k16 tiled over 2x2 warps, each warp a 64x64 piece of the
-  128x128 block tile.
+- mma.sync m16n8k16 tiled over 4x2 warps, each warp a 64x64 piece of the
+  256x128 block tile (TILE; make_config takes others); the fragments of the
+  next k-block are read with ldmatrix while the current one is multiplied,
+  and the next tile's while the last k-block is.
+- Blocks ordered in columns of `group` tiles (tile_of_block), so the blocks
+  resident at once share their A and B tiles in L2.
 - An epilogue through shared memory: alpha * accumulators are converted and
   stored to a padded tile, then 16-byte vectors are read back and written to
   D with beta * C added, coalesced.
@@ -43,6 +47,19 @@ def copy_tile(copy, dst, src, coords, extents):
         copy_if(copy, make_copy_predicate(coords, extents), dst, src)
 
 
+def tile_of_block(M, N, bM, bN, group):
+    """The (m, n) tile of this block. With `group`, blocks run down columns of
+    `group` tiles (a 1-D grid), so the blocks resident at once share A's and
+    B's tiles in L2; else the 2-D grid's (block_idx.x, block_idx.y)."""
+    if not group:
+        return moye.block_idx.x, moye.block_idx.y
+    tiles_m, tiles_n = (M + bM - 1) // bM, (N + bN - 1) // bN
+    block, per_group = moye.block_idx.x, group * tiles_n
+    first_m = block // per_group * group
+    rows = moye.minimum(tiles_m - first_m, group)
+    return first_m + block % per_group % rows, block % per_group // rows
+
+
 def k_tile(partition, k):
     """Tile k of a (CPY, CPY_M, CPY_K, k) partition; None stays None."""
     return None if partition is None else partition[:, :, :, k]
@@ -50,10 +67,12 @@ def k_tile(partition, k):
 
 @moye.kernel
 def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, mma, s2r_A,
-                s2r_B, sC_layout, copy_C, stages: moye.Constexpr, residue: moye.Constexpr):
+                s2r_B, sC_layout, copy_C, stages: moye.Constexpr, residue: moye.Constexpr,
+                group: moye.Constexpr):
     bM, bK, bN = size(sA_layout, 0), size(sA_layout, 1), size(sB_layout, 0)
-    tid, bx, by = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y
+    tid = moye.thread_idx.x
     mA, mB, mD, mC = MoYeArray(A), MoYeArray(B), MoYeArray(D), MoYeArray(C)
+    bx, by = tile_of_block(size(mA, 0), size(mB, 0), bM, bN, group)
     sA = moye.shared_array(A.dtype, sA_layout)                  # (bM, bK, stages)
     sB = moye.shared_array(B.dtype, sB_layout)                  # (bN, bK, stages)
     gA = tile(mA, (bM, bK), (bx, None))                         # (bM, bK, k)
@@ -89,25 +108,41 @@ def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, m
             copy_tile(copy_B, tBsB[:, :, :, s], tBgB[:, :, :, s], k_tile(tBcB, s), shape(mB))
         moye.cp_async_commit()
 
-    # the main loop: wait for tile k, refill the stage read last time with tile
-    # k + stages - 1, and multiply tile k block by block from registers
+    # the main loop, pipelined in shared memory (tile k + stages - 1 is copied
+    # while tile k is multiplied) and in registers (k-block kb + 1 is read with
+    # ldmatrix while k-block kb is multiplied; the last k-block reads k-block 0
+    # of the next tile, after waiting for it)
+    k_blocks = size(tCrA, 2)
+    if k_blocks < 2:
+        raise moye.MoyeError(f"gemm: bK = {bK} gives {k_blocks} k-block of the MMA; the "
+                             "register pipeline needs two or more (bK >= 32)")
     smem_read, smem_write = 0, stages - 1
+    moye.cp_async_wait(stages - 2)              # tile 0 has landed (this thread's copies)
+    moye.sync_threads()                         # ... everyone's
+    copyto(s2r_A, tXrA[:, :, 0], tXsA[:, :, 0, smem_read])
+    copyto(s2r_B, tXrB[:, :, 0], tXsB[:, :, 0, smem_read])
     for k in range(k_tiles):
-        moye.cp_async_wait(stages - 2)          # tile k has landed (this thread's copies)
-        moye.sync_threads()                     # ... everyone's; the write stage is free
-        if k + stages - 1 < k_tiles:
-            k_next = k + stages - 1
-            copy_tile(copy_A, tAsA[:, :, :, smem_write], tAgA[:, :, :, k_next],
-                      k_tile(tAcA, k_next), shape(mA))
-            copy_tile(copy_B, tBsB[:, :, :, smem_write], tBgB[:, :, :, k_next],
-                      k_tile(tBcB, k_next), shape(mB))
-        moye.cp_async_commit()
-        for kb in range(size(tCrA, 2)):
-            copyto(s2r_A, tXrA[:, :, kb], tXsA[:, :, kb, smem_read])
-            copyto(s2r_B, tXrB[:, :, kb], tXsB[:, :, kb, smem_read])
+        smem_next = moye.ifelse(smem_read == stages - 1, 0, smem_read + 1)
+        for kb in range(k_blocks):
+            if kb == k_blocks - 1:
+                moye.cp_async_wait(stages - 2)  # tile k + 1 has landed, and every thread
+                moye.sync_threads()             # is done reading the stage written next
+                copyto(s2r_A, tXrA[:, :, 0], tXsA[:, :, 0, smem_next])
+                copyto(s2r_B, tXrB[:, :, 0], tXsB[:, :, 0, smem_next])
+            else:
+                copyto(s2r_A, tXrA[:, :, kb + 1], tXsA[:, :, kb + 1, smem_read])
+                copyto(s2r_B, tXrB[:, :, kb + 1], tXsB[:, :, kb + 1, smem_read])
+            if kb == 0:
+                if k + stages - 1 < k_tiles:
+                    k_next = k + stages - 1
+                    copy_tile(copy_A, tAsA[:, :, :, smem_write], tAgA[:, :, :, k_next],
+                              k_tile(tAcA, k_next), shape(mA))
+                    copy_tile(copy_B, tBsB[:, :, :, smem_write], tBgB[:, :, :, k_next],
+                              k_tile(tBcB, k_next), shape(mB))
+                moye.cp_async_commit()
             gemm(mma, tCrC, tCrA[:, :, kb], tCrB[:, :, kb], tCrC)
         smem_write = smem_read
-        smem_read = moye.ifelse(smem_read == stages - 1, 0, smem_read + 1)
+        smem_read = smem_next
 
     # epilogue: alpha * acc -> shared (converted), then 16-byte rows to D with beta * C
     tCsC = partition_C(thr_mma, sC)
@@ -133,11 +168,17 @@ def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, m
     copy_tile(copy_C, tDgD, out, tDcD, shape(mD))
 
 
-def make_config(dtype, a_major="K", b_major="K", bM=128, bN=128, bK=32, stages=4,
-                warps=(2, 2), residue=False, d_vector=8):
+# the default tile: the fastest on an H100 (benchmarks/RESULTS.md)
+TILE = {"bM": 256, "bN": 128, "bK": 64, "stages": 3, "warps": (4, 2), "group": 16}
+
+
+def make_config(dtype, a_major="K", b_major="K", bM=TILE["bM"], bN=TILE["bN"], bK=TILE["bK"],
+                stages=TILE["stages"], warps=TILE["warps"], group=TILE["group"], residue=False,
+                d_vector=8):
     """The static arguments of gemm_kernel for one data type and operand
     layout; `residue` predicates the copies (tiles that overhang A, B or D),
-    and the epilogue writes D in vectors of `d_vector` elements."""
+    the epilogue writes D in vectors of `d_vector` elements, and `group`
+    orders the blocks (0: a 2-D grid; see tile_of_block and `grid`)."""
     from moye import LDSM_U16x8_T, LDSM_U32x4_N, MMAOP_16x8x16_F32BF16BF16F32_TN, \
         MMAOP_16x8x16_F32F16F16F32_TN, CPOP_ASYNC_CACHEGLOBAL
     dtype = moye.as_element_type(dtype)
@@ -170,7 +211,14 @@ def make_config(dtype, a_major="K", b_major="K", bM=128, bN=128, bK=32, stages=4
     copy_C = make_tiled_copy(CopyAtom(moye.UniversalCopy(vector), dtype),
                              make_layout((threads // per_row, per_row), (per_row, 1)),
                              Layout((1, d_vector)))
-    return (sA, sB, copy_A, copy_B, mma, s2r_A, s2r_B, sC, copy_C, stages, residue), threads
+    return (sA, sB, copy_A, copy_B, mma, s2r_A, s2r_B, sC, copy_C, stages, residue,
+            group), threads
+
+
+def grid(M, N, bM=TILE["bM"], bN=TILE["bN"], group=TILE["group"], **_):
+    """The launch grid of gemm_kernel for an M x N result with this config."""
+    tiles = (-(-M // bM), -(-N // bN))
+    return (tiles[0] * tiles[1],) if group else tiles
 
 
 def launch(A, B, D, C=None, alpha=1.0, beta=0.0, **config):
@@ -194,12 +242,12 @@ def launch(A, B, D, C=None, alpha=1.0, beta=0.0, **config):
                 f"gemm: {what} = {extent} must be a multiple of 8 because {name} is "
                 f"{what}-major: each 16-byte cp.async copies 8 contiguous {dtype} elements of "
                 f"{name}; pad {name} or pass it {other}-major")
-    bM, bN, bK = config.get("bM", 128), config.get("bN", 128), config.get("bK", 32)
+    config = {**TILE, **config}
+    bM, bN, bK = config["bM"], config["bN"], config["bK"]
     config.setdefault("residue", bool(M % bM or N % bN or K % bK))
     config.setdefault("d_vector", next(v for v in (8, 4, 2, 1) if N % v == 0))
     args, threads = make_config(dtype, a_major, b_major, **config)
-    grid = (-(-M // bM), -(-N // bN))
-    gemm_kernel[grid, threads](A, B, D, C, float(alpha), float(beta), *args)
+    gemm_kernel[grid(M, N, **config), threads](A, B, D, C, float(alpha), float(beta), *args)
 
 
 def _check_shapes(A, B, D, C):

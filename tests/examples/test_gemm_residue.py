@@ -63,7 +63,7 @@ def test_gemm_residue_race_checked_in_bfloat16_without_c():
 
 def test_divisible_shapes_run_the_unpredicated_kernel():
     args, _ = gemm.make_config("Float16")
-    assert args[-1] is False                                   # residue
+    assert args[-2] is False                                   # residue
     A, B = operand(128, 64, "K", np.float16), operand(128, 64, "K", np.float16)
     D = np.full((128, 128), np.nan, np.float16)
     gemm.launch(A, B, D)
