@@ -70,6 +70,8 @@ if want examples; then
   python3 -m moye.examples.gemm 2>&1 | tee -a "$OUT/examples.log" || status=1
   python3 -m moye.examples.gemm 2048 2048 1024 bfloat16 2>&1 | tee -a "$OUT/examples.log" \
     || status=1
+  python3 -m moye.examples.gemm 1000 1000 1000 2>&1 | tee -a "$OUT/examples.log" || status=1
+  python3 -m moye.examples.sgemm 2>&1 | tee -a "$OUT/examples.log" || status=1
   for v in tf32 ldmatrix; do
     python3 -m moye.examples.tensor_core_matmul $v 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
