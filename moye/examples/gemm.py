@@ -15,8 +15,9 @@ accumulation, D = alpha * A @ B^T + beta * C, on Ampere-style tensor cores.
 - Blocks ordered in columns of `group` tiles (tile_of_block), so the blocks
   resident at once share their A and B tiles in L2.
 - An epilogue through shared memory: alpha * accumulators are converted and
-  stored to a padded tile, then 16-byte vectors are read back and written to
-  D with beta * C added, coalesced.
+  stored to a padded tile (in the main loop's A or B buffers where one holds
+  it), then 16-byte vectors are read back and written to D with beta * C
+  added, coalesced.
 - Any M, N, K: where the tiles do not divide them, the kernel is specialized
   with `residue` and predicates every copy on coordinates from identity
   arrays tiled like the data: cp.async zero-fills what lies outside A and B
@@ -31,6 +32,7 @@ import sys
 
 import moye
 from moye import (CopyAtom, Layout, MoYeArray, Swizzle, UInt128, composition, copy_if, copyto,
+                  cosize,
                   gemm, get_slice, make_copy_predicate, make_fragment_like, make_identity_array,
                   make_layout, make_tiled_copy, make_tiled_copy_A, make_tiled_copy_B,
                   make_tiled_mma, partition_C, partition_D, partition_fragment_A,
@@ -45,6 +47,16 @@ def copy_tile(copy, dst, src, coords, extents):
         copyto(copy, dst, src)
     else:
         copy_if(copy, make_copy_predicate(coords, extents), dst, src)
+
+
+def epilogue_buffer(dtype, layout, *buffers):
+    """Shared memory for the epilogue's tile: the first of the main loop's
+    buffers that holds it (the loop is done with them by then), else its own."""
+    for buf in buffers:
+        if buf.engine.dtype is moye.as_element_type(dtype) and \
+                cosize(layout) <= cosize(buf.layout):
+            return MoYeArray.view_of(buf.engine, layout)
+    return moye.shared_array(dtype, layout)
 
 
 def tile_of_block(M, N, bM, bN, group):
@@ -93,7 +105,7 @@ def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, m
     thr_mma = get_slice(mma, tid)
     tCrA = partition_fragment_A(thr_mma, sA[:, :, 0])             # (MMA, MMA_M, MMA_K)
     tCrB = partition_fragment_B(thr_mma, sB[:, :, 0])             # (MMA, MMA_N, MMA_K)
-    sC = moye.shared_array(D.dtype, sC_layout)                    # (bM, bN)
+    sC = epilogue_buffer(D.dtype, sC_layout, sA, sB)              # (bM, bN)
     tCrC = partition_fragment_C(thr_mma, sC)                      # (MMA, MMA_M, MMA_N)
     zeros_(tCrC)
     ldsm_a = get_slice(make_tiled_copy_A(s2r_A, mma), tid)
@@ -149,6 +161,8 @@ def gemm_kernel(A, B, D, C, alpha, beta, sA_layout, sB_layout, copy_A, copy_B, m
     tCrD = make_fragment_like(tCsC)
     for i in range(size(tCrD)):
         tCrD[i] = alpha * tCrC[i]
+    moye.cp_async_wait(0)                       # sC may be a pipeline buffer: all copies
+    moye.sync_threads()                         # into it and reads of it are done
     copyto(tCsC, tCrD)
     moye.sync_threads()
     thr_c = get_slice(copy_C, tid)
