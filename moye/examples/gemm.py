@@ -28,6 +28,7 @@ accumulation, D = alpha * A @ B^T + beta * C, on Ampere-style tensor cores.
   one, M or N otherwise) must be a multiple of 8 (`launch` says so
   otherwise); D is written in the widest vectors (8, 4, 2, 1) dividing N.
 """
+import functools
 import sys
 
 import moye
@@ -260,8 +261,16 @@ def launch(A, B, D, C=None, alpha=1.0, beta=0.0, **config):
     bM, bN, bK = config["bM"], config["bN"], config["bK"]
     config.setdefault("residue", bool(M % bM or N % bN or K % bK))
     config.setdefault("d_vector", next(v for v in (8, 4, 2, 1) if N % v == 0))
-    args, threads = make_config(dtype, a_major, b_major, **config)
+    args, threads = _config(dtype, a_major, b_major, tuple(sorted(
+        (k, tuple(v) if isinstance(v, list) else v) for k, v in config.items())))
     gemm_kernel[grid(M, N, **config), threads](A, B, D, C, float(alpha), float(beta), *args)
+
+
+@functools.lru_cache(maxsize=64)
+def _config(dtype, a_major, b_major, items):
+    """make_config, once per data type, operand layout and configuration
+    (building the tiled copies and MMA takes about half a millisecond)."""
+    return make_config(dtype, a_major, b_major, **dict(items))
 
 
 def _check_shapes(A, B, D, C):
