@@ -75,6 +75,8 @@ if want examples; then
   for v in tf32 ldmatrix; do
     python3 -m moye.examples.tensor_core_matmul $v 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
+  python3 -m moye.examples.tma_copy 2>&1 | tee -a "$OUT/examples.log" || status=1
+  python3 -m moye.examples.tma_copy 4096 8192 2>&1 | tee -a "$OUT/examples.log" || status=1
   for ex in vectorized_copy async_matmul tensor_core_double_buffer; do
     python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
   done

@@ -1,8 +1,10 @@
 """moye.kernel: Python functions traced into kernels (see frontend.py)."""
 from .builtins import *  # noqa: F401,F403
 from .builtins import __all__ as _builtins_all
+from .hopper import *  # noqa: F401,F403
+from .hopper import __all__ as _hopper_all
 from .control import range  # noqa: A004  (moye.range, not exported by *)
 from .frontend import CompiledKernel, KernelFunction, kernel
 from .tracer import KernelError
 
-__all__ = ["kernel", "KernelFunction", "CompiledKernel", "KernelError"] + _builtins_all
+__all__ = ["kernel", "KernelFunction", "CompiledKernel", "KernelError"] + _builtins_all + _hopper_all

@@ -212,7 +212,8 @@ def scalar_type(v):
 class Binding:
     """How the call's arguments map to kernel parameters: `kinds` holds
     (kind, name, info) per argument, kind "static" (info: the value),
-    "array" (an ArrayArg) or "scalar" (its element type)."""
+    "array" (an ArrayArg), "scalar" (its element type) or "tma" (a TMACopy,
+    whose tensor map is one parameter)."""
 
     def __init__(self, kinds, key, scalars):
         self.kinds, self.key, self.scalars = kinds, key, scalars
@@ -242,6 +243,10 @@ def bind_arguments(fn_sig, constexpr_names, args):
             kinds.append(("static", name, value))
             key.append(("static", static_key(value)))
             continue
+        if type(a).__name__ == "TMACopy":          # kernel/hopper.py: a tensor map
+            kinds.append(("tma", name, a))
+            key.append(("tma",) + a.key())
+            continue
         arr = as_array_arg(a, name)
         if arr is not None:
             kinds.append(("array", name, arr))
@@ -265,6 +270,8 @@ def runtime_values(binding, plan=None):
     for kind, name, info in binding.kinds:
         if kind == "scalar":
             out.append((info, binding.scalars[name]))
+        elif kind == "tma":
+            out.append(("tma", info))
         elif kind == "array":
             out.append(("ptr", info.ptr))
             out.extend(("shape", int(n)) for n in info.shape)

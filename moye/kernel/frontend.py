@@ -28,6 +28,7 @@ from . import ir
 from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F401
                         runtime_values, spec_text)
 from .builtins import Constexpr, register_allocate
+from .hopper import TMADescriptor
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, make_entry, make_key_reader
 from .memory import PointerEngine
 from .rewrite import rewrite_function
@@ -56,6 +57,12 @@ def _trace_arguments(builder, binding):
     for kind, name, info in binding.kinds:
         if kind == "static":
             values.append(info)
+            continue
+        if kind == "tma":
+            v = ir.Value(ir.TENSOR_MAP, f"p_{_identifier(name)}_")
+            params.append(ir.Param(name, ir.TENSOR_MAP, v, ir.TENSOR_MAP.nbytes))
+            plan.append(("tma", len(values), None))
+            values.append(TMADescriptor(info, v))
             continue
         if kind == "scalar":
             v = ir.Value(info, f"p_{_identifier(name)}_")
@@ -357,7 +364,7 @@ def _check_devices(binding, backend):
     """A clear error for an array the backend cannot reach."""
     want = "cuda" if backend == "cuda" else "cpu"
     for kind, name, info in binding.kinds:
-        if kind == "array" and info.device != want:
+        if kind in ("array", "tma") and info.device != want:
             where = "on the GPU" if info.device == "cuda" else "in host memory"
             raise MoyeError(f"argument '{name}' is {where}, but this launch runs on the "
                             f"{backend} backend")
@@ -366,7 +373,7 @@ def _check_devices(binding, backend):
 def _backend_of(binding):
     """"cuda" or "cpu" by the device of the first array argument."""
     for kind, _, info in binding.kinds:
-        if kind == "array":
+        if kind in ("array", "tma"):
             return "cuda" if info.device == "cuda" else "cpu"
     return None
 

@@ -26,6 +26,21 @@ class PtrType:
         return f"{self.elem}*{self.space}"
 
 
+@dataclass(frozen=True)
+class OpaqueType:
+    """A struct of `nbytes` passed to the kernel by value (a TMA tensor map:
+    "moye_tensor_map", 128 bytes, 64-byte aligned)."""
+    name: str
+    nbytes: int
+    align: int
+
+    def __repr__(self):
+        return self.name
+
+
+TENSOR_MAP = OpaqueType("moye_tensor_map", 128, 64)
+
+
 class Value:
     """A temporary defined once by an instruction (or a parameter / special register)."""
     __slots__ = ("id", "type", "hint")
@@ -172,6 +187,29 @@ def shared_bytes(kernel):
 #       (mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32)
 #   shfl(x, lane, width) [attrs: mode] -> x's type   mode: idx, up, down, bfly
 #       (__shfl_sync / _up / _down / _xor over the full warp)
+#
+# Hopper (kernel/hopper.py). An mbarrier is a UInt64 element (bar, bar_idx) of
+# a shared array; count, tx bytes and phase are Int32 operands.
+#   mbarrier_init(bar, bar_idx, count)          mbarrier.init: expect `count` arrivals
+#   mbarrier_arrive(bar, bar_idx)               mbarrier.arrive, one per executing thread
+#   mbarrier_arrive_expect_tx(bar, bar_idx, tx) mbarrier.arrive.expect_tx: tx more bytes, arrive
+#   mbarrier_try_wait(bar, bar_idx, phase) -> Bool   mbarrier.try_wait.parity: whether the
+#                                               phase of parity `phase` has completed
+#   mbarrier_wait(bar, bar_idx, phase)          try_wait.parity in a loop until it has
+#   fence_proxy_async()                         fence.proxy.async.shared::cta
+#   fence_barrier_init()                        fence.mbarrier_init.release.cluster
+#   tma_load(dst, dst_idx, bar, bar_idx, tmap, c0, ..., c{rank-1}) [attrs: rank, bytes]
+#       cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes:
+#       the box at coordinates c (elements, the tensor map's dimension order) into shared
+#       memory, completing `bytes` on the mbarrier; tmap a TENSOR_MAP parameter
+#   tma_store(tmap, src, src_idx, c0, ..., c{rank-1}) [attrs: rank, bytes]
+#       cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group: the reverse
+#   tma_store_commit()              cp.async.bulk.commit_group
+#   tma_store_wait() [attrs: n]     cp.async.bulk.wait_group.read n: shared memory of all
+#                                   but the newest n committed groups read
+SM90_OPS = frozenset("mbarrier_arrive_expect_tx mbarrier_try_wait mbarrier_wait fence_proxy_async "
+                     "fence_barrier_init tma_load tma_store tma_store_commit tma_store_wait"
+                     .split())
 PURE_OPS = frozenset("add sub mul div mod neg and or xor shl shr not lt le gt ge eq ne min max "
                      "abs select cast call special offset addr".split())
 
@@ -267,3 +305,12 @@ def eliminate_dead_code(kernel):
         kernel.body[:] = sweep(kernel.body)
         if not removed[0]:
             return kernel
+
+
+def instructions(body):
+    """Every Instr of a body, nested ones included, in order."""
+    for s in body:
+        if isinstance(s, Instr):
+            yield s
+        for child in _children(s):
+            yield from instructions(child)

@@ -128,3 +128,42 @@ def test_sgemm_compiles_without_spills(arch):
     log = module.log or ""
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
     assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 128, log
+
+
+def tma_specializations():
+    """The TMA example's kernels (Hopper only: TMA and mbarrier transactions)."""
+    from moye.examples import tma_copy
+    out = {}
+    for dtype in (np.float16, np.float32):
+        src = np.zeros((100, 72), dtype)
+        dst = np.zeros((72, 104), dtype)[:, :100]      # rows padded to 16 bytes
+        tile = tma_copy.swizzled_tile(64, dtype)
+        load = moye.make_tma_copy(moye.TMA_LOAD, src, tile)
+        store = moye.make_tma_copy(moye.TMA_STORE, src, tile)
+        out[f"tma_copy_{dtype.__name__}"] = (tma_copy.tma_copy_kernel, (load, store))
+        sq = tma_copy._square(dtype)
+        b = sq.shape[0]
+        out[f"tma_transpose_{dtype.__name__}"] = (
+            tma_copy.tma_transpose_kernel,
+            (moye.make_tma_copy(moye.TMA_LOAD, src, sq),
+             moye.make_tma_copy(moye.TMA_STORE, dst, sq), Layout((128 // b, b), (b, 1))))
+    return out
+
+
+@pytest.mark.parametrize("name", list(tma_specializations()))
+def test_tma_kernel_compiles_for_sm90a(name):
+    kern, args = tma_specializations()[name]
+    kernel, _, _ = kern.trace(*args, block=128)
+    source = BACKENDS["cuda"].source(kernel, (128, 1, 1))
+    assert "const __grid_constant__ moye_tensor_map" in source
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in source
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in source
+    module = BACKENDS["cuda"].compile_only(kernel, (128, 1, 1), "sm_90a")
+    assert module.cubin[:4] == b"\x7fELF"
+
+
+def test_mbarrier_try_wait_compiles_for_sm90a():
+    from tests.kernel.test_hopper_cpu import phases_kernel
+    kernel, _, _ = phases_kernel.trace(np.zeros((64, 5), np.int32), block=64)
+    module = BACKENDS["cuda"].compile_only(kernel, (64, 1, 1), "sm_90a")
+    assert module.cubin[:4] == b"\x7fELF"

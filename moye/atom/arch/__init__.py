@@ -14,12 +14,13 @@ MoYe.jl's 51 ops and the 24 4-bit integer ops that MoYe.jl leaves out
     >>> len(mma_ops_list)
     75
 """
-from . import sm70, sm75, sm80, sm90
+from . import sm70, sm75, sm80, sm90, tma
 from .sm70 import *  # noqa: F401,F403
 from .sm75 import *  # noqa: F401,F403
 from .sm80 import *  # noqa: F401,F403
 from .sm90 import *  # noqa: F401,F403
+from .tma import *  # noqa: F401,F403
 
 mma_ops_list = {op.name: op.ptx for op in sm70.SM70_OPS + sm75.SM75_OPS + sm80.SM80_OPS}
 
-__all__ = ["mma_ops_list"] + sm70.__all__ + sm75.__all__ + sm80.__all__ + sm90.__all__
+__all__ = ["mma_ops_list"] + sm70.__all__ + sm75.__all__ + sm80.__all__ + sm90.__all__ + tma.__all__

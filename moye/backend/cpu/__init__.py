@@ -6,6 +6,7 @@ import numpy as np
 from ...errors import MoyeError
 from .errors import ArgumentName
 from .interpreter import KernelRuntimeError, _Ptr, run_kernel
+from .tma import TensorMap
 
 
 def _linear_view(arr, name):
@@ -34,6 +35,11 @@ class CpuExecutable:
             if kind == "scalar":
                 p = next(it)
                 params[id(p.value)] = values_of(binding, name)
+                continue
+            if kind == "tma":
+                p = next(it)
+                buf = _linear_view(info.array.obj, name)
+                params[id(p.value)] = TensorMap(buf, info.args, name)
                 continue
             p = next(it)
             buf = _linear_view(info.obj, name)

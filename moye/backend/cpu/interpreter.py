@@ -8,7 +8,8 @@ one row per thread. Integer division and remainder follow C (truncation), 32-bit
 integers wrap as on the GPU.
 
 cp.async copies wait in per-thread groups until a cp.async.wait retires
-them (async_copy.py); warp-collective instructions (ldmatrix, stmatrix,
+them (async_copy.py); TMA loads land when a thread waits on their mbarrier
+(tma.py); warp-collective instructions (ldmatrix, stmatrix,
 mma.sync, shfl.sync) run per warp of 32 consecutive threads, emulated from
 the PTX ISA (collectives.py), and need every lane of the warp active.
 
@@ -26,6 +27,7 @@ from . import collectives
 from .async_copy import AsyncCopies
 from .errors import ArgumentName, KernelRuntimeError, where as _where
 from .race import RaceCheck
+from .tma import Hopper
 
 
 class _Ptr:
@@ -98,6 +100,7 @@ class _Block:
             self.env[a.id] = (a.space, np.zeros((rows, a.size), dtype=_np(a.elem)))
         self.race = RaceCheck(self) if race_check else None
         self.copies = AsyncCopies(self)
+        self.hopper = Hopper(self)
 
     # values ----------------------------------------------------------------
     def get(self, x):
@@ -244,6 +247,10 @@ class _Block:
             self.copies.wait(s, mask)
         elif op in _COLLECTIVES:
             _COLLECTIVES[op](self, s, mask)
+        elif op in _HOPPER:
+            out = _HOPPER[op](self.hopper, s, mask)
+            if r is not None:
+                self._masked_set(r, out, mask, t)
         elif op == "print":
             vals = [self.vec(x) for x in a]
             for lane in np.nonzero(mask)[0]:
@@ -340,6 +347,20 @@ class _Block:
 _CMP = {"lt", "le", "gt", "ge", "eq", "ne"}
 _COLLECTIVES = {"ldmatrix": collectives.ldmatrix, "stmatrix": collectives.stmatrix,
                 "mma": collectives.mma, "shfl": collectives.shfl}
+
+
+def _fence_proxy_async(h, s, mask):
+    if h.block.race is not None:
+        h.block.race.fence_proxy_async(np.nonzero(mask)[0])
+
+
+_HOPPER = {"mbarrier_init": Hopper.init, "mbarrier_arrive": Hopper.arrive,
+           "mbarrier_arrive_expect_tx": lambda h, s, mask: h.arrive(s, mask, tx=True),
+           "mbarrier_try_wait": Hopper.try_wait, "mbarrier_wait": Hopper.wait,
+           "fence_proxy_async": _fence_proxy_async, "fence_barrier_init": lambda h, s, mask: None,
+           "tma_load": Hopper.load, "tma_store": Hopper.store,
+           "tma_store_commit": lambda h, s, mask: h.commit(mask),
+           "tma_store_wait": Hopper.store_wait}
 
 
 def _pack(parts, dtype):

@@ -6,7 +6,12 @@ another thread that conflicts with it (a write after a read or a write, a
 read after a write) is a race: between two barriers the GPU gives the two
 no order. Bytes that a cp.async has been issued to write, but that no
 cp.async.wait has yet retired, are marked too: any access to them, by any
-thread, is an error, since the copy may land before or after it.
+thread, is an error, since the copy may land before or after it. So are
+bytes a TMA load will write until they land (at an mbarrier wait, which
+orders them for every thread), and bytes a TMA store is reading until a
+tma_store_wait (writing them is an error). A TMA store reading bytes that
+a thread wrote with ordinary stores and did not then fence with
+fence_proxy_async is an error too: the async proxy may not see them.
 """
 import numpy as np
 
@@ -24,6 +29,10 @@ class _Shadow:
         self.lane, self.loc = np.full(shape, -1, np.int64), np.zeros(shape, np.int64)
         self.async_lane = np.full(shape, -1, np.int64)
         self.async_loc = np.zeros(shape, np.int64)
+        self.bulk_lane = np.full(shape, -1, np.int64)      # a TMA store reading it
+        self.bulk_loc = np.zeros(shape, np.int64)
+        self.dirty_lane = np.full(shape, -1, np.int64)     # written, not fenced for the async proxy
+        self.dirty_loc = np.zeros(shape, np.int64)
 
 
 class RaceCheck:
@@ -33,6 +42,7 @@ class RaceCheck:
         self.block = block
         self.shadows = {}       # array id -> _Shadow
         self.locs, self.loc_index = [None], {}
+        self.tma_locs = set()       # loc indices of TMA loads (for the messages)
 
     def _shadow(self, arr):
         sh = self.shadows.get(arr.id)
@@ -67,7 +77,9 @@ class RaceCheck:
         self._conflicts(s, sh, lane, row, byte, itemsize, write)
         loc = self._loc(s.loc)
         if write:
+            self._not_bulk_read(s, sh, lane, row, byte, itemsize)
             sh.kind[row, byte], sh.lane[row, byte], sh.loc[row, byte] = WRITE, lane, loc
+            sh.dirty_lane[row, byte], sh.dirty_loc[row, byte] = lane, loc
         else:
             fresh = sh.kind[row, byte] == NONE
             r, b = row[fresh], byte[fresh]
@@ -88,19 +100,84 @@ class RaceCheck:
         sh.async_lane[row, byte] = -1
         sh.kind[row, byte], sh.lane[row, byte], sh.loc[row, byte] = WRITE, lane, self._loc(loc)
 
+    # -- TMA --------------------------------------------------------------------------
+    def async_issue_bytes(self, s, arr, lane, row, byte, itemsize):
+        """A TMA load by `lane` will write these bytes of block row `row`."""
+        n = len(byte)
+        lanes, rows = np.full(n, lane, np.int64), np.full(n, row, np.int64)
+        sh = self._shadow(arr)
+        self._not_pending(s, sh, lanes, rows, byte, itemsize, True)
+        self._not_bulk_read(s, sh, lanes, rows, byte, itemsize)
+        self._conflicts(s, sh, lanes, rows, byte, itemsize, True)
+        loc = self._loc(s.loc)
+        self.tma_locs.add(loc)
+        sh.async_lane[row, byte], sh.async_loc[row, byte] = lane, loc
+
+    def async_land(self, arr, row, byte):
+        """The TMA load landed, ordered by the mbarrier for the threads that wait."""
+        sh = self._shadow(arr)
+        sh.async_lane[row, byte] = -1
+        sh.kind[row, byte] = NONE
+        sh.dirty_lane[row, byte] = -1
+
+    def bulk_read(self, s, arr, lane, row, byte, itemsize):
+        """A TMA store by `lane` reads these bytes until a tma_store_wait retires it."""
+        n = len(byte)
+        lanes, rows = np.full(n, lane, np.int64), np.full(n, row, np.int64)
+        sh = self._shadow(arr)
+        self._not_pending(s, sh, lanes, rows, byte, itemsize, False)
+        self._conflicts(s, sh, lanes, rows, byte, itemsize, False)
+        hit = np.nonzero(sh.dirty_lane[row, byte] >= 0)[0]
+        if hit.size:
+            i = byte[hit[0]]
+            b = self.block
+            raise KernelRuntimeError(
+                f"{where(s.loc)}\n  the TMA store by thread {b._tid(lane)} of block "
+                f"{b._bid(lane)} reads shared memory (element {i // itemsize}) that thread "
+                f"{b._tid(sh.dirty_lane[row, i])} wrote at "
+                f"{where(self.locs[sh.dirty_loc[row, i]])} with ordinary stores: the writer must call fence_proxy_async() before the "
+                "barrier, or the copy engine may not see them")
+        sh.bulk_lane[row, byte], sh.bulk_loc[row, byte] = lane, self._loc(s.loc)
+
+    def bulk_retire(self, arr, row, byte):
+        self._shadow(arr).bulk_lane[row, byte] = -1
+
+    def fence_proxy_async(self, lanes):
+        """fence.proxy.async by `lanes`: their writes are visible to the async proxy."""
+        for sh in self.shadows.values():
+            hit = np.isin(sh.dirty_lane, lanes)
+            sh.dirty_lane[hit] = -1
+
+    def _not_bulk_read(self, s, sh, lane, row, byte, itemsize):
+        hit = np.nonzero(sh.bulk_lane[row, byte] >= 0)[0]
+        if hit.size:
+            i = hit[0]
+            b = self.block
+            blane = sh.bulk_lane[row[i], byte[i]]
+            raise KernelRuntimeError(
+                f"{where(s.loc)}\n  thread {b._tid(lane[i])} of block {b._bid(lane[i])} writes "
+                f"shared memory (element {byte[i] // itemsize}) that a TMA store by thread "
+                f"{b._tid(blane)} at {where(self.locs[sh.bulk_loc[row[i], byte[i]]])} may still "
+                "be reading: tma_store_wait first (and sync_threads when another thread "
+                "issued it)")
+
     def _not_pending(self, s, sh, lane, row, byte, itemsize, write):
         hit = np.nonzero(sh.async_lane[row, byte] >= 0)[0]
         if hit.size:
             i = hit[0]
             b = self.block
             plane = sh.async_lane[row[i], byte[i]]
-            ploc = self.locs[sh.async_loc[row[i], byte[i]]]
+            loc_index = sh.async_loc[row[i], byte[i]]
+            ploc = self.locs[loc_index]
+            what, fix = ("a TMA load", "wait on its mbarrier first (mbarrier_wait)") \
+                if loc_index in self.tma_locs else \
+                ("a cp.async", "retire the copy with cp_async_wait first (and sync_threads "
+                               "when another thread issued it)")
             raise KernelRuntimeError(
                 f"{where(s.loc)}\n  thread {b._tid(lane[i])} of block {b._bid(lane[i])} "
                 f"{'writes' if write else 'reads'} shared memory (element "
-                f"{byte[i] // itemsize}) that a cp.async by thread {b._tid(plane)} at "
-                f"{where(ploc)} has not finished writing: retire the copy with cp_async_wait "
-                "first (and sync_threads when another thread issued it)")
+                f"{byte[i] // itemsize}) that {what} by thread {b._tid(plane)} at "
+                f"{where(ploc)} has not finished writing: {fix}")
 
     def _conflicts(self, s, sh, lane, row, byte, itemsize, write):
         kind, plane = sh.kind[row, byte], sh.lane[row, byte]

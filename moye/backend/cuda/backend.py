@@ -22,7 +22,8 @@ class CudaExecutable:
         if smem > 48 * 1024 and smem > self.smem_limit_set:
             self.function.set_max_dynamic_shared_memory(smem)
             self.smem_limit_set = smem
-        args = [(_ctype(t), v) for t, (_, v) in zip(self.param_types, values)]
+        args = [(_ctype(t), v if kind != "tma" else driver.tensor_map_bytes(v))
+                for t, (kind, v) in zip(self.param_types, values)]
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream)
 
 
@@ -111,11 +112,16 @@ class _KernelInfo:
 def _type_name(t):
     if isinstance(t, ir.PtrType):
         return f"ptr:{t.elem.name}:{t.space}"
+    if isinstance(t, ir.OpaqueType):
+        return f"opaque:{t.name}:{t.nbytes}:{t.align}"
     return t.name
 
 
 def _type(name):
     from ...types import as_element_type
+    if name.startswith("opaque:"):
+        _, n, nbytes, align = name.split(":")
+        return ir.OpaqueType(n, int(nbytes), int(align))
     if name.startswith("ptr:"):
         _, elem, space = name.split(":")
         return ir.PtrType(as_element_type(elem), space)
@@ -132,6 +138,9 @@ def _ctype(t):
     """How a kernel parameter of IR type `t` travels to cuLaunchKernel."""
     if isinstance(t, ir.PtrType):
         return ctypes.c_uint64
+    if isinstance(t, ir.OpaqueType):
+        from .driver import raw_kind
+        return raw_kind(t.nbytes)
     try:
         return _CTYPES[t.name]
     except KeyError:
@@ -176,6 +185,7 @@ class CudaBackend:
         from . import driver, nvrtc
         arch = arch or driver.device_arch()
         check_shared_memory(kernel, arch)
+        check_architecture(kernel, arch)
         source = self.source(kernel, block)
         module = nvrtc.compile_cuda(source, [kernel.name], arch)
         function = driver.load_module(module.cubin).get_function(kernel.name)
@@ -208,6 +218,7 @@ class CudaBackend:
     def compile_only(self, kernel, block, arch):
         """NVRTC compilation without a GPU (for CI): the cubin bytes."""
         from . import nvrtc
+        check_architecture(kernel, arch)
         return nvrtc.compile_cuda(self.source(kernel, block), [kernel.name], arch)
 
 
@@ -232,3 +243,17 @@ def check_shared_memory(kernel, arch):
             lines.append(f"  {a.size * a.elem.bits // 8} bytes at {where}")
     raise MoyeError(f"kernel '{kernel.name}' needs {total} bytes of shared memory, more than "
                     f"the {limit} an {arch} block may use:\n" + "\n".join(lines))
+
+
+def check_architecture(kernel, arch):
+    """A clear error when a kernel uses instructions its target lacks (TMA,
+    mbarrier transactions and the async-proxy fences need sm_90)."""
+    digits = "".join(c for c in arch if c.isdigit())
+    if not digits or int(digits) >= 90:
+        return
+    for s in ir.instructions(kernel.body):
+        if s.op in ir.SM90_OPS:
+            where = f" ({s.loc.file.rsplit('/', 1)[-1]}:{s.loc.line}: {s.loc.text})" \
+                if s.loc else ""
+            raise MoyeError(f"kernel '{kernel.name}' uses {s.op}{where}, a Hopper instruction, "
+                            f"but compiles for {arch}; it needs sm_90 or later (arch='sm_90a')")

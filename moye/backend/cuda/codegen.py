@@ -23,6 +23,9 @@ typedef long long int64_t;
 typedef unsigned long long uint64_t;
 """
 
+# CUtensorMap without cuda.h: 128 opaque bytes, 64-byte aligned
+TENSOR_MAP_STRUCT = "struct __align__(64) moye_tensor_map { uint64_t opaque[16]; };\n"
+
 _CTYPE = {"Bool": "bool", "Float16": "half", "BFloat16": "__nv_bfloat16", "TFloat32": "float",
           "Float32": "float", "Float64": "double", "Int8": "int8_t", "UInt8": "uint8_t",
           "Int16": "int16_t", "UInt16": "uint16_t", "Int32": "int", "UInt32": "uint32_t",
@@ -224,6 +227,8 @@ def generate(kernel, block_threads=None):
             params.append(f"{ctype(p.type)} {w.name(p.value)}")
     bounds = f"__launch_bounds__({block_threads}) " if block_threads else ""
     w.lines.append(PRELUDE)
+    if any(isinstance(p.type, ir.OpaqueType) for p in kernel.params):
+        w.lines.append(TENSOR_MAP_STRUCT)
     w.lines.append(f'extern "C" __global__ void {bounds}{kernel.name}(' + ", ".join(params) + ") {")
     ind = "  "
     dyn = [a for a in kernel.arrays if a.space == "shared" and kernel.dynamic_smem]
@@ -346,6 +351,97 @@ def _emit_shfl(w, s, ind, decl):
                 f"{w.operand(width)});")
 
 
+# -- Hopper: mbarriers, fences, TMA ----------------------------------------------------
+def _bar_addr(w, s, at):
+    return _smem_addr(w, s.args[at], s.args[at + 1])
+
+
+def _emit_mbarrier_init(w, s, ind, decl):
+    w.emit(ind, f'asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: '
+                f'"r"({_bar_addr(w, s, 0)}), "r"({w.operand(s.args[2])}) : "memory");')
+
+
+def _emit_mbarrier_arrive(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\\n" '
+                f':: "r"({_bar_addr(w, s, 0)}) : "memory");')
+
+
+def _emit_mbarrier_arrive_expect_tx(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, '
+                f'[%0], %1; }}\\n" :: "r"({_bar_addr(w, s, 0)}), '
+                f'"r"({w.operand(s.args[2])}) : "memory");')
+
+
+_TRY_WAIT = ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+             "selp.u32 %0, 1, 0, p; }\\n")
+
+
+def _emit_mbarrier_try_wait(w, s, ind, decl):
+    done = w.name(s.result) + "_u"
+    w.emit(ind, f"uint32_t {done};")
+    w.emit(ind, f'asm volatile("{_TRY_WAIT}" : "=r"({done}) : "r"({_bar_addr(w, s, 0)}), '
+                f'"r"({w.operand(s.args[2])}) : "memory");')
+    w.emit(ind, f"{decl}{done} != 0;")
+
+
+def _emit_mbarrier_wait(w, s, ind, decl):
+    w.emit(ind, "{")
+    w.emit(ind + "  ", f"const uint32_t bar = {_bar_addr(w, s, 0)};")
+    w.emit(ind + "  ", "uint32_t done;")
+    w.emit(ind + "  ", f'do {{ asm volatile("{_TRY_WAIT}" : "=r"(done) : "r"(bar), '
+                       f'"r"({w.operand(s.args[2])}) : "memory"); }} while (!done);')
+    w.emit(ind, "}")
+
+
+def _emit_fence_proxy_async(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
+
+
+def _emit_fence_barrier_init(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
+
+
+def _tmap(w, x):
+    return f"reinterpret_cast<uint64_t>(&{w.operand(x)})"
+
+
+def _emit_tma_load(w, s, ind, decl):
+    dst, idx, bar, bar_idx, tmap, *coords = s.args
+    r = s.attrs["rank"]
+    text = (f"cp.async.bulk.tensor.{r}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+            f"[%0], [%1, {_brace(3, r)}], [%2]")
+    inputs = [("r", _smem_addr(w, dst, idx)), ("l", _tmap(w, tmap)),
+              ("r", _smem_addr(w, bar, bar_idx))] + [("r", w.operand(c)) for c in coords]
+    w.emit(ind, f'asm volatile("{text};\\n" :: ' + ", ".join(f'"{c}"({x})' for c, x in inputs)
+                + ' : "memory");')
+
+
+def _emit_tma_store(w, s, ind, decl):
+    tmap, src, idx, *coords = s.args
+    r = s.attrs["rank"]
+    text = f"cp.async.bulk.tensor.{r}d.global.shared::cta.bulk_group [%0, {_brace(2, r)}], [%1]"
+    inputs = [("l", _tmap(w, tmap)), ("r", _smem_addr(w, src, idx))] + \
+        [("r", w.operand(c)) for c in coords]
+    w.emit(ind, f'asm volatile("{text};\\n" :: ' + ", ".join(f'"{c}"({x})' for c, x in inputs)
+                + ' : "memory");')
+
+
+def _emit_tma_store_commit(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("cp.async.bulk.commit_group;\\n" ::: "memory");')
+
+
+def _emit_tma_store_wait(w, s, ind, decl):
+    w.emit(ind, f'asm volatile("cp.async.bulk.wait_group.read {int(s.attrs["n"])};\\n" ::: '
+                '"memory");')
+
+
 _COLLECTIVE = {"cp_async": _emit_cp_async, "cp_async_commit": _emit_commit,
                "cp_async_wait": _emit_wait, "ldmatrix": _emit_ldmatrix,
-               "stmatrix": _emit_stmatrix, "mma": _emit_mma, "shfl": _emit_shfl}
+               "stmatrix": _emit_stmatrix, "mma": _emit_mma, "shfl": _emit_shfl,
+               "mbarrier_init": _emit_mbarrier_init, "mbarrier_arrive": _emit_mbarrier_arrive,
+               "mbarrier_arrive_expect_tx": _emit_mbarrier_arrive_expect_tx,
+               "mbarrier_try_wait": _emit_mbarrier_try_wait, "mbarrier_wait": _emit_mbarrier_wait,
+               "fence_proxy_async": _emit_fence_proxy_async,
+               "fence_barrier_init": _emit_fence_barrier_init, "tma_load": _emit_tma_load,
+               "tma_store": _emit_tma_store, "tma_store_commit": _emit_tma_store_commit,
+               "tma_store_wait": _emit_tma_store_wait}

@@ -25,7 +25,8 @@ __all__ = ["init", "device_count", "device_arch", "compute_capability", "device_
            "driver_version", "max_shared_memory_per_block_optin", "load_module", "Module",
            "Function", "ParamPack", "Launcher", "launch", "pack", "raw_launch", "raise_error",
            "stream_handle", "relaunch", "synchronize", "alloc", "free", "copy_to_device",
-           "copy_to_host", "memset_d8"]
+           "copy_to_host", "memset_d8", "encode_tensor_map", "tensor_map_bytes",
+           "tensor_map_call"]
 
 _state = {}
 _tls = threading.local()
@@ -590,3 +591,43 @@ def memset_d8(ptr, byte, nbytes):
     """Fill `nbytes` at `ptr` with `byte` (to poison outputs before a test)."""
     init()
     _check(_cu().cuMemsetD8(ptr, byte, nbytes), "cuMemsetD8")
+
+
+# -- TMA tensor maps -------------------------------------------------------------------
+
+def tensor_map_call(args):
+    """The arguments of cuda.bindings' cuTensorMapEncodeTiled for `args`
+    (moye.atom.arch.tma.TensorMapArgs), in order, enums as cuda.bindings'
+    (no GPU needed); its lists take cuuint64_t / cuuint32_t values."""
+    cu = _cu()
+    u64 = lambda xs: [cu.cuuint64_t(int(x)) for x in xs]  # noqa: E731
+    u32 = lambda xs: [cu.cuuint32_t(int(x)) for x in xs]  # noqa: E731
+    return (cu.CUtensorMapDataType["CU_TENSOR_MAP_DATA_TYPE_" + args.data_type], args.rank,
+            args.global_address, u64(args.global_dim), u64(args.global_strides),
+            u32(args.box_dim), u32(args.element_strides),
+            cu.CUtensorMapInterleave["CU_TENSOR_MAP_INTERLEAVE_" + args.interleave],
+            cu.CUtensorMapSwizzle["CU_TENSOR_MAP_SWIZZLE_" + args.swizzle],
+            cu.CUtensorMapL2promotion["CU_TENSOR_MAP_L2_PROMOTION_" + args.l2_promotion],
+            cu.CUtensorMapFloatOOBfill["CU_TENSOR_MAP_FLOAT_OOB_FILL_" + args.oob_fill])
+
+
+def encode_tensor_map(args):
+    """The 128 bytes of the CUtensorMap that cuTensorMapEncodeTiled makes
+    from `args` (moye.atom.arch.tma.TensorMapArgs)."""
+    init()
+    result = _cu().cuTensorMapEncodeTiled(*tensor_map_call(args))
+    if result[0] != 0:
+        _raise(result[0], "cuTensorMapEncodeTiled", f"arguments: {args}")
+    tensor_map = result[1]
+    raw = bytes((ctypes.c_char * 128).from_address(tensor_map.getPtr()))
+    if len(raw) != 128:
+        raise MoyeError(f"cuTensorMapEncodeTiled gave {len(raw)} bytes, expected 128")
+    return raw
+
+
+def tensor_map_bytes(tma):
+    """The tensor map of a TMACopy (encoded once, kept on it)."""
+    raw = getattr(tma, "_cuda_tensor_map", None)
+    if raw is None:
+        raw = tma._cuda_tensor_map = encode_tensor_map(tma.args)
+    return raw

@@ -1,0 +1,253 @@
+"""mbarriers and TMA on the CPU backend: phases and parities, transaction
+bytes, out-of-bounds zeros, the TMA example at awkward sizes (exact,
+batched and race-checked), and the errors: deadlocks, races with TMA,
+bad tiles, and compiling for a GPU without TMA."""
+import contextlib
+
+import numpy as np
+import pytest
+
+import moye
+from moye import Layout, MoyeError, Swizzle, composition
+from moye.backend.cpu import KernelRuntimeError, race_checking
+from moye.examples import tma_copy
+
+rng = np.random.default_rng(8)
+
+
+def padded(shape, dtype):
+    """A row-major array whose rows are padded to 16 bytes, as a view."""
+    M, N = shape
+    per = 16 // np.dtype(dtype).itemsize
+    return rng.standard_normal((M, -(-N // per) * per)).astype(dtype)[:, :N]
+
+
+@pytest.fixture(params=["batched", "race_checked"])
+def mode(request):
+    with race_checking() if request.param == "race_checked" else contextlib.nullcontext():
+        yield
+
+
+@moye.kernel
+def phases_kernel(out):
+    bars = moye.mbarrier_array(3)
+    tid = moye.thread_idx.x
+    if tid == 0:
+        moye.mbarrier_init(bars[0], 64)
+        moye.mbarrier_init(bars[1], 32)
+        moye.mbarrier_init(bars[2], 32)
+    moye.sync_threads()
+    out[tid, 0] = moye.mbarrier_try_wait(bars[0], 0)      # nobody arrived yet
+    moye.mbarrier_arrive(bars[0])
+    out[tid, 1] = moye.mbarrier_try_wait(bars[0], 0)      # phase 0 complete
+    out[tid, 2] = moye.mbarrier_try_wait(bars[0], 1)      # phase 1 is not
+    moye.mbarrier_arrive(bars[0])
+    moye.mbarrier_wait(bars[0], 1)
+    out[tid, 3] = moye.mbarrier_try_wait(bars[0], 0)      # phase 2 (parity 0) is not
+    moye.mbarrier_arrive_expect_tx(bars[1 + tid % 2], 4)  # 4 bytes each, never delivered
+    out[tid, 4] = moye.mbarrier_try_wait(bars[1 + tid % 2], 0)
+
+
+def test_mbarrier_phases(mode):
+    out = np.full((64, 5), 7, np.int32)
+    phases_kernel[1, 64](out)
+    np.testing.assert_array_equal(out, np.tile([0, 1, 0, 0, 0], (64, 1)))
+
+
+@moye.kernel
+def tx_kernel(out, load, thread_layout):
+    """The tile at (m0, n0) (may overhang the array) to out through shared memory."""
+    smem = moye.shared_array(load.dtype, load.smem_layout, align=1024)
+    bar = moye.mbarrier()
+    tid = moye.thread_idx.x
+    if tid == 0:
+        moye.mbarrier_init(bar, 1)
+    moye.sync_threads()
+    if tid == 0:
+        moye.mbarrier_arrive_expect_tx(bar, load.bytes)
+        moye.tma_load(load, smem, (-8, 60), bar)
+    moye.mbarrier_wait(bar, 0)
+    dst = moye.parallelize(moye.MoYeArray(out), thread_layout, tid)
+    src = moye.parallelize(smem, thread_layout, tid)
+    for i in range(moye.size(src)):
+        dst[i] = src[i]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_tma_load_fills_out_of_bounds_with_zeros(mode, dtype):
+    src = padded((20, 70), dtype)
+    tile = tma_copy.swizzled_tile(16, dtype)
+    load = moye.make_tma_copy(moye.TMA_LOAD, src, tile)
+    bN = load.tile[1]
+    out = np.full((16, bN), np.nan, dtype)
+    tx_kernel[1, 128](out, load, Layout((128 // bN, bN), (bN, 1)))
+    want = np.zeros((16, bN), dtype)
+    want[8:16, 0:10] = src[0:8, 60:70]
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("M, N", [(100, 72), (130, 37), (64, 64), (1, 9)])
+def test_tma_copy_example(mode, dtype, M, N):
+    src = padded((M, N), dtype)
+    dst = padded((M, N), dtype)
+    dst[...] = np.nan
+    tma_copy.copy(dst, src)
+    np.testing.assert_array_equal(dst, src)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("M, N", [(100, 72), (33, 130)])
+def test_tma_transpose_example(mode, dtype, M, N):
+    src = padded((M, N), dtype)
+    dst = padded((N, M), dtype)
+    dst[...] = np.nan
+    tma_copy.transpose(dst, src)
+    np.testing.assert_array_equal(dst, src.T)
+
+
+@moye.kernel
+def copy3d_kernel(load, store):
+    smem = moye.shared_array(load.dtype, load.smem_layout)
+    bar = moye.mbarrier()
+    b0, b1, b2 = load.tile
+    at = (moye.block_idx.z * b0, moye.block_idx.y * b1, moye.block_idx.x * b2)
+    if moye.thread_idx.x == 0:
+        moye.mbarrier_init(bar, 1)
+        moye.mbarrier_arrive_expect_tx(bar, load.bytes)
+        moye.tma_load(load, smem, at, bar)
+        moye.mbarrier_wait(bar, 0)
+        moye.tma_store(store, at, smem)
+        moye.tma_store_commit()
+        moye.tma_store_wait(0)
+
+
+def test_tma_3d(mode):
+    src = rng.standard_normal((3, 40, 64)).astype(np.float16)
+    dst = np.full_like(src, np.nan)
+    tile = Layout((2, 8, 32), (256, 32, 1))
+    load = moye.make_tma_copy(moye.TMA_LOAD, src, tile)
+    store = moye.make_tma_copy(moye.TMA_STORE, dst, tile)
+    copy3d_kernel[(2, 5, 2), 32](load, store)
+    np.testing.assert_array_equal(dst, src)
+
+
+# -- errors ---------------------------------------------------------------------------------
+@moye.kernel
+def faulty_kernel(load, store, fault: moye.Constexpr):
+    sA = moye.shared_array(load.dtype, load.smem_layout, align=1024)
+    bar = moye.mbarrier()
+    tid = moye.thread_idx.x
+    if tid == 0:
+        moye.mbarrier_init(bar, 2 if fault == "deadlock" else 1)
+    moye.sync_threads()
+    if tid == 0:
+        moye.mbarrier_arrive_expect_tx(bar, load.bytes + (2 if fault == "tx" else 0))
+        moye.tma_load(load, sA, (0, 0), bar)
+    t = moye.parallelize(sA, Layout((4, 32), (32, 1)), tid)
+    if fault == "no_wait":
+        t[0] = t[0] + 1.0
+    moye.mbarrier_wait(bar, 0)
+    for i in range(moye.size(t)):
+        t[i] = t[i] + 1.0
+    if fault != "no_fence":
+        moye.fence_proxy_async()
+    moye.sync_threads()
+    if tid == 0:
+        moye.tma_store(store, (0, 0), sA)
+        moye.tma_store_commit()
+        if fault != "overwrite":
+            moye.tma_store_wait(0)
+    moye.sync_threads()
+    t[0] = 0.0
+
+
+@pytest.mark.parametrize("fault, match", [
+    ("deadlock", "deadlock: thread .* waits for phase 0 of mbarrier 0, which can never "
+     "complete: 1 of its 2 arrivals missing"),
+    ("tx", "deadlock: .* 2 transaction bytes expected that no pending TMA load brings"),
+    ("no_wait", "reads shared memory .* that a TMA load by thread .* has not finished "
+     "writing: wait on its mbarrier first"),
+    ("no_fence", "the TMA store .* reads shared memory .* that thread .* wrote at .* with "
+     "ordinary stores: the writer must call fence_proxy_async"),
+    ("overwrite", "writes shared memory .* that a TMA store by thread .* may still be "
+     "reading: tma_store_wait first"),
+])
+def test_faults_are_reported(fault, match):
+    src = padded((64, 32), np.float32)
+    dst = np.zeros_like(src)
+    tile = tma_copy.swizzled_tile(64, np.float32)
+    load = moye.make_tma_copy(moye.TMA_LOAD, src, tile)
+    store = moye.make_tma_copy(moye.TMA_STORE, dst, tile)
+    with race_checking(), pytest.raises(KernelRuntimeError, match=match):
+        faulty_kernel[1, 128](load, store, fault)
+
+
+@moye.kernel
+def spin_kernel(out):
+    bar = moye.mbarrier()
+    if moye.thread_idx.x == 0:
+        moye.mbarrier_init(bar, 1)
+    moye.sync_threads()
+    while not moye.mbarrier_try_wait(bar, 0):
+        out[0] = 1
+
+
+def test_spinning_on_try_wait_raises():
+    with pytest.raises(KernelRuntimeError, match="after 1000 fruitless mbarrier_try_wait"):
+        spin_kernel[1, 32](np.zeros(1, np.int32))
+
+
+@moye.kernel
+def uninitialized_kernel(out):
+    moye.mbarrier_arrive(moye.mbarrier())
+
+
+def test_uninitialized_mbarrier():
+    with pytest.raises(KernelRuntimeError, match="before mbarrier_init"):
+        uninitialized_kernel[1, 32](np.zeros(1, np.int32))
+
+
+@moye.kernel
+def misuse_kernel(load, store, what: moye.Constexpr):
+    smem = moye.shared_array(load.dtype, load.smem_layout, align=128 if what == "align" else 1024)
+    other = moye.shared_array(load.dtype, Layout(load.tile), align=1024)
+    bar = moye.mbarrier()
+    if what == "op":
+        moye.tma_load(store, smem, (0, 0), bar)
+    elif what == "layout":
+        moye.tma_load(load, other, (0, 0), bar)
+    elif what == "coords":
+        moye.tma_load(load, smem, (0,), bar)
+    elif what == "bar":
+        moye.tma_load(load, smem, (0, 0), smem)
+    else:
+        moye.tma_load(load, smem, (0, 0), bar)
+
+
+@pytest.mark.parametrize("what, match", [
+    ("op", "was made for TMA_STORE; make one with TMA_LOAD"),
+    ("layout", "the tile's layout .* is not the copy's"),
+    ("coords", "1 coordinates for a rank-2 array"),
+    ("bar", "expected an mbarrier"),
+    ("align", r"must start 1024-byte aligned .* align=1024"),
+])
+def test_tracing_errors(what, match):
+    src = padded((64, 64), np.float16)
+    tile = tma_copy.swizzled_tile(64, np.float16)
+    load = moye.make_tma_copy(moye.TMA_LOAD, src, tile)
+    store = moye.make_tma_copy(moye.TMA_STORE, src, tile)
+    with pytest.raises(MoyeError, match=match):
+        misuse_kernel.trace(load, store, what, block=32)
+
+
+def test_sm80_target_is_refused():
+    from moye.kernel.frontend import BACKENDS
+    src = padded((64, 64), np.float16)
+    tile = tma_copy.swizzled_tile(64, np.float16)
+    load = moye.make_tma_copy(moye.TMA_LOAD, src, tile)
+    store = moye.make_tma_copy(moye.TMA_STORE, src, tile)
+    kernel = tma_copy.tma_copy_kernel.trace(load, store, block=128)[0]
+    with pytest.raises(MoyeError, match="uses fence_barrier_init .* a Hopper "
+                                         "instruction, but compiles for sm_80"):
+        BACKENDS["cuda"].compile_only(kernel, (128, 1, 1), "sm_80")
