@@ -21,7 +21,9 @@ argument by argument:
   whether its address is 16-byte aligned, its device, and whether it needs
   64-bit indices (checked first against a cheap bound on its extents);
 - an int: whether it fits in 32 bits; a float or a bool: its type;
-- a static argument: its value.
+- a static argument: its value;
+- a TMACopy (kernel/hopper.py): its `spec` (op, element type, tile, device);
+  the backend gets the TMACopy and passes its tensor map.
 
 Arrays are read by kind: a torch tensor by data_ptr(), shape, stride(),
 dtype and is_cuda; a CuPy array by data.ptr, shape, strides and dtype;
@@ -52,10 +54,12 @@ def not_mine(args, smem, stream, backend):
 
 def arg_kind(a, annotated):
     """How an argument is read: "static", "torch", "cupy", "array", "int",
-    "scalar", or None where moye cannot take it."""
+    "scalar", "tma", or None where moye cannot take it."""
     if is_static(a, annotated):
         return "static"
     t = type(a)
+    if t.__name__ == "TMACopy":
+        return "tma"
     module = t.__module__
     if module.startswith("torch") and hasattr(a, "data_ptr"):
         return "torch"
@@ -94,6 +98,10 @@ class _Arg:
         self.steps, self.values, self.width = [], [], None
         if kind == "static":
             self._part(*((x, "value") if _by_value(a) else (f"static_key({x})", "!=")))
+            return
+        if kind == "tma":
+            self._part(f"{x}.spec", "!=")
+            self.values.append(x)
             return
         if kind == "int":
             self._part(f"-2147483648 <= {x} < 2147483648", "is not")
@@ -194,7 +202,8 @@ def make_key_reader(names, defaults, constexpr_names, args):
     _compile(source, f"key of {', '.join(names)}", env)
     key_of = env["key_of"]
     key_of.source = source
-    key_of.kinds = tuple("array" if a.width else "scalar" for a in spec if a.values)
+    key_of.kinds = tuple("array" if a.width else "tma" if a.kind == "tma" else "scalar"
+                         for a in spec if a.values)
     return key_of
 
 

@@ -52,11 +52,12 @@ class TMACopy:
         self.tile = tuple(args.box_dim[perm.index(k)] for k in range(args.rank))
         self.bytes = args.box_bytes
         self._offsets = None
+        self.spec = (self.op.name, self.dtype.name, self.perm, self.tile, self.args.swizzle,
+                     repr(self.smem_layout), self.device)
 
     def key(self):
-        """What a kernel specialized for this copy depends on."""
-        return (self.op.name, self.dtype.name, self.perm, self.tile, self.args.swizzle,
-                repr(self.smem_layout))
+        """What a kernel specialized for this copy depends on (and its device)."""
+        return self.spec
 
     def smem_offsets(self):
         if self._offsets is None:

@@ -89,3 +89,17 @@ def test_sass_has_tma_instructions(torch, tmp_path):
     path.write_bytes(exe.cubin)
     sass = subprocess.run([cuobjdump, "-sass", str(path)], capture_output=True, text=True).stdout
     assert "UTMALDG" in sass and "UTMASTG" in sass, sass
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_pipelined_loads_flip_phases(torch, stages):
+    from moye import Swizzle, composition
+    from moye.examples import tma_copy
+    from tests.kernel.test_hopper_cpu import pipelined_kernel
+    src = torch.randn(4096, 1024, device="cuda")
+    dst = torch.full_like(src, float("nan"))
+    ring = composition(Swizzle(3, 2, 3), Layout((16, 32, stages), (32, 1, 16 * 32)))
+    load = moye.make_tma_copy(moye.TMA_LOAD, src, tma_copy.swizzled_tile(16, np.float32))
+    pipelined_kernel[1024 // 32, 128](dst, load, ring, Layout((4, 32), (32, 1)), stages)
+    torch.cuda.synchronize()
+    assert torch.equal(dst, src)

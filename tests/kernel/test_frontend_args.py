@@ -466,3 +466,40 @@ def test_launch_buffers_are_per_call(fake_cuda):
     sent = {(b + 16 * i, b + 16 * i, i) for b in (0x100000, 0x200000) for i in range(300)}
     got = [(r["values"][0], r["values"][2], r["values"][3]) for r in fake_cuda.launches[1:]]
     assert len(got) == 600 and set(got) == sent
+
+
+@moye.kernel
+def tma_kernel(load, store, n):
+    smem = moye.shared_array(load.dtype, load.smem_layout, align=1024)
+    bar = moye.mbarrier()
+    moye.mbarrier_init(bar, 1)
+    moye.mbarrier_arrive_expect_tx(bar, load.bytes)
+    moye.tma_load(load, smem, (n, 0), bar)
+    moye.mbarrier_wait(bar, 0)
+    moye.tma_store(store, (n, 0), smem)
+
+
+def test_tma_copies_take_the_fast_path(fake_cuda):
+    """A TMACopy's tensor map (here a stand-in: no driver to encode it) is a
+    128-byte parameter; new copies of the same kind reuse the launch function."""
+    _fresh(tma_kernel)
+    tile = moye.composition(moye.Swizzle(3, 3, 3), moye.Layout((8, 64), (64, 1)))
+    for i in range(3):
+        a = TorchLike(0x10000 * (i + 1), (100, 64), (64, 1), "float16")
+        b = TorchLike(0x90000 * (i + 1), (100, 64), (64, 1), "float16")
+        load, store = moye.make_tma_copy(moye.TMA_LOAD, a, tile), \
+            moye.make_tma_copy(moye.TMA_STORE, b, tile)
+        load._cuda_tensor_map = bytes(range(1 + i, 129 + i))
+        store._cuda_tensor_map = bytes(range(2 + i, 130 + i))
+        tma_kernel[13, 32](load, store, 8 * i)
+        assert fake_cuda.launches[-1]["values"] == [load._cuda_tensor_map,
+                                                    store._cuda_tensor_map, 8 * i]
+    assert fake_cuda.compiled[0] == 1 and len(fake_cuda.launches) == 3
+    assert "fallback" in tma_kernel[13, 32].__code__.co_freevars
+    plain = moye.Layout((8, 64), (64, 1))            # another tile: another specialization
+    other = moye.make_tma_copy(moye.TMA_LOAD, a, plain)
+    other_store = moye.make_tma_copy(moye.TMA_STORE, b, plain)
+    other._cuda_tensor_map = other_store._cuda_tensor_map = bytes(range(5, 133))
+    tma_kernel[13, 32](other, other_store, 0)
+    assert fake_cuda.compiled[0] == 2
+    assert fake_cuda.launches[-1]["values"][0] == other._cuda_tensor_map

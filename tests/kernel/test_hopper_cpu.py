@@ -132,6 +132,53 @@ def test_tma_3d(mode):
     np.testing.assert_array_equal(dst, src)
 
 
+@moye.kernel
+def pipelined_kernel(dst, load, ring_layout, thread_layout, stages: moye.Constexpr):
+    """Block b copies column tile b of src, its tiles down the rows in a
+    run-time loop, through `stages` shared tiles that TMA loads fill
+    stages - 1 tiles ahead, each on its own mbarrier whose phase flips."""
+    bM, bN = load.tile
+    ring = moye.shared_array(load.dtype, ring_layout, align=1024)
+    bars = moye.mbarrier_array(stages)
+    tid = moye.thread_idx.x
+    n0 = moye.block_idx.x * bN
+    ntiles = (dst.shape[0] + bM - 1) // bM
+    if tid == 0:
+        for s in range(stages):
+            moye.mbarrier_init(bars[s], 1)
+    moye.sync_threads()
+    if tid == 0:
+        for s in range(stages - 1):
+            if s < ntiles:
+                moye.mbarrier_arrive_expect_tx(bars[s], load.bytes)
+                moye.tma_load(load, ring[:, :, s], (s * bM, n0), bars[s])
+    for t in range(ntiles):
+        ahead = t + stages - 1
+        if tid == 0:
+            if ahead < ntiles:
+                moye.mbarrier_arrive_expect_tx(bars[ahead % stages], load.bytes)
+                moye.tma_load(load, ring[:, :, ahead % stages], (ahead * bM, n0),
+                              bars[ahead % stages])
+        s = t % stages
+        moye.mbarrier_wait(bars[s], (t // stages) % 2)
+        src = moye.parallelize(ring[:, :, s], thread_layout, tid)
+        out = moye.parallelize(moye.tile(moye.MoYeArray(dst), (bM, bN), (t, moye.block_idx.x)),
+                               thread_layout, tid)
+        for i in range(moye.size(src)):
+            out[i] = src[i]
+        moye.sync_threads()
+
+
+def test_pipelined_loads_flip_phases(mode):
+    src = rng.standard_normal((7 * 16, 64)).astype(np.float32)
+    dst = np.full_like(src, np.nan)
+    stages = 3
+    ring = composition(Swizzle(3, 2, 3), Layout((16, 32, stages), (32, 1, 16 * 32)))
+    load = moye.make_tma_copy(moye.TMA_LOAD, src, tma_copy.swizzled_tile(16, np.float32))
+    pipelined_kernel[2, 128](dst, load, ring, Layout((4, 32), (32, 1)), stages)
+    np.testing.assert_array_equal(dst, src)
+
+
 # -- errors ---------------------------------------------------------------------------------
 @moye.kernel
 def faulty_kernel(load, store, fault: moye.Constexpr):

@@ -33,7 +33,7 @@ class CudaExecutable:
         use. In scope: `gx, gy, gz` (the grid), `smem` (bytes beyond the
         kernel's own), `stream` (None for the current one), and `values`:
         per argument that is not static, the names of an array's address
-        and shape, or of a scalar's value. The strides are this binding's,
+        and shape, of a scalar's value, or of a TMACopy. The strides are this binding's,
         constants in the lines.
 
         The values go into a parameter buffer with one struct call, and
@@ -44,12 +44,14 @@ class CudaExecutable:
         from . import driver
         kinds = tuple(_ctype(t) for t in self.param_types)
         exprs = []
-        arrays = iter(info for kind, _, info in binding.kinds if kind == "array")
-        for names in values:
-            if len(names) == 1:                 # a scalar
+        arguments = [(kind, info) for kind, _, info in binding.kinds if kind != "static"]
+        for (kind, info), names in zip(arguments, values):
+            if kind == "scalar":
                 exprs.append(names[0])
                 continue
-            info = next(arrays)
+            if kind == "tma":                   # the TMACopy's tensor map
+                exprs.append(f"_cu_tensor_map({names[0]})")
+                continue
             ptr, shape = names
             unit = info.key()[3]
             exprs.append(ptr)
@@ -67,7 +69,8 @@ class CudaExecutable:
                "_cu_current_stream": current_stream_getter(),
                "_cu_stream_handle": driver.stream_handle, "_cu_more_smem": self._more_smem,
                "_cu_launch": cu.cuLaunchKernel, "_cu_OK": cu.CUresult.CUDA_SUCCESS,
-               "_cu_function": self.function.handle, "_cu_failed": self._launch_failed}
+               "_cu_function": self.function.handle, "_cu_failed": self._launch_failed,
+               "_cu_tensor_map": driver.tensor_map_bytes}
         bx, by, bz = block
         lines = [
             "try:",
