@@ -167,3 +167,13 @@ def test_mbarrier_try_wait_compiles_for_sm90a():
     kernel, _, _ = phases_kernel.trace(np.zeros((64, 5), np.int32), block=64)
     module = BACKENDS["cuda"].compile_only(kernel, (64, 1, 1), "sm_90a")
     assert module.cubin[:4] == b"\x7fELF"
+
+
+def test_tensor_map_parameters_survive_the_disk_cache_metadata():
+    import ctypes
+    from moye.backend.cuda import backend
+    from moye.kernel import ir
+    name = backend._type_name(ir.TENSOR_MAP)
+    assert name == "opaque:moye_tensor_map:128:64"
+    assert backend._type(name) == ir.TENSOR_MAP
+    assert ctypes.sizeof(backend._ctype(ir.TENSOR_MAP)) == 128
