@@ -77,6 +77,9 @@ if want examples; then
   done
   python3 -m moye.examples.tma_copy 2>&1 | tee -a "$OUT/examples.log" || status=1
   python3 -m moye.examples.tma_copy 4096 8192 2>&1 | tee -a "$OUT/examples.log" || status=1
+  python3 -m moye.examples.wgmma_matmul 2>&1 | tee -a "$OUT/examples.log" || status=1
+  python3 -m moye.examples.wgmma_matmul 512 768 1024 256 2>&1 | tee -a "$OUT/examples.log" \
+    || status=1
   for ex in vectorized_copy async_matmul tensor_core_double_buffer; do
     python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
   done

@@ -260,6 +260,9 @@ def mma_atom(atom, d, a, b, c):
     """D = A * B^T + C over (V, M, K) x (V, N, K) -> (V, M, N) register
     fragments, one mma.sync per (m, n, k); k outermost, n serpentine."""
     op = atom.op
+    if op.info.get("kind") == "wgmma":
+        from .wgmma import wgmma_atom
+        return wgmma_atom(atom, d, a, b, c)
     regs = op.info["registers"]
     what = f"gemm({op})"
     M, N, K = size(a, 1), size(b, 1), size(a, 2)

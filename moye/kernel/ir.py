@@ -207,9 +207,19 @@ def shared_bytes(kernel):
 #   tma_store_commit()              cp.async.bulk.commit_group
 #   tma_store_wait() [attrs: n]     cp.async.bulk.wait_group.read n: shared memory of all
 #                                   but the newest n committed groups read
+#   wgmma(d, d_regs, a, a_idx, b, b_idx) [attrs: ptx, a_desc, b_desc]
+#       wgmma.mma_async (ptx: the spelling): D (the registers d_regs of d, in place) +=
+#       A * B^T, A and B read by 64-bit descriptors: the shared address of a[a_idx]
+#       (b[b_idx]) >> 4 in bits 0-13, OR the attr's other bits (LBO, SBO, swizzle)
+#   wgmma_fence() / wgmma_commit()  wgmma.fence / wgmma.commit_group (.sync.aligned)
+#   wgmma_wait() [attrs: n]         wgmma.wait_group.sync.aligned n
+#   wgmma_fence_operand(d, d_regs)  an empty asm that reads and writes the registers, so the
+#                                   compiler keeps their accesses on their side of it
 SM90_OPS = frozenset("mbarrier_arrive_expect_tx mbarrier_try_wait mbarrier_wait fence_proxy_async "
-                     "fence_barrier_init tma_load tma_store tma_store_commit tma_store_wait"
+                     "fence_barrier_init tma_load tma_store tma_store_commit tma_store_wait "
+                     "wgmma wgmma_fence wgmma_commit wgmma_wait"
                      .split())
+SM90A_OPS = frozenset("wgmma wgmma_fence wgmma_commit wgmma_wait".split())  # and sm_90
 PURE_OPS = frozenset("add sub mul div mod neg and or xor shl shr not lt le gt ge eq ne min max "
                      "abs select cast call special offset addr".split())
 

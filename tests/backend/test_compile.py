@@ -169,6 +169,24 @@ def test_mbarrier_try_wait_compiles_for_sm90a():
     assert module.cubin[:4] == b"\x7fELF"
 
 
+@pytest.mark.parametrize("bN", [64, 128, 256])
+def test_wgmma_matmul_compiles_for_sm90a(bN):
+    from moye.examples import wgmma_matmul
+    A = np.ones((128, 128), np.float16)
+    load_a, load_b, mma = wgmma_matmul.tiles(A, np.ones((bN, 128), np.float16), bN)
+    kernel, _, _ = wgmma_matmul.wgmma_matmul_kernel.trace(np.zeros((128, bN), np.float32), load_a,
+                                                          load_b, mma, 2, block=128)
+    source = BACKENDS["cuda"].source(kernel, (128, 1, 1))
+    assert source.count("wgmma.fence.sync.aligned;") == 1
+    assert source.count(f"wgmma.mma_async.sync.aligned.m64n{bN}k16.f32.f16.f16 ") == 4
+    assert source.count("wgmma.commit_group.sync.aligned;") == 1
+    assert source.count("wgmma.wait_group.sync.aligned 0;") == 1
+    # 128B swizzle (1 << 62), SBO 1024 bytes, LBO 16 bytes, the start address >> 4
+    assert source.count("0x4000004000010000ull | ") == 8
+    module = BACKENDS["cuda"].compile_only(kernel, (128, 1, 1), "sm_90a")
+    assert module.cubin[:4] == b"\x7fELF"
+
+
 def test_tensor_map_parameters_survive_the_disk_cache_metadata():
     import ctypes
     from moye.backend.cuda import backend

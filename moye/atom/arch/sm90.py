@@ -16,9 +16,25 @@ Thread-value layouts, as CuTe's GMMA traits describe them:
 - A or B in shared memory: not distributed over threads; every thread
   "holds" the whole (64,K) or (N,K) tile (thread stride 0), as CuTe says.
   Its shared-memory layout (K- or MN-major, swizzle) is the tile's business.
+
+In shared memory wgmma reads a tile through a 64-bit matrix descriptor (PTX
+ISA, "Matrix Descriptor Format"): start address >> 4 (bits 0-13), leading
+dimension byte offset >> 4 (16-29), stride dimension byte offset >> 4
+(32-45), swizzle mode (62-63: 0 none, 1 128B, 2 64B, 3 32B). The ISA's
+canonical K-major layouts are made of 8-row "core matrices" of 16-byte
+rows: without swizzle a core matrix is 128 contiguous bytes, LBO steps
+along K and SBO along the rows; with a W-byte swizzle the
+8 rows are W bytes apart (K contiguous within them), SBO steps 8 rows, and
+the address bits [4, 4+b) are XORed with [7, 7+b) (b = log2(W/16)).
+`gmma_smem_layout` makes such layouts (CuTe: GMMA::Layout_K_SW128_Atom
+tiled to a shape); `gmma_descriptor` derives a descriptor's fields from a
+layout, or says why none can express it.
 """
+import numpy as np
+
 from ...errors import MoyeError
-from ...layout import Layout
+from ...layout import Layout, composition, size
+from ...layout.swizzle import ComposedLayout, Swizzle
 from ...types import BFloat16, Float16, Float32, TFloat32, as_element_type
 from ..mma import MMAOp
 from .mma_sync import ptx_type, type_letters
@@ -110,6 +126,89 @@ def _make_wgmma(n, a_type, b_type, c_type, a_source, a_major, b_major):
                  min_sm=90, cute_name=cute_name)
 
 
+# descriptor swizzle mode (bits 62-63) by swizzle width in bytes; 16 is "no swizzle"
+SWIZZLE_MODE = {16: 0, 128: 1, 64: 2, 32: 3}
+
+
+def gmma_smem_layout(dtype, major, swizzle, shape):
+    """A (rows, k) shared-memory layout that wgmma reads with a descriptor:
+    K-major, swizzled by 128, 64 or 32 bytes or not at all (swizzle 0).
+    CuTe: tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, shape) (and _SW64,
+    _SW32, _INTER).
+        >>> gmma_smem_layout(Float16, "K", 128, (64, 64))
+        Sw<3,3,3> o 0 o ((8,8),(64,1)):((64,512),(1,4096))
+    """
+    t = as_element_type(dtype)
+    ebytes = t.bits // 8
+    if major != "K":
+        raise MoyeError(f"gmma_smem_layout: major = {major!r}; only K-major ('K') tiles are "
+                        "supported so far")
+    width = 16 if swizzle in (0, None) else swizzle
+    if width not in SWIZZLE_MODE or t.bits not in (16, 32):
+        raise MoyeError(f"gmma_smem_layout: swizzle = {swizzle!r} bytes for {t}; use 0, 32, 64 "
+                        "or 128 with a 16- or 32-bit type")
+    rows, k = shape
+    cols = width // ebytes
+    if rows % 8 or k % cols:
+        raise MoyeError(f"gmma_smem_layout: shape {shape}: rows must be a multiple of 8 and k of "
+                        f"{cols} ({width} bytes of {t})")
+    layout = Layout(((8, rows // 8), (cols, k // cols)), ((cols, 8 * cols), (1, rows * cols)))
+    if width == 16:
+        return layout
+    return composition(Swizzle(width.bit_length() - 5, 4 - (ebytes.bit_length() - 1), 3), layout)
+
+
+def gmma_descriptor(layout, dtype, rows, k, what="wgmma"):
+    """(start, LBO, SBO, swizzle width) of the descriptor that reads the K-major
+    (rows, k) operand tile whose value v = row + rows * kk lies at `layout(v)`
+    (the first rows * k values of a larger layout: its first k columns)
+    (a Layout, or a Swizzle composed with one): `start` the element offset of
+    (0, 0) before the swizzle, the offsets in bytes, width 16 for no swizzle.
+        >>> gmma_descriptor(gmma_smem_layout(Float16, "K", 128, (64, 64)), Float16, 64, 16)
+        (0, 16, 1024, 128)
+        >>> gmma_descriptor(gmma_smem_layout(Float16, "K", 0, (64, 16)), Float16, 64, 16)
+        (0, 1024, 128, 16)
+    """
+    ebytes = as_element_type(dtype).bits // 8
+    outer = None
+    if isinstance(layout, ComposedLayout):
+        outer, offset, inner = layout.outer, layout.offset, layout.inner
+    else:
+        offset, inner = 0, layout
+    width = 16
+    if outer is not None:
+        bits = getattr(outer, "bits", None)
+        if not (isinstance(outer, Swizzle) and bits in (0, 1, 2, 3) and
+                (bits == 0 or (outer.base == 4 - (ebytes.bit_length() - 1) and outer.shift == 3))):
+            raise MoyeError(f"{what}: the shared-memory tile {layout} is swizzled by {outer}; a "
+                            "wgmma descriptor swizzles 32, 64 or 128 bytes (Swizzle(b, "
+                            f"{4 - (ebytes.bit_length() - 1)}, 3) for {dtype}); make the tile "
+                            "with gmma_smem_layout")
+        width = 16 << bits if bits else 16
+    if not isinstance(offset, int) or not isinstance(size(inner), int) or size(inner) < rows * k:
+        raise MoyeError(f"{what}: the tile {layout} is not a static ({rows},{k}) tile")
+    pre = np.array([inner(v) for v in range(rows * k)], np.int64).reshape(k, rows).T
+    start = int(pre[0, 0]) + offset
+    got = (pre - pre[0, 0]) * ebytes
+    r, kb = np.arange(rows)[:, None], np.arange(k)[None, :] * ebytes
+    sbo = int(got[8, 0]) if rows > 8 else 8 * width
+    lbo = (int(got[0, 16 // ebytes]) if k * ebytes > 16 else 16) if width == 16 else 16
+    want = (r % 8) * width + (r // 8) * sbo + kb % 16 + (kb // 16) * (lbo if width == 16 else 16)
+    if not np.array_equal(got, want) or (start * ebytes) % 16 or \
+            any(x % 16 or not 0 < x < 1 << 18 for x in (lbo, sbo)):
+        swz = f"a {width}-byte swizzle" if width > 16 else "no swizzle"
+        raise MoyeError(f"{what}: no wgmma descriptor reads the ({rows},{k}) tile {layout} of "
+                        f"{dtype}: with {swz} it must be K-major in 8-row core matrices, rows "
+                        f"{width} bytes apart, 16-byte aligned; make it with "
+                        f"gmma_smem_layout({dtype}, 'K', {width if width > 16 else 0}, shape)")
+    return start, lbo, sbo, width
+
+
+def descriptor_bits(lbo, sbo, width):
+    """The descriptor's bits other than the start address."""
+    return ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (SWIZZLE_MODE[width] << 62)
+
+
 def _named_ops():
     ops = []
     for n in (64, 128, 256):
@@ -122,4 +221,4 @@ def _named_ops():
 
 SM90_OPS = _named_ops()
 globals().update({op.name: op for op in SM90_OPS})
-__all__ = ["wgmma_op"] + [op.name for op in SM90_OPS]
+__all__ = ["wgmma_op", "gmma_smem_layout", "gmma_descriptor"] + [op.name for op in SM90_OPS]

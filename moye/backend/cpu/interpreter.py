@@ -23,7 +23,7 @@ import numpy as np
 
 from ...errors import MoyeError
 from ...kernel import ir
-from . import collectives
+from . import collectives, wgmma
 from .async_copy import AsyncCopies
 from .errors import ArgumentName, KernelRuntimeError, where as _where
 from .race import RaceCheck
@@ -346,7 +346,11 @@ class _Block:
 
 _CMP = {"lt", "le", "gt", "ge", "eq", "ne"}
 _COLLECTIVES = {"ldmatrix": collectives.ldmatrix, "stmatrix": collectives.stmatrix,
-                "mma": collectives.mma, "shfl": collectives.shfl}
+                "mma": collectives.mma, "shfl": collectives.shfl, "wgmma": wgmma.wgmma,
+                # a wgmma completes when issued (wgmma.py): nothing to fence or wait for
+                "wgmma_fence": lambda b, s, mask: None, "wgmma_commit": lambda b, s, mask: None,
+                "wgmma_wait": lambda b, s, mask: None,
+                "wgmma_fence_operand": lambda b, s, mask: None}
 
 
 def _fence_proxy_async(h, s, mask):

@@ -253,10 +253,17 @@ def check_architecture(kernel, arch):
     mbarrier transactions and the async-proxy fences need sm_90)."""
     digits = "".join(c for c in arch if c.isdigit())
     if not digits or int(digits) >= 90:
+        if digits and int(digits) == 90 and not arch.endswith("a"):
+            for s in ir.instructions(kernel.body):
+                if s.op in ir.SM90A_OPS:
+                    raise MoyeError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, which "
+                                    f"needs the arch-specific target sm_90a, not {arch}")
         return
     for s in ir.instructions(kernel.body):
         if s.op in ir.SM90_OPS:
-            where = f" ({s.loc.file.rsplit('/', 1)[-1]}:{s.loc.line}: {s.loc.text})" \
-                if s.loc else ""
-            raise MoyeError(f"kernel '{kernel.name}' uses {s.op}{where}, a Hopper instruction, "
+            raise MoyeError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, a Hopper instruction, "
                             f"but compiles for {arch}; it needs sm_90 or later (arch='sm_90a')")
+
+
+def _where(s):
+    return f" ({s.loc.file.rsplit('/', 1)[-1]}:{s.loc.line}: {s.loc.text})" if s.loc else ""

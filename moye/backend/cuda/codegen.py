@@ -435,6 +435,50 @@ def _emit_tma_store_wait(w, s, ind, decl):
                 '"memory");')
 
 
+# -- Hopper: wgmma (sm_90a) -------------------------------------------------------------
+def _emit_wgmma(w, s, ind, decl):
+    d, dw, a, ai, b, bi = s.args
+    c, regs = _reg_type(d), _regs(w, d, dw)
+    n = len(regs)
+    descs = []
+    for name, base, idx, bits in (("da", a, ai, s.attrs["a_desc"]),
+                                  ("db", b, bi, s.attrs["b_desc"])):
+        descs.append(f"const uint64_t {name} = {bits:#x}ull | static_cast<uint64_t>"
+                     f"(({_smem_addr(w, base, idx)} & 0x3FFFFu) >> 4);")
+    # scale-d (a predicate: 1, accumulate), scale-a, scale-b; the transpose immediates
+    # exist only for 16-bit inputs
+    ptx = s.attrs["ptx"]
+    trans = ", 0, 0" if ptx.endswith(("f16.f16", "bf16.bf16")) else ""
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, %{n + 2}, 0; {ptx} {_brace(0, n)}, "
+            f"%{n}, %{n + 1}, p, 1, 1{trans}; }}")
+    w.emit(ind, "{")
+    for line in descs:
+        w.emit(ind + "  ", line)
+    w.emit(ind + "  ", f'asm volatile("{text}\\n" : ' + ", ".join(f'"+{c}"({r})' for r in regs)
+           + ' : "l"(da), "l"(db), "r"(1) : "memory");')
+    w.emit(ind, "}")
+
+
+def _emit_wgmma_fence_operand(w, s, ind, decl):
+    d, dw = s.args
+    c = _reg_type(d)
+    for r in _regs(w, d, dw):
+        w.emit(ind, f'asm volatile("" : "+{c}"({r}) :: "memory");')
+
+
+def _emit_wgmma_fence(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");')
+
+
+def _emit_wgmma_commit(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");')
+
+
+def _emit_wgmma_wait(w, s, ind, decl):
+    w.emit(ind, f'asm volatile("wgmma.wait_group.sync.aligned {int(s.attrs["n"])};\\n" ::: '
+                '"memory");')
+
+
 _COLLECTIVE = {"cp_async": _emit_cp_async, "cp_async_commit": _emit_commit,
                "cp_async_wait": _emit_wait, "ldmatrix": _emit_ldmatrix,
                "stmatrix": _emit_stmatrix, "mma": _emit_mma, "shfl": _emit_shfl,
@@ -444,4 +488,6 @@ _COLLECTIVE = {"cp_async": _emit_cp_async, "cp_async_commit": _emit_commit,
                "fence_proxy_async": _emit_fence_proxy_async,
                "fence_barrier_init": _emit_fence_barrier_init, "tma_load": _emit_tma_load,
                "tma_store": _emit_tma_store, "tma_store_commit": _emit_tma_store_commit,
-               "tma_store_wait": _emit_tma_store_wait}
+               "tma_store_wait": _emit_tma_store_wait, "wgmma": _emit_wgmma,
+               "wgmma_fence": _emit_wgmma_fence, "wgmma_commit": _emit_wgmma_commit,
+               "wgmma_wait": _emit_wgmma_wait, "wgmma_fence_operand": _emit_wgmma_fence_operand}

@@ -1,0 +1,146 @@
+"""Hopper's warpgroup MMA in kernels: gemm with a wgmma TiledMMA, and the
+builtins that order its asynchronous work.
+
+`gemm(tiled_mma, D, A, B, D)` takes a thread's partitions: A (SS) and B
+are shared-memory tiles, (V, M, K) and (V, N, K) with V one instruction's
+(64, k) or (N, k) tile, in a layout a matrix descriptor can express (see
+moye.atom.arch.sm90: gmma_smem_layout); D is the register fragment of
+partition_fragment_C, holding each thread's accumulators in PTX order. It
+emits wgmma.fence, one wgmma.mma_async per (m, n, k) with descriptors made
+from each tile's shared address and the fields derived from its layout
+(D += A * B^T: the accumulator is read and written in place), and
+wgmma.commit_group. Read D only after wgmma_wait(0); clear it before the
+first gemm. The warpgroup's 128 threads all execute it.
+"""
+from .. import types as T
+from ..atom.arch.sm90 import descriptor_bits, gmma_descriptor
+from ..layout import size
+from ..layout import inttuple as IT
+from ..layout.swizzle import ComposedLayout
+from ..errors import MoyeError
+from .atoms import REGISTER_TYPES, _v_mn, atom_instances, register_list
+from .tracer import KernelError, _coerce, _div_of, current
+
+
+def wgmma_fence():
+    """Order this warpgroup's register and shared-memory accesses before the
+    wgmma that follow (wgmma.fence.sync.aligned; CuTe: warpgroup_arrive).
+    gemm emits one itself. sm_90a."""
+    current().instr("wgmma_fence", ())
+
+
+def wgmma_commit():
+    """Close the group of this warpgroup's issued wgmma
+    (wgmma.commit_group.sync.aligned; CuTe: warpgroup_commit_batch). gemm
+    emits one itself. sm_90a."""
+    current().instr("wgmma_commit", ())
+
+
+def wgmma_wait(n=0):
+    """Wait until all but the newest `n` committed wgmma groups have completed
+    (wgmma.wait_group.sync.aligned n; CuTe: warpgroup_wait<N>); their
+    accumulators may then be read and their shared tiles overwritten. On the
+    CPU backend a wgmma completes when issued, so this waits for nothing.
+    sm_90a."""
+    if not isinstance(n, int) or n < 0:
+        raise KernelError(f"wgmma_wait: n must be a static int >= 0, got {n!r}")
+    b = current()
+    b.instr("wgmma_wait", (), n=n)
+    _fence_accumulators(b)
+
+
+def _fence_accumulators(b):
+    """Keep the compiler from moving accesses to the accumulators of this
+    kernel's wgmma across the wait (CuTe: warpgroup_fence_operand)."""
+    for base, words in getattr(b, "wgmma_accumulators", {}).values():
+        b.instr("wgmma_fence_operand", (base, words))
+
+
+def _descriptors(arr, rows, k, dtype, what, name):
+    """Per (row block, k block) of a shared (V, R, K) partition: (base, start
+    index, descriptor bits)."""
+    e = arr.engine
+    if e.space != "shared":
+        raise KernelError(f"{what}: {name} must be a shared-memory tile (the wgmma op reads it "
+                          f"by descriptor), got {e.space} memory")
+    if e.dtype.bits != dtype.bits:
+        raise KernelError(f"{what}: {name} holds {e.dtype}, the op multiplies {dtype}")
+    lay = arr.layout
+    outer, offset, inner = (lay.outer, lay.offset, lay.inner) if isinstance(lay, ComposedLayout) \
+        else (None, 0, lay)
+    if not isinstance(offset, int):
+        raise KernelError(f"{what}: {name}'s layout {lay} has a dynamic offset inside its "
+                          "swizzle; index the stages of a ring by the array, not its layout")
+    out = {}
+    for r in range(size(inner, 1)):
+        for kk in range(size(inner, 2)):
+            at = offset + inner[1](r) + inner[2](kk)
+            tile = ComposedLayout(outer, at, inner[0]) if outer is not None else inner[0]
+            try:
+                start, lbo, sbo, width = gmma_descriptor(tile, dtype, rows, k, what)
+            except MoyeError as err:
+                raise KernelError(f"{str(err)} ({name}, block ({r},{kk}))") from None
+            if outer is None:
+                start += at
+            period = 8 * width if width > 16 else 16
+            ebytes = dtype.bits // 8
+            if e.align % period or (_div_of(e.offset) * ebytes) % period:
+                raise KernelError(
+                    f"{what}: {name} must start {period}-byte aligned in shared memory (its "
+                    f"swizzle's period; make it with moye.shared_array(dtype, layout, "
+                    f"align={max(period, 128)})); its array is {e.align}-byte aligned, offset "
+                    f"{e.offset!r} elements")
+            idx = e.offset + start
+            out[r, kk] = (e.base, _coerce(idx, T.Int32) if not isinstance(idx, int) else idx,
+                          descriptor_bits(lbo, sbo, width))
+    return out
+
+
+def wgmma_atom(atom, d, a, b, c):
+    """gemm with a wgmma atom: D (V, M, N) += A (V, M, K) * B (V, N, K)^T."""
+    op = atom.op
+    what = f"gemm({op})"
+    if op.info.get("a_source") != "SS" or op.info.get("a_major") != "K" or \
+            op.info.get("b_major") != "K":
+        raise KernelError(f"{what}: only K-major A and B from shared memory (SS) are supported "
+                          "in kernels so far")
+    M, N, K = size(a, 1), size(b, 1), size(a, 2)
+    if size(b, 2) != K or size(c, 1) != M or size(c, 2) != N or size(d, 1) != M \
+            or size(d, 2) != N:
+        raise KernelError(f"{what}: A {IT.fmt(a.shape)}, B {IT.fmt(b.shape)}, C "
+                          f"{IT.fmt(c.shape)} do not form (V,M,K) x (V,N,K) -> (V,M,N)")
+    if d.engine.space != "local":
+        raise KernelError(f"{what}: D must be a register fragment (partition_fragment_C), got "
+                          f"{d.engine.space} memory")
+    if c.engine.base is not d.engine.base or repr(c.layout) != repr(d.layout) or \
+            repr(c.engine.offset) != repr(d.engine.offset):
+        raise KernelError(f"{what}: wgmma accumulates into D in place; call "
+                          "gemm(mma, D, A, B, D) (clear D first to start from zero)")
+    _, n, k = op.shape_mnk
+    a_desc = _descriptors(a, 64, k, atom.a_type, what, "A")
+    b_desc = _descriptors(b, n, k, atom.b_type, what, "B")
+    count, rtype = op.info["registers"]["d"]
+    d_regs = {}
+    for j, (rel, first) in enumerate(atom_instances(_v_mn(d), size(d, 0), what)):
+        base, words = register_list(d.engine, rel, first, REGISTER_TYPES[rtype], f"{what} D")
+        if len(words) != count:
+            raise KernelError(f"{what}: D gives {len(words)} registers per atom; the "
+                              f"instruction takes {count}")
+        d_regs[j] = (base, words)
+    bld = current()
+    accs = bld.__dict__.setdefault("wgmma_accumulators", {})
+    for base, words in d_regs.values():
+        accs[(id(base), words)] = (base, words)
+    _fence_accumulators(bld)
+    bld.instr("wgmma_fence", ())
+    for kk in range(K):
+        for m in range(M):
+            for nn in range(N):
+                da, dw = d_regs[m + M * nn]
+                aa, ai, ahi = a_desc[m, kk]
+                ba, bi, bhi = b_desc[nn, kk]
+                bld.instr("wgmma", (da, dw, aa, ai, ba, bi), ptx=op.ptx, a_desc=ahi, b_desc=bhi)
+    bld.instr("wgmma_commit", ())
+
+
+__all__ = ["wgmma_fence", "wgmma_commit", "wgmma_wait"]
