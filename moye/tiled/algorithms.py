@@ -49,7 +49,8 @@ def gemm(mma, *operands):
     gemm(mma, D, A, B, C) or gemm(mma, A, B, C) (C accumulates).
     Operands are a thread's partitions (MMA, MMA_M, MMA_K) for one-thread
     atoms (UniversalFMA) and, inside kernels, for every atom (each (m, n, k)
-    is one mma.sync of the warp); on the host a warp-wide atom takes whole
+    is one mma.sync of the warp, or one wgmma of the warpgroup reading A and
+    B from shared memory: docs/wgmma.md); on the host a warp-wide atom takes whole
     tiles (M,K), (N,K), (M,N) and emulates all threads at once.
     MoYe: gemm!; CuTe: gemm.
     """
