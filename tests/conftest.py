@@ -1,7 +1,9 @@
 """Hypothesis profiles: "ci" (the default) keeps the suite fast on 2 cores;
-"thorough" (HYPOTHESIS_PROFILE=thorough) runs the property tests far longer."""
+"thorough" (HYPOTHESIS_PROFILE=thorough) runs the property tests far longer.
+The GPU tests' fixtures: `torch` (with a CUDA device) and `hopper_only`."""
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", deadline=None, max_examples=150,
@@ -26,3 +28,19 @@ def _import_torch_first():
 
 
 _import_torch_first()
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch with a CUDA device, for the GPU tests; skipped where there is none."""
+    import torch as t
+    if not t.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    return t
+
+
+@pytest.fixture(scope="module")
+def hopper_only(torch):
+    """Skips below sm_90 (TMA, wgmma)."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a Hopper GPU (sm_90)")

@@ -131,14 +131,6 @@ def test_predicated_gemm_compiles_without_spills(a_major, d_vector):
 
 # -- on a GPU (skipped without one) ---------------------------------------------------
 
-@pytest.fixture(scope="module")
-def torch():
-    import torch as t
-    if not t.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    return t
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("M, N, K, a_major, b_major", CASES + [
     (1000, 1000, 1000, "K", "K"), (1000, 1000, 1000, "MN", "MN"),

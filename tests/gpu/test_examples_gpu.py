@@ -1,24 +1,10 @@
 """The seed kernels on a GPU against torch: outputs poisoned first, every
 element checked (exact for copies, float32 tolerance for matmuls)."""
-import numpy as np
 import pytest
 
+from .arrays import colmajor
+
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def torch():
-    import torch as t
-    if not t.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    return t
-
-
-def colmajor(torch, rows, cols, fill=None):
-    x = torch.randn(cols, rows, device="cuda").t()
-    if fill is not None:
-        x.fill_(fill)
-    return x
 
 
 @pytest.mark.parametrize("padded", [False, True])

@@ -69,14 +69,6 @@ def _tile(op, which, vals):
     return tile.reshape((r, c), order="F")
 
 
-@pytest.fixture(scope="module")
-def torch():
-    import torch as t
-    if not t.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    return t
-
-
 @pytest.mark.parametrize("op", MMA_OPS, ids=lambda o: o.name)
 def test_mma_op_on_gpu(torch, op):
     from moye.backend.cuda import driver

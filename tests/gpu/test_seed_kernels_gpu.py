@@ -3,22 +3,9 @@ double-buffered TF32 tensor-core matmul, on a GPU against torch: outputs
 poisoned first, every element checked."""
 import pytest
 
+from .arrays import colmajor
+
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def torch():
-    import torch as t
-    if not t.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    return t
-
-
-def colmajor(torch, rows, cols, fill=None):
-    x = torch.randn(cols, rows, device="cuda").t()
-    if fill is not None:
-        x.fill_(fill)
-    return x
 
 
 @pytest.mark.parametrize("name", ["float64 (4,1)", "float64 (2,1)", "uint128 (4,1)"])

@@ -12,17 +12,7 @@ import pytest
 import moye
 from moye import Layout
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def torch():
-    import torch as t
-    if not t.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    if t.cuda.get_device_capability() < (9, 0):
-        pytest.skip("TMA needs a Hopper GPU (sm_90)")
-    return t
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper_only")]
 
 
 def padded(torch, shape, dtype, fill=None):

@@ -6,23 +6,12 @@ import os
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 
 import moye
 from moye import BFloat16, Float16, Float32
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def torch():
-    import torch as t
-    if not t.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    if t.cuda.get_device_capability() < (9, 0):
-        pytest.skip("wgmma needs a Hopper GPU (sm_90a)")
-    return t
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper_only")]
 
 
 def rel_error(torch, C, A, B):
