@@ -25,21 +25,23 @@ def rel_error(out, ref):
     return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-300))
 
 
-def check_matmul(name, launch, M, N, K):
-    """Run `launch(A, B, C)` (C = A * B^T, column-major float32) on the GPU with
-    C poisoned, and check every element against float64."""
+def check_matmul(name, launch, M, N, K, b_k_major=False, precision="float32", tol=1e-5):
+    """Run `launch(A, B, C)` (C = A * B^T, float32; A and C column-major, B
+    column-major or, with `b_k_major`, row-major) on the GPU with C poisoned,
+    and check every element against float64 (relative error below `tol`)."""
     torch = torch_cuda()
     if torch is None:
         print(f"{name}: no CUDA device; see the CPU backend")
         return
     A = column_major(torch, (M, K), torch.float32)
-    B = column_major(torch, (N, K), torch.float32)
+    B = torch.randn(N, K, device="cuda") if b_k_major else \
+        column_major(torch, (N, K), torch.float32)
     C = column_major(torch, (M, N), torch.float32, fill="empty")
     C.fill_(float("nan"))
     launch(A, B, C)
     torch.cuda.synchronize()
     ref = A.double() @ B.double().t()
     err = rel_error(C.cpu().numpy(), ref.cpu().numpy())
-    print(f"{name} {M}x{N}x{K} float32 on {torch.cuda.get_device_name()}: "
+    print(f"{name} {M}x{N}x{K} {precision} on {torch.cuda.get_device_name()}: "
           f"relative error {err:.2e}")
-    assert err < 1e-5
+    assert err < tol

@@ -136,22 +136,9 @@ def launch(A, B, C):
 
 
 def main(M=2048, N=2048, K=256):
-    from ._common import column_major, rel_error, torch_cuda
-    torch = torch_cuda()
-    if torch is None:
-        print("tensor_core_double_buffer: no CUDA device; see the CPU backend")
-        return
-    A = column_major(torch, (M, K), torch.float32)                  # M-major
-    B = torch.randn(N, K, device="cuda")                            # K-major
-    C = column_major(torch, (M, N), torch.float32, fill="empty")
-    C.fill_(float("nan"))
-    launch(A, B, C)
-    torch.cuda.synchronize()
-    ref = A.double() @ B.double().t()
-    err = rel_error(C.cpu().numpy(), ref.cpu().numpy())
-    print(f"tensor_core_double_buffer {M}x{N}x{K} tf32 on {torch.cuda.get_device_name()}: "
-          f"relative error {err:.2e}")
-    assert err < 1e-3
+    from ._common import check_matmul
+    check_matmul("tensor_core_double_buffer", launch, M, N, K, b_k_major=True,
+                 precision="tf32", tol=1e-3)
 
 
 if __name__ == "__main__":
