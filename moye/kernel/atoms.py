@@ -265,14 +265,7 @@ def mma_atom(atom, d, a, b, c):
         return wgmma_atom(atom, d, a, b, c)
     regs = op.info["registers"]
     what = f"gemm({op})"
-    M, N, K = size(a, 1), size(b, 1), size(a, 2)
-    if size(b, 2) != K or size(c, 1) != M or size(c, 2) != N or size(d, 1) != M \
-            or size(d, 2) != N:
-        raise KernelError(f"{what}: A {IT.fmt(a.shape)}, B {IT.fmt(b.shape)}, C "
-                          f"{IT.fmt(c.shape)} do not form (V,M,K) x (V,N,K) -> (V,M,N)")
-    if d.engine.space != "local":
-        raise KernelError(f"{what}: D must be a register fragment (make_fragment_C), got "
-                          f"{d.engine.space} memory")
+    M, N, K = gemm_extents(what, d, a, b, c, "make_fragment_C")
     a, b, c = _in_registers(a), _in_registers(b), _in_registers(c)
     c_after = op.info.get("c_after", False)
     lists = {}
@@ -310,6 +303,20 @@ def mma_atom(atom, d, a, b, c):
                 if c_after and k == 0:
                     for v in range(size(d, 0)):
                         d[v, m, n] = d[v, m, n] + c[v, m, n]
+
+
+def gemm_extents(what, d, a, b, c, fragment_maker):
+    """(M, N, K) of a gemm over (V, M, K) x (V, N, K) -> (V, M, N) fragments,
+    D in registers (made by `fragment_maker`, named in the error)."""
+    M, N, K = size(a, 1), size(b, 1), size(a, 2)
+    if size(b, 2) != K or size(c, 1) != M or size(c, 2) != N or size(d, 1) != M \
+            or size(d, 2) != N:
+        raise KernelError(f"{what}: A {IT.fmt(a.shape)}, B {IT.fmt(b.shape)}, C "
+                          f"{IT.fmt(c.shape)} do not form (V,M,K) x (V,N,K) -> (V,M,N)")
+    if d.engine.space != "local":
+        raise KernelError(f"{what}: D must be a register fragment ({fragment_maker}), got "
+                          f"{d.engine.space} memory")
+    return M, N, K
 
 
 def _in_registers(arr):

@@ -15,10 +15,9 @@ first gemm. The warpgroup's 128 threads all execute it.
 from .. import types as T
 from ..atom.arch.sm90 import descriptor_bits, gmma_descriptor
 from ..layout import size
-from ..layout import inttuple as IT
 from ..layout.swizzle import ComposedLayout
 from ..errors import MoyeError
-from .atoms import REGISTER_TYPES, _v_mn, atom_instances, register_list
+from .atoms import REGISTER_TYPES, _v_mn, atom_instances, gemm_extents, register_list
 from .tracer import KernelError, _coerce, _div_of, current
 
 
@@ -104,14 +103,7 @@ def wgmma_atom(atom, d, a, b, c):
             op.info.get("b_major") != "K":
         raise KernelError(f"{what}: only K-major A and B from shared memory (SS) are supported "
                           "in kernels so far")
-    M, N, K = size(a, 1), size(b, 1), size(a, 2)
-    if size(b, 2) != K or size(c, 1) != M or size(c, 2) != N or size(d, 1) != M \
-            or size(d, 2) != N:
-        raise KernelError(f"{what}: A {IT.fmt(a.shape)}, B {IT.fmt(b.shape)}, C "
-                          f"{IT.fmt(c.shape)} do not form (V,M,K) x (V,N,K) -> (V,M,N)")
-    if d.engine.space != "local":
-        raise KernelError(f"{what}: D must be a register fragment (partition_fragment_C), got "
-                          f"{d.engine.space} memory")
+    M, N, K = gemm_extents(what, d, a, b, c, "partition_fragment_C")
     if c.engine.base is not d.engine.base or repr(c.layout) != repr(d.layout) or \
             repr(c.engine.offset) != repr(d.engine.offset):
         raise KernelError(f"{what}: wgmma accumulates into D in place; call "
