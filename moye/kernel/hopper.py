@@ -308,7 +308,69 @@ def tma_store_wait(n=0):
     current().instr("tma_store_wait", (), n=n)
 
 
+# -- warp specialization ---------------------------------------------------------------
+def _barrier_operands(barrier_id, threads, what):
+    if isinstance(barrier_id, int) and not 0 <= barrier_id < 16:
+        raise KernelError(f"{what}: barrier_id must be 0..15 (0 is sync_threads'), got "
+                          f"{barrier_id}")
+    if isinstance(threads, int) and (threads < 32 or threads % 32):
+        raise KernelError(f"{what}: threads must be a positive multiple of 32 (whole warps), "
+                          f"got {threads}")
+    return _int(barrier_id), _int(threads)
+
+
+def named_barrier_sync(barrier_id, threads):
+    """Wait at hardware barrier `barrier_id` (1..15; 0 is sync_threads') until
+    `threads` threads (whole warps) have arrived or synced on it (bar.sync id,
+    threads; CuTe: NamedBarrier::sync). Lets a subset of the block, such as
+    the consumer warpgroups, synchronize without the producer."""
+    current().instr("named_barrier", _barrier_operands(barrier_id, threads,
+                                                       "named_barrier_sync"))
+
+
+def named_barrier_arrive(barrier_id, threads):
+    """Arrive at hardware barrier `barrier_id` without waiting (bar.arrive id,
+    threads; CuTe: NamedBarrier::arrive): the waiters there count this
+    thread's warp among their `threads`."""
+    current().instr("named_barrier_arrive", _barrier_operands(barrier_id, threads,
+                                                              "named_barrier_arrive"))
+
+
+def _setmaxnreg(n, inc):
+    what = f"setmaxnreg_{'inc' if inc else 'dec'}"
+    if not isinstance(n, int) or not 24 <= n <= 256 or n % 8:
+        raise KernelError(f"{what}: n must be a static multiple of 8 in 24..256, got {n!r}")
+    current().instr("setmaxnreg", (), n=n, inc=inc)
+
+
+def setmaxnreg_inc(n):
+    """Raise this warpgroup's register limit to `n` per thread
+    (setmaxnreg.inc.sync.aligned.u32 n; CuTe: warpgroup_reg_alloc<n>). The
+    consumer warpgroups of a warp-specialized kernel take the registers the
+    producer gave back. All threads of the warpgroup execute it, as one branch
+    of an if/else on the warpgroup index. sm_90a; the kernel is then compiled
+    with __launch_bounds__(threads, 1), which setmaxnreg needs."""
+    _setmaxnreg(n, True)
+
+
+def setmaxnreg_dec(n):
+    """Lower this warpgroup's register limit to `n` per thread
+    (setmaxnreg.dec.sync.aligned.u32 n; CuTe: warpgroup_reg_dealloc<n>), as a
+    producer warpgroup that only issues TMA does. sm_90a."""
+    _setmaxnreg(n, False)
+
+
+def warp_idx():
+    """This thread's warp in the block, as a value the compiler knows is the
+    same across the warp (the warp's lane 0 broadcasts it; CuTe:
+    canonical_warp_idx_sync). Branch on warp_idx() // 4 for warpgroup roles."""
+    from .builtins import block_dim, shfl_sync, thread_idx
+    t = thread_idx.x + block_dim.x * (thread_idx.y + block_dim.y * thread_idx.z)
+    return shfl_sync(t // 32, 0)
+
+
 __all__ = ["TMACopy", "make_tma_copy", "TMADescriptor", "MBarrier", "mbarrier", "mbarrier_array",
            "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
            "mbarrier_wait", "fence_proxy_async", "fence_barrier_init", "tma_load", "tma_store",
-           "tma_store_commit", "tma_store_wait"]
+           "tma_store_commit", "tma_store_wait", "named_barrier_sync",
+           "named_barrier_arrive", "setmaxnreg_inc", "setmaxnreg_dec", "warp_idx"]

@@ -215,11 +215,16 @@ def shared_bytes(kernel):
 #   wgmma_wait() [attrs: n]         wgmma.wait_group.sync.aligned n
 #   wgmma_fence_operand(d, d_regs)  an empty asm that reads and writes the registers, so the
 #                                   compiler keeps their accesses on their side of it
+#   named_barrier(id, threads)          bar.sync id, threads: wait until `threads` threads
+#                                       (whole warps) arrived at hardware barrier `id`
+#   named_barrier_arrive(id, threads)   bar.arrive id, threads: count this warp, don't wait
+#   setmaxnreg() [attrs: n, inc]        setmaxnreg.{inc,dec}.sync.aligned.u32 n (sm_90a;
+#                                       the warpgroup's register limit)
 SM90_OPS = frozenset("mbarrier_arrive_expect_tx mbarrier_try_wait mbarrier_wait fence_proxy_async "
                      "fence_barrier_init tma_load tma_store tma_store_commit tma_store_wait "
-                     "wgmma wgmma_fence wgmma_commit wgmma_wait"
+                     "wgmma wgmma_fence wgmma_commit wgmma_wait setmaxnreg"
                      .split())
-SM90A_OPS = frozenset("wgmma wgmma_fence wgmma_commit wgmma_wait".split())  # and sm_90
+SM90A_OPS = frozenset("wgmma wgmma_fence wgmma_commit wgmma_wait setmaxnreg".split())  # and sm_90
 PURE_OPS = frozenset("add sub mul div mod neg and or xor shl shr not lt le gt ge eq ne min max "
                      "abs select cast call special offset addr".split())
 

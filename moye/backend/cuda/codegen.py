@@ -225,7 +225,9 @@ def generate(kernel, block_threads=None):
             params.append(f"const __grid_constant__ {p.type} {w.name(p.value)}")
         else:
             params.append(f"{ctype(p.type)} {w.name(p.value)}")
-    bounds = f"__launch_bounds__({block_threads}) " if block_threads else ""
+    # setmaxnreg needs a register cap at entry: one block per multiprocessor
+    one = ", 1" if any(s.op == "setmaxnreg" for s in ir.instructions(kernel.body)) else ""
+    bounds = f"__launch_bounds__({block_threads}{one}) " if block_threads else ""
     w.lines.append(PRELUDE)
     if any(isinstance(p.type, ir.OpaqueType) for p in kernel.params):
         w.lines.append(TENSOR_MAP_STRUCT)
@@ -479,6 +481,19 @@ def _emit_wgmma_wait(w, s, ind, decl):
                 '"memory");')
 
 
+# -- warp specialization ------------------------------------------------------------------
+def _emit_named_barrier(w, s, ind, decl):
+    op = "arrive" if s.op == "named_barrier_arrive" else "sync"
+    w.emit(ind, f'asm volatile("bar.{op} %0, %1;\\n" :: "r"({w.operand(s.args[0])}), '
+                f'"r"({w.operand(s.args[1])}) : "memory");')
+
+
+def _emit_setmaxnreg(w, s, ind, decl):
+    way = "inc" if s.attrs["inc"] else "dec"
+    w.emit(ind, f'asm volatile("setmaxnreg.{way}.sync.aligned.u32 {int(s.attrs["n"])};\\n" ::: '
+                '"memory");')
+
+
 _COLLECTIVE = {"cp_async": _emit_cp_async, "cp_async_commit": _emit_commit,
                "cp_async_wait": _emit_wait, "ldmatrix": _emit_ldmatrix,
                "stmatrix": _emit_stmatrix, "mma": _emit_mma, "shfl": _emit_shfl,
@@ -490,4 +505,6 @@ _COLLECTIVE = {"cp_async": _emit_cp_async, "cp_async_commit": _emit_commit,
                "tma_store": _emit_tma_store, "tma_store_commit": _emit_tma_store_commit,
                "tma_store_wait": _emit_tma_store_wait, "wgmma": _emit_wgmma,
                "wgmma_fence": _emit_wgmma_fence, "wgmma_commit": _emit_wgmma_commit,
-               "wgmma_wait": _emit_wgmma_wait, "wgmma_fence_operand": _emit_wgmma_fence_operand}
+               "wgmma_wait": _emit_wgmma_wait, "wgmma_fence_operand": _emit_wgmma_fence_operand,
+               "named_barrier": _emit_named_barrier, "named_barrier_arrive": _emit_named_barrier,
+               "setmaxnreg": _emit_setmaxnreg}
