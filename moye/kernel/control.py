@@ -325,6 +325,8 @@ class if_:
         return True
 
     def restore(self):
+        """The values before the if of the merged names, then of the names the
+        else-branch reads before assigning (the then-branch ran first)."""
         vals = self.before
         return tuple(vals) if len(vals) != 1 else vals[0]
 

@@ -188,17 +188,23 @@ class _Rewriter(ast.NodeTransformer):
         node.orelse = self._visit_body(node.orelse, following)
         assigned = _names_stored(node.body + node.orelse)
         merged = self._live_after(assigned)
+        # names the then-branch assigns and the else-branch reads first: at trace time
+        # both branches run, so the else-branch must see them as they were before the if
+        seen = [n for n in _names_stored(node.body) if n not in merged]
+        reread = _read_before_write(node.orelse, seen) if node.orelse else set()
+        restored = merged + [n for n in seen if n in reread]
         b = self._fresh("if")
         bl = ast.Name(b, ast.Load())
         setup = ast.Assign([ast.Name(b, ast.Store())],
-                           _call("if_", node.test, _strs(merged), _getters(merged)))
+                           _call("if_", node.test, _strs(merged), _getters(restored)))
         then_done = ast.Expr(ast.Call(ast.Attribute(bl, "then_done", ast.Load()),
                                       [_getters(merged)], []))
         then = ast.If(ast.Call(ast.Attribute(bl, "then", ast.Load()), [], []),
                       node.body + [then_done], [])
         out = [setup, then]
         if node.orelse:
-            restore = _assign(merged, ast.Call(ast.Attribute(bl, "restore", ast.Load()), [], []))
+            restore = _assign(restored, ast.Call(ast.Attribute(bl, "restore", ast.Load()), [],
+                                                 []))
             else_done = ast.Expr(ast.Call(ast.Attribute(bl, "else_done", ast.Load()),
                                           [_getters(merged)], []))
             out.append(ast.If(ast.Call(ast.Attribute(bl, "orelse", ast.Load()), [], []),

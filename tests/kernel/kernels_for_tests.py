@@ -43,6 +43,22 @@ def branch(out, x):
 
 
 @moye.kernel
+def roles(out, n):
+    """Both branches start from `k` as it was before the if, although only the
+    then-branch's change of it is (not) used after (the warp-specialized shape)."""
+    t = moye.thread_idx.x
+    k = 1
+    if t < 16:
+        for i in range(n):
+            k = k * 2
+        out[t] = k
+    else:
+        for i in range(n):
+            k = k + 3
+        out[t] = k
+
+
+@moye.kernel
 def while_loop(out, n):
     i = 0
     s = 0

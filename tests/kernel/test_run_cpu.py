@@ -38,6 +38,12 @@ def test_dynamic_if_else():
     np.testing.assert_array_equal(out, expect)
 
 
+def test_names_the_then_branch_assigns_are_restored_for_the_else_branch():
+    out = np.full(32, -1, np.int32)
+    K.roles[1, 32](out, 4)
+    np.testing.assert_array_equal(out, np.where(np.arange(32) < 16, 16, 13))
+
+
 def test_dynamic_while():
     out = np.full(1, -1, np.int32)
     K.while_loop[1, 1](out, 10)
