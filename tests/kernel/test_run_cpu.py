@@ -42,6 +42,8 @@ def test_names_the_then_branch_assigns_are_restored_for_the_else_branch():
     out = np.full(32, -1, np.int32)
     K.roles[1, 32](out, 4)
     np.testing.assert_array_equal(out, np.where(np.arange(32) < 16, 16, 13))
+    from moye.backend.cuda import nvrtc                 # the else-branch's C++ sees k too
+    assert nvrtc.compile_cuda(K.roles.cuda_source(out, 4, block=32), ["roles"], "sm_80").cubin
 
 
 def test_dynamic_while():
