@@ -8,6 +8,7 @@
 #     gemm      benchmarks/gemm.py (the production GEMM against cuBLAS)
 #     sgemm     benchmarks/sgemm.py (the SIMT SGEMM against cuBLAS float32; SGEMM_ARGS)
 #     matmuls   benchmarks/matmuls.py (every issue-7 matmul against cuBLAS; MATMULS_ARGS)
+#     hopper    benchmarks/hopper_gemm.py (the warp-specialized Hopper GEMM; HOPPER_ARGS)
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -101,6 +102,11 @@ fi
 if want matmuls; then
   python3 benchmarks/matmuls.py ${MATMULS_ARGS:-} --json "$OUT/matmuls.json" 2>&1 \
     | tee "$OUT/matmuls.log" || status=1
+fi
+if want hopper; then
+  python3 -m moye.examples.hopper_gemm 2>&1 | tee "$OUT/hopper.log" || status=1
+  python3 benchmarks/hopper_gemm.py ${HOPPER_ARGS:-} --json "$OUT/hopper_gemm.json" 2>&1 \
+    | tee -a "$OUT/hopper.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status

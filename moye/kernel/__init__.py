@@ -5,9 +5,10 @@ from .hopper import *  # noqa: F401,F403
 from .hopper import __all__ as _hopper_all
 from .wgmma import *  # noqa: F401,F403
 from .wgmma import __all__ as _wgmma_all
+from .pipeline import TmaPipeline
 from .control import range  # noqa: A004  (moye.range, not exported by *)
 from .frontend import CompiledKernel, KernelFunction, kernel
 from .tracer import KernelError
 
 __all__ = ["kernel", "KernelFunction", "CompiledKernel", "KernelError"] + _builtins_all + _hopper_all + \
-    _wgmma_all
+    _wgmma_all + ["TmaPipeline"]

@@ -22,7 +22,7 @@ import threading
 from ...errors import CudaError, MoyeError
 
 __all__ = ["init", "device_count", "device_arch", "compute_capability", "device_name",
-           "driver_version", "max_shared_memory_per_block_optin", "load_module", "Module",
+           "driver_version", "max_shared_memory_per_block_optin", "multiprocessor_count", "load_module", "Module",
            "Function", "ParamPack", "Launcher", "launch", "pack", "raw_launch", "raise_error",
            "stream_handle", "relaunch", "synchronize", "alloc", "free", "copy_to_device",
            "copy_to_host", "memset_d8", "encode_tensor_map", "tensor_map_bytes",
@@ -136,6 +136,11 @@ def max_shared_memory_per_block_optin():
     """Bytes of shared memory a block may use after opting in (above 48 KB
     needs Function.set_max_dynamic_shared_memory)."""
     return _attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+
+
+def multiprocessor_count():
+    """The current device's streaming multiprocessors (132 on an H100 SXM)."""
+    return _attribute("MULTIPROCESSOR_COUNT")
 
 
 def synchronize():

@@ -1,0 +1,188 @@
+"""A warp-specialized, persistent Hopper GEMM: TMA, mbarrier pipelines and
+wgmma, written in Python with moye.
+
+    python -m moye.examples.hopper_gemm [M N K [dtype]]
+
+C = A @ B.T with A (M, K) and B (N, K) row-major (K-major) fp16 or bf16, C
+(M, N) row-major of the same type, accumulated in fp32; any M, N, K with
+K and N multiples of 8 (TMA needs 16-byte row strides).
+
+One block of 384 threads per multiprocessor walks the output tiles
+(BM x BN) in a grouped order (tile_coords):
+- warpgroup 0 is the producer: it gives registers back (setmaxnreg) and
+  one thread TMA-loads A's (BM, BK) and B's (BN, BK) tiles into a ring of
+  `stages` 128-byte-swizzled shared-memory stages (TmaPipeline);
+- warpgroups 1 and 2 are the consumers: each owns BM/2 rows of the tile,
+  waits for a stage, issues wgmma from it, and releases the stage once the
+  next k-tile's wgmma are in flight;
+- the epilogue: each consumer warpgroup converts its accumulators to the
+  output type into 64 x 64 shared-memory boxes, which one of its threads
+  TMA-stores (parts of a box outside C are not written), while the producer
+  already loads the next tile.
+"""
+import sys
+
+import moye
+from moye import Float16, Float32, Layout, MoYeArray, Swizzle, composition, gemm, make_layout, \
+    make_tiled_mma, size, tile_to_shape
+
+BM, BN, BK = 128, 256, 64
+STAGES = 4
+EPI = 64                    # the epilogue's square box (64 x 64: 128 bytes a row)
+EPI_SLOTS = 2               # boxes each consumer warpgroup has in flight
+THREADS = 384
+GROUP = 8                   # output tiles of one column the resident blocks share
+
+
+def tile_coords(t, tiles_m, tiles_n, group):
+    """The (m, n) output tile of linear tile `t`: tiles go down columns of
+    `group` tile rows, so that the tiles in flight at once share A's and B's
+    panels in L2 (CUTLASS: the swizzled tile scheduler)."""
+    per_group = group * tiles_n
+    first_m = t // per_group * group
+    rows = moye.minimum(tiles_m - first_m, group)
+    return first_m + t % per_group % rows, t % per_group // rows
+
+
+@moye.kernel
+def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, M, N, K,
+                       stages: moye.Constexpr, group: moye.Constexpr):
+    bM, bK = load_a.tile
+    bN = load_b.tile[0]
+    dtype = store_c.dtype
+    sA = moye.shared_array(load_a.dtype, tile_to_shape(load_a.smem_layout, (bM, bK, stages)),
+                           align=1024)
+    sB = moye.shared_array(load_b.dtype, tile_to_shape(load_b.smem_layout, (bN, bK, stages)),
+                           align=1024)
+    sC = moye.shared_array(dtype, tile_to_shape(store_c.smem_layout, (EPI, EPI, 2 * EPI_SLOTS)),
+                           align=1024)
+    pipe = moye.TmaPipeline(stages, consumers=8)           # lane 0 of each consumer warp
+    tid = moye.thread_idx.x
+    if tid == 0:
+        pipe.init()
+    moye.sync_threads()
+    tiles_m, tiles_n = (M + bM - 1) // bM, (N + bN - 1) // bN
+    k_tiles = (K + bK - 1) // bK
+    n_tiles = tiles_m * tiles_n
+    warpgroup = moye.warp_idx() // 4
+    stage, phase = 0, 0
+    if warpgroup == 0:                                     # the producer
+        moye.setmaxnreg_dec(40)
+        if tid == 0:
+            t = moye.block_idx.x
+            while t < n_tiles:
+                m, n = tile_coords(t, tiles_m, tiles_n, group)
+                for k in range(k_tiles):
+                    full = pipe.producer_acquire(stage, phase, load_a.bytes + load_b.bytes)
+                    moye.tma_load(load_a, sA[:, :, stage], (m * bM, k * bK), full)
+                    moye.tma_load(load_b, sB[:, :, stage], (n * bN, k * bK), full)
+                    stage, phase = pipe.advance(stage, phase)
+                t += moye.grid_dim.x
+    else:                                                  # the consumers
+        moye.setmaxnreg_inc(232)
+        ctid = tid - 128
+        wg = warpgroup - 1
+        lane0 = ctid % 32 == 0
+        storer = ctid % 128 == 0
+        thr = mma.get_slice(ctid)
+        tCsA = thr.partition_A(sA)                         # ((64,16), 1, 4, stages)
+        tCsB = thr.partition_B(sB)                         # ((bN,16), 1, 4, stages)
+        acc = thr.partition_fragment_C(make_layout((bM, bN)))   # (bN/2 fp32, 1, 1)
+        box = box_mma.get_slice(ctid % 128)
+        t = moye.block_idx.x
+        while t < n_tiles:
+            m, n = tile_coords(t, tiles_m, tiles_n, group)
+            for i in range(size(acc)):
+                acc[i] = 0.0
+            pipe.consumer_wait(stage, phase)
+            gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
+            last = stage
+            stage, phase = pipe.advance(stage, phase)
+            for k in range(1, k_tiles):
+                pipe.consumer_wait(stage, phase)
+                gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
+                moye.wgmma_wait(1)                         # k-1's wgmma have read their stage
+                if lane0:
+                    pipe.consumer_release(last)
+                last = stage
+                stage, phase = pipe.advance(stage, phase)
+            moye.wgmma_wait(0)
+            if lane0:
+                pipe.consumer_release(last)
+            # epilogue: this warpgroup's (bM/2, bN) rows, one 64 x 64 box at a time
+            per_box = size(acc) // (bN // EPI)
+            for j in range(bN // EPI):
+                slot = sC[:, :, wg * EPI_SLOTS + j % EPI_SLOTS]
+                if storer:
+                    moye.tma_store_wait(EPI_SLOTS - 1)     # the slot's last store has read it
+                moye.named_barrier_sync(1 + wg, 128)
+                tCsC = box.partition_C(slot)
+                for i in range(per_box):
+                    tCsC[i] = moye.cast(acc[j * per_box + i], dtype)
+                moye.fence_proxy_async()
+                moye.named_barrier_sync(1 + wg, 128)
+                if storer:
+                    moye.tma_store(store_c, (m * bM + wg * (bM // 2), n * bN + j * EPI), slot)
+                    moye.tma_store_commit()
+            t += moye.grid_dim.x
+        if storer:
+            moye.tma_store_wait(0)
+
+
+def plan(A, B, C):
+    """The kernel's TMA copies and TiledMMAs for C = A @ B.T."""
+    dtype = moye.types.as_element_type(A.dtype) if not hasattr(A, "is_cuda") else \
+        {"torch.float16": Float16, "torch.bfloat16": moye.BFloat16}[str(A.dtype)]
+    load_a = moye.make_tma_copy(moye.TMA_LOAD, A, moye.gmma_smem_layout(dtype, "K", 128, (BM, BK)))
+    load_b = moye.make_tma_copy(moye.TMA_LOAD, B, moye.gmma_smem_layout(dtype, "K", 128, (BN, BK)))
+    box = composition(Swizzle(3, 3, 3), Layout((EPI, EPI), (EPI, 1)))
+    store_c = moye.make_tma_copy(moye.TMA_STORE, C, box)
+    mma = make_tiled_mma(moye.wgmma_op(BN, dtype, dtype, Float32), make_layout((2, 1)))
+    box_mma = make_tiled_mma(moye.wgmma_op(EPI, dtype, dtype, Float32))
+    return load_a, load_b, store_c, mma, box_mma
+
+
+def matmul(C, A, B, blocks=None):
+    """C = A @ B.T on the arrays' device (`blocks`: the persistent grid, by
+    default one block per multiprocessor)."""
+    (M, K), N = A.shape, B.shape[0]
+    if tuple(B.shape) != (N, K) or tuple(C.shape) != (M, N):
+        raise moye.MoyeError(f"hopper_gemm: A {tuple(A.shape)}, B {tuple(B.shape)}, C "
+                             f"{tuple(C.shape)}: need A (M, K), B (N, K), C (M, N)")
+    tiles = -(-M // BM) * -(-N // BN)
+    if blocks is None:
+        blocks = multiprocessors()
+    grid = max(1, min(blocks, tiles))
+    hopper_gemm_kernel[grid, THREADS](*plan(A, B, C), M, N, K, STAGES, GROUP)
+
+
+def multiprocessors():
+    """The current device's multiprocessor count (132 on an H100 SXM)."""
+    from moye.backend.cuda import driver
+    return driver.multiprocessor_count()
+
+
+def main(M=4096, N=4096, K=4096, dtype="float16"):
+    from ._common import torch_cuda
+    torch = torch_cuda()
+    if torch is None:
+        print("hopper_gemm: no CUDA device; see the CPU backend")
+        return
+    if torch.cuda.get_device_capability() < (9, 0):
+        print("hopper_gemm: needs a Hopper GPU (sm_90a)")
+        return
+    dt = getattr(torch, dtype)
+    A = torch.randn(M, K, device="cuda").to(dt)
+    B = torch.randn(N, K, device="cuda").to(dt)
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
+    matmul(C, A, B)
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double().T
+    err = ((C.double() - ref).norm() / ref.norm()).item()
+    print(f"hopper_gemm {M}x{N}x{K} {dtype}: relative error {err:.2e}")
+    assert err < 1e-2, err
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main(*(int(x) for x in args[:3]), *args[3:4])
