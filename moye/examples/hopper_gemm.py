@@ -16,15 +16,16 @@ One block of 384 threads per multiprocessor walks the output tiles
   waits for a stage, issues wgmma from it, and releases the stage once the
   next k-tile's wgmma are in flight;
 - the epilogue: each consumer warpgroup converts its accumulators to the
-  output type into 64 x 64 shared-memory boxes, which one of its threads
-  TMA-stores (parts of a box outside C are not written), while the producer
-  already loads the next tile.
+  output type and writes them with stmatrix into 64 x 64 128-byte-swizzled
+  shared-memory boxes, which one of its threads TMA-stores (parts of a box
+  outside C are not written), while the producer already loads the next
+  tile.
 """
 import sys
 
 import moye
-from moye import Float16, Float32, Layout, MoYeArray, Swizzle, composition, gemm, make_layout, \
-    make_tiled_mma, size, tile_to_shape
+from moye import CopyAtom, Float16, Float32, Layout, Swizzle, composition, copyto, gemm, \
+    make_fragment_like, make_layout, make_tiled_copy_C, make_tiled_mma, size, tile_to_shape
 
 BM, BN, BK = 128, 256, 64
 STAGES = 4
@@ -45,7 +46,7 @@ def tile_coords(t, tiles_m, tiles_n, group):
 
 
 @moye.kernel
-def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, M, N, K,
+def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, save_c, M, N, K,
                        stages: moye.Constexpr, group: moye.Constexpr):
     bM, bK = load_a.tile
     bN = load_b.tile[0]
@@ -88,7 +89,9 @@ def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, M, N, K,
         tCsA = thr.partition_A(sA)                         # ((64,16), 1, 4, stages)
         tCsB = thr.partition_B(sB)                         # ((bN,16), 1, 4, stages)
         acc = thr.partition_fragment_C(make_layout((bM, bN)))   # (bN/2 fp32, 1, 1)
-        box = box_mma.get_slice(ctid % 128)
+        r2s = save_c.get_slice(ctid % 128)                # stmatrix into one box
+        box_acc = make_fragment_like(box_mma.get_slice(ctid % 128).partition_fragment_C(
+            make_layout((EPI, EPI))), dtype)               # one box's values, converted
         t = moye.block_idx.x
         while t < n_tiles:
             m, n = tile_coords(t, tiles_m, tiles_n, group)
@@ -116,9 +119,9 @@ def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, M, N, K,
                 if storer:
                     moye.tma_store_wait(EPI_SLOTS - 1)     # the slot's last store has read it
                 moye.named_barrier_sync(1 + wg, 128)
-                tCsC = box.partition_C(slot)
                 for i in range(per_box):
-                    tCsC[i] = moye.cast(acc[j * per_box + i], dtype)
+                    box_acc[i] = moye.cast(acc[j * per_box + i], dtype)
+                copyto(save_c, r2s.partition_D(slot), r2s.retile_S(box_acc))
                 moye.fence_proxy_async()
                 moye.named_barrier_sync(1 + wg, 128)
                 if storer:
@@ -139,7 +142,8 @@ def plan(A, B, C):
     store_c = moye.make_tma_copy(moye.TMA_STORE, C, box)
     mma = make_tiled_mma(moye.wgmma_op(BN, dtype, dtype, Float32), make_layout((2, 1)))
     box_mma = make_tiled_mma(moye.wgmma_op(EPI, dtype, dtype, Float32))
-    return load_a, load_b, store_c, mma, box_mma
+    save_c = make_tiled_copy_C(CopyAtom(moye.STSM_U32x4_N, dtype), box_mma)
+    return load_a, load_b, store_c, mma, box_mma, save_c
 
 
 def matmul(C, A, B, blocks=None):
