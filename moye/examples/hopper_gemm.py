@@ -24,7 +24,7 @@ One block of 384 threads per multiprocessor walks the output tiles
 import sys
 
 import moye
-from moye import CopyAtom, Float16, Float32, Layout, Swizzle, composition, copyto, gemm, \
+from moye import BFloat16, CopyAtom, Float16, Float32, Layout, Swizzle, composition, copyto, gemm, \
     make_fragment_like, make_layout, make_tiled_copy_C, make_tiled_mma, size, tile_to_shape
 
 BM, BN, BK = 128, 256, 64
@@ -132,10 +132,18 @@ def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, save_c, M, N, K,
             moye.tma_store_wait(0)
 
 
+def element_type(x):
+    """moye's element type of an array (torch, CuPy, DLPack, NumPy)."""
+    from moye.kernel.arguments import as_array_arg
+    return as_array_arg(x, "array").dtype
+
+
 def plan(A, B, C):
     """The kernel's TMA copies and TiledMMAs for C = A @ B.T."""
-    dtype = moye.types.as_element_type(A.dtype) if not hasattr(A, "is_cuda") else \
-        {"torch.float16": Float16, "torch.bfloat16": moye.BFloat16}[str(A.dtype)]
+    dtype = element_type(A)
+    if dtype not in (Float16, BFloat16) or element_type(B) != dtype or element_type(C) != dtype:
+        raise moye.MoyeError(f"hopper_gemm: A, B and C must all be float16 or all bfloat16, got "
+                             f"{element_type(A)}, {element_type(B)}, {element_type(C)}")
     load_a = moye.make_tma_copy(moye.TMA_LOAD, A, moye.gmma_smem_layout(dtype, "K", 128, (BM, BK)))
     load_b = moye.make_tma_copy(moye.TMA_LOAD, B, moye.gmma_smem_layout(dtype, "K", 128, (BN, BK)))
     box = composition(Swizzle(3, 3, 3), Layout((EPI, EPI), (EPI, 1)))
