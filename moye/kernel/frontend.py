@@ -3,6 +3,7 @@
     @moye.kernel
     def copy(dst, src): ...
     copy[grid, block](b, a)                 # launch (smem=, stream= keywords)
+    copy[grid, block, cluster](b, a)        # in thread-block clusters (sm_90)
     copy.compile(b, a, grid=..., block=...) # a reusable compiled kernel
     copy.cuda_source(b, a, block=...)       # the generated C++
 
@@ -142,11 +143,14 @@ class KernelFunction:
         self._streak.clear()
 
     def __getitem__(self, config):
-        """The launch function of `config` = (grid, block):
-        `kern[grid, block](*args, smem=0, stream=None, backend=None)`.
+        """The launch function of `config` = (grid, block) or (grid, block,
+        cluster): `kern[grid, block](*args, smem=0, stream=None, backend=None)`.
         `smem` is more dynamic shared memory (bytes), `stream` a CUDA stream
         (an int handle, a torch or CuPy stream; by default torch's current
-        one, else the legacy default stream), `backend` "cuda" or "cpu"."""
+        one, else the legacy default stream), `backend` "cuda" or "cpu".
+        With `cluster` (blocks per cluster, an int or a 1-3 tuple dividing
+        the grid, at most 8 blocks) the grid's blocks run in thread-block
+        clusters (sm_90; cuLaunchKernelEx): see kernel/cluster.py."""
         try:
             return self._launches[config]
         except (KeyError, TypeError):
@@ -159,15 +163,20 @@ class KernelFunction:
         return entries
 
     def _new_launch(self, config):
-        if not isinstance(config, tuple) or len(config) != 2:
-            raise MoyeError(f"launch a kernel as {self.name}[grid, block](*args); got "
+        if not isinstance(config, tuple) or len(config) not in (2, 3):
+            raise MoyeError(f"launch a kernel as {self.name}[grid, block](*args) or "
+                            f"{self.name}[grid, block, cluster](*args); got "
                             f"{self.name}[{config!r}]")
         grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
+        cluster = check_cluster(grid, config[2]) if len(config) == 3 else None
         try:
             hash(config)
         except TypeError:                   # a list in the config: not kept
             config = None
-        launch = _dispatching_launch(self, config, grid, block)
+        if cluster is not None:
+            launch = _cluster_launch(self, grid, block, cluster)
+        else:
+            launch = _dispatching_launch(self, config, grid, block)
         if config is not None:
             if len(self._launches) >= 256:
                 self._launches.clear()
@@ -260,10 +269,25 @@ class KernelFunction:
         exe = self._executable(backend, binding, block, arch)
         return CompiledKernel(self, exe, binding.key, block)
 
-    def launch(self, grid, block, args, smem=0, stream=None, backend=None):
-        """`self[grid, block](*args, smem=smem, stream=stream, backend=backend)`."""
-        self._dispatch(None, _dim3(grid, "grid"), _dim3(block, "block"), None, tuple(args),
-                       smem, stream, backend)
+    def launch(self, grid, block, args, smem=0, stream=None, backend=None, cluster=None):
+        """`self[grid, block](*args, smem=smem, stream=stream, backend=backend)`,
+        or self[grid, block, cluster](...) with a cluster."""
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        if cluster is not None:
+            self._cluster_dispatch(grid, block, check_cluster(grid, cluster), tuple(args), smem,
+                                   stream, backend)
+            return
+        self._dispatch(None, grid, block, None, tuple(args), smem, stream, backend)
+
+    def _cluster_dispatch(self, grid, block, cluster, args, smem, stream, backend):
+        """A launch in thread-block clusters: binds the arguments each time
+        (the fast path of dispatch.py serves launches without a cluster)."""
+        binding = bind_arguments(self.signature, self.constexpr_names, args)
+        backend = backend or self._backend or _backend_of(binding) or default_backend()
+        _check_devices(binding, backend)
+        exe = self._executable(backend, binding, block)
+        exe.launch(grid, block, runtime_values(binding), binding, smem=smem, stream=stream,
+                   cluster=cluster)
 
     def _dispatch(self, config, grid, block, tried, args, smem, stream, backend):
         """A launch that `config`'s launch function (of Entry `tried`, if
@@ -360,6 +384,30 @@ def _dispatching_launch(kernel, config, grid, block):
     return launch
 
 
+def _cluster_launch(kernel, grid, block, cluster):
+    """The launch function of a configuration with a cluster."""
+    def launch(*args, smem=0, stream=None, backend=None):
+        kernel._cluster_dispatch(grid, block, cluster, args, smem, stream, backend)
+    launch.__name__ = launch.__qualname__ = f"{kernel.name}[{grid}, {block}, {cluster}]"
+    return launch
+
+
+MAX_CLUSTER_BLOCKS = 8      # the portable cluster size (more needs a non-portable opt-in)
+
+
+def check_cluster(grid, cluster):
+    """The cluster shape as a 3-tuple, checked against the grid (x, y, z)."""
+    cluster = _dim3(cluster, "cluster")
+    if any(g % c for g, c in zip(grid, cluster)):
+        raise MoyeError(f"the grid {grid} is not divisible by the cluster {cluster}: each grid "
+                        "dimension must be a multiple of the cluster's")
+    n = cluster[0] * cluster[1] * cluster[2]
+    if n > MAX_CLUSTER_BLOCKS:
+        raise MoyeError(f"the cluster {cluster} has {n} blocks; a cluster has at most "
+                        f"{MAX_CLUSTER_BLOCKS} (the portable size)")
+    return cluster
+
+
 def _check_devices(binding, backend):
     """A clear error for an array the backend cannot reach."""
     want = "cuda" if backend == "cuda" else "cpu"
@@ -384,13 +432,15 @@ class CompiledKernel:
     def __init__(self, kernel, exe, key, block):
         self.kernel, self.exe, self.key, self.block = kernel, exe, key, block
 
-    def __call__(self, *args, grid, block=None, smem=0, stream=None):
+    def __call__(self, *args, grid, block=None, smem=0, stream=None, cluster=None):
         binding = bind_arguments(self.kernel.signature, self.kernel.constexpr_names, args)
         if binding.key != self.key:
             raise MoyeError(f"{self.kernel.name}: these arguments need another specialization "
                             "than the compiled one; call .compile with them")
-        self.exe.launch(_dim3(grid, "grid"), self.block if block is None else _dim3(block, "block"),
-                        runtime_values(binding), binding, smem=smem, stream=stream)
+        grid = _dim3(grid, "grid")
+        more = {} if cluster is None else {"cluster": check_cluster(grid, cluster)}
+        self.exe.launch(grid, self.block if block is None else _dim3(block, "block"),
+                        runtime_values(binding), binding, smem=smem, stream=stream, **more)
 
     @property
     def source(self):

@@ -33,6 +33,9 @@ from ..errors import MoyeError
 from ..layout.swizzle import ComposedLayout
 from . import ir
 from .arguments import as_array_arg
+from .cluster import __all__ as _cluster_all
+from .cluster import *  # noqa: F401,F403  (exported with hopper's names)
+from .cluster import cta_operand, multicast_operand
 from .memory import PointerEngine
 from .tracer import KernelError, Sym, _coerce, _div_of, current, user_location
 
@@ -175,10 +178,17 @@ def mbarrier_init(bar, count):
     current().instr("mbarrier_init", (*_bar(bar, "mbarrier_init"), _int(count)))
 
 
-def mbarrier_arrive(bar):
+def mbarrier_arrive(bar, cta=None):
     """Each executing thread arrives on `bar` once (mbarrier.arrive; CuTe:
-    ClusterBarrier::arrive)."""
-    current().instr("mbarrier_arrive", _bar(bar, "mbarrier_arrive"))
+    ClusterBarrier::arrive). With `cta`, on the mbarrier at bar's offset in
+    the cluster's block of that rank instead (mapa.shared::cluster, then
+    mbarrier.arrive.release.cluster.shared::cluster; CuTe:
+    ClusterBarrier::arrive(cta_id)); sm_90."""
+    what = "mbarrier_arrive"
+    if cta is None:
+        current().instr("mbarrier_arrive", _bar(bar, what))
+    else:
+        current().instr("mbarrier_arrive_cluster", (*_bar(bar, what), cta_operand(cta, what)))
 
 
 def mbarrier_arrive_expect_tx(bar, nbytes):
@@ -268,16 +278,28 @@ def _smem(tma, arr, what):
     return e.base, _int(offset)
 
 
-def tma_load(tma, dst, coords, bar):
+def tma_load(tma, dst, coords, bar, multicast=None):
     """The TMA load of the tile at element `coords` of the copy's array into
     the shared tile `dst`, completing its bytes (tma.bytes) on mbarrier
     `bar` (cp.async.bulk.tensor...mbarrier::complete_tx::bytes; CuTe:
-    copy(tma.with(bar), gA, sA)). One thread issues it. sm_90."""
+    copy(tma.with(bar), gA, sA)). One thread issues it. sm_90.
+
+    With `multicast`, a 16-bit mask of block ranks in the cluster (bit r
+    for block_rank_in_cluster() == r), the tile lands at dst's offset in
+    every block of the mask and completes its bytes on the mbarrier at
+    bar's offset in each (....multicast::cluster; CuTe:
+    SM90_TMA_LOAD_MULTICAST). Those mbarriers must be initialized first
+    (fence_barrier_init, then cluster_sync)."""
     what = "tma_load"
     tma = _descriptor(tma, "load", what)
     c = _coords(tma, coords, what)
     base, idx = _smem(tma, dst, what)
-    current().instr("tma_load", (base, idx, *_bar(bar, what), tma.param, *c),
+    if multicast is None:
+        current().instr("tma_load", (base, idx, *_bar(bar, what), tma.param, *c),
+                        rank=len(c), bytes=tma.bytes)
+        return
+    mask = multicast_operand(multicast, what)
+    current().instr("tma_load_multicast", (base, idx, *_bar(bar, what), tma.param, mask, *c),
                     rank=len(c), bytes=tma.bytes)
 
 
@@ -373,4 +395,4 @@ __all__ = ["TMACopy", "make_tma_copy", "TMADescriptor", "MBarrier", "mbarrier", 
            "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
            "mbarrier_wait", "fence_proxy_async", "fence_barrier_init", "tma_load", "tma_store",
            "tma_store_commit", "tma_store_wait", "named_barrier_sync",
-           "named_barrier_arrive", "setmaxnreg_inc", "setmaxnreg_dec", "warp_idx"]
+           "named_barrier_arrive", "setmaxnreg_inc", "setmaxnreg_dec", "warp_idx"] + _cluster_all

@@ -220,13 +220,32 @@ def shared_bytes(kernel):
 #   named_barrier_arrive(id, threads)   bar.arrive id, threads: count this warp, don't wait
 #   setmaxnreg() [attrs: n, inc]        setmaxnreg.{inc,dec}.sync.aligned.u32 n (sm_90a;
 #                                       the warpgroup's register limit)
+#
+# Thread-block clusters (kernel/cluster.py). A block's rank in its cluster (`cta`) is an
+# Int32, x fastest; a multicast mask is a UInt16 with bit r for the block of rank r.
+#   cluster_special() [attrs: name] -> Int32   a cluster special register, defined at the
+#       top like `special`: clusterid.{x,y,z} (the cluster in the grid), nclusterid.*
+#       (clusters in the grid), cluster_ctaid.* (the block in its cluster), cluster_nctaid.*
+#       (blocks per cluster), cluster_ctarank, cluster_nctarank
+#   cluster_arrive() [attrs: relaxed]   barrier.cluster.arrive.release.aligned (relaxed:
+#                                       .relaxed instead of .release, orders no memory)
+#   cluster_wait()                      barrier.cluster.wait.acquire.aligned: every thread of
+#                                       the cluster has arrived
+#   mbarrier_arrive_cluster(bar, bar_idx, cta)   mapa.shared::cluster, then
+#       mbarrier.arrive.release.cluster.shared::cluster: one arrival, per executing thread,
+#       on the mbarrier at bar's offset in the cluster's block of rank cta
+#   tma_load_multicast(dst, dst_idx, bar, bar_idx, tmap, mask, c0, ..., c{rank-1})
+#       [attrs: rank, bytes]   tma_load with .multicast::cluster: the box lands at dst's
+#       offset in each block of the mask and completes `bytes` on the mbarrier at bar's
+#       offset in each (PTX advises sm_90a for performance; sm_90 assembles it)
 SM90_OPS = frozenset("mbarrier_arrive_expect_tx mbarrier_try_wait mbarrier_wait fence_proxy_async "
                      "fence_barrier_init tma_load tma_store tma_store_commit tma_store_wait "
-                     "wgmma wgmma_fence wgmma_commit wgmma_wait setmaxnreg"
-                     .split())
+                     "wgmma wgmma_fence wgmma_commit wgmma_wait setmaxnreg "
+                     "cluster_special cluster_arrive cluster_wait mbarrier_arrive_cluster "
+                     "tma_load_multicast".split())
 SM90A_OPS = frozenset("wgmma wgmma_fence wgmma_commit wgmma_wait setmaxnreg".split())  # and sm_90
 PURE_OPS = frozenset("add sub mul div mod neg and or xor shl shr not lt le gt ge eq ne min max "
-                     "abs select cast call special offset addr".split())
+                     "abs select cast call special cluster_special offset addr".split())
 
 
 def format_kernel(kernel):

@@ -26,7 +26,8 @@ class CpuExecutable:
         self.kernel = kernel
         self.race_check = False
 
-    def launch(self, grid, block, values, binding, smem=0, stream=None, race_check=None):
+    def launch(self, grid, block, values, binding, smem=0, stream=None, race_check=None,
+               cluster=None):
         params = {}
         it = iter(self.kernel.params)
         for kind, name, info in binding.kinds:
@@ -52,7 +53,7 @@ class CpuExecutable:
                 if i != unit:
                     params[id(next(it).value)] = np.int64(d)
         rc = (self.race_check or _race_check_all) if race_check is None else race_check
-        run_kernel(self.kernel, grid, block, params, race_check=rc)
+        run_kernel(self.kernel, grid, block, params, race_check=rc, cluster=cluster)
 
 
 _race_check_all = False

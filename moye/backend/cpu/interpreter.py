@@ -25,6 +25,7 @@ from ...errors import MoyeError
 from ...kernel import ir
 from . import collectives, wgmma
 from .async_copy import AsyncCopies
+from .cluster import OPS as _CLUSTER_OPS, Cluster, cluster_order
 from .errors import ArgumentName, KernelRuntimeError, where as _where
 from .race import RaceCheck
 from .tma import Hopper
@@ -364,7 +365,7 @@ _HOPPER = {"mbarrier_init": Hopper.init, "mbarrier_arrive": Hopper.arrive,
            "fence_proxy_async": _fence_proxy_async, "fence_barrier_init": lambda h, s, mask: None,
            "tma_load": Hopper.load, "tma_store": Hopper.store,
            "tma_store_commit": lambda h, s, mask: h.commit(mask),
-           "tma_store_wait": Hopper.store_wait}
+           "tma_store_wait": Hopper.store_wait, **_CLUSTER_OPS}
 
 
 def _pack(parts, dtype):
@@ -393,14 +394,19 @@ def _recast_ptr(p, new_type):
 LANES_PER_BATCH = 8192
 
 
-def run_kernel(kernel, grid, block, params, race_check=False):
+def run_kernel(kernel, grid, block, params, race_check=False, cluster=None):
     """Run an IR kernel over `grid` blocks of `block` threads; `params` maps
     each parameter's Value id to its value (a buffer _Ptr or a scalar).
     Blocks run in batches side by side (one at a time with `race_check`, so
-    that each block's writes are seen as the GPU could order them)."""
-    ids = [(bx, by, bz) for bz in range(grid[2]) for by in range(grid[1]) for bx in range(grid[0])]
+    that each block's writes are seen as the GPU could order them); with
+    `cluster` (x, y, z), whole clusters (one at a time with `race_check`;
+    cluster.py)."""
+    ids = cluster_order(grid, cluster)         # the blocks of a cluster run in one batch
     threads = block[0] * block[1] * block[2]
     per_batch = 1 if race_check else max(1, LANES_PER_BATCH // threads)
+    csize = cluster[0] * cluster[1] * cluster[2] if cluster else 1
+    per_batch = max(1, per_batch // csize) * csize
     for i in range(0, len(ids), per_batch):
         b = _Block(kernel, params, ids[i:i + per_batch], grid, block, race_check)
+        b.cluster = Cluster(b, grid, cluster)
         b.run(kernel.body, np.ones(b.n, bool))

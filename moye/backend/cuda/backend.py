@@ -14,7 +14,7 @@ class CudaExecutable:
         self.param_types = param_types
         self.smem_limit_set = 0
 
-    def launch(self, grid, block, values, binding=None, smem=0, stream=None):
+    def launch(self, grid, block, values, binding=None, smem=0, stream=None, cluster=None):
         from . import driver
         if stream is None:
             stream = current_stream_getter()()
@@ -24,7 +24,8 @@ class CudaExecutable:
             self.smem_limit_set = smem
         args = [(_ctype(t), v if kind != "tma" else driver.tensor_map_bytes(v))
                 for t, (kind, v) in zip(self.param_types, values)]
-        driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream)
+        driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream,
+                      cluster=cluster)
 
 
     def fast_launch_code(self, binding, block, values):
@@ -250,7 +251,8 @@ def check_shared_memory(kernel, arch):
 
 def check_architecture(kernel, arch):
     """A clear error when a kernel uses instructions its target lacks (TMA,
-    mbarrier transactions and the async-proxy fences need sm_90)."""
+    mbarrier transactions, the async-proxy fences and the cluster
+    instructions need sm_90; wgmma and setmaxnreg sm_90a)."""
     digits = "".join(c for c in arch if c.isdigit())
     if not digits or int(digits) >= 90:
         if digits and int(digits) == 90 and not arch.endswith("a"):

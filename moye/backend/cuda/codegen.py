@@ -102,7 +102,9 @@ class _Writer:
         key = (loc.file, loc.line)
         if key != self.last_loc:
             self.last_loc = key
-            self.emit(ind, f"// {os.path.basename(loc.file)}:{loc.line}  {loc.text}")
+            # a trailing backslash would splice the next line into the comment
+            text = loc.text.rstrip().rstrip("\\")
+            self.emit(ind, f"// {os.path.basename(loc.file)}:{loc.line}  {text}")
 
     def body(self, stmts, ind):
         for s in stmts:
@@ -437,6 +439,42 @@ def _emit_tma_store_wait(w, s, ind, decl):
                 '"memory");')
 
 
+def _emit_tma_load_multicast(w, s, ind, decl):
+    dst, idx, bar, bar_idx, tmap, mask, *coords = s.args
+    r = s.attrs["rank"]
+    text = (f"cp.async.bulk.tensor.{r}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+            f".multicast::cluster [%0], [%1, {_brace(4, r)}], [%2], %3")
+    inputs = [("r", _smem_addr(w, dst, idx)), ("l", _tmap(w, tmap)),
+              ("r", _smem_addr(w, bar, bar_idx)),
+              ("h", f"static_cast<uint16_t>({w.operand(mask)})")] + \
+        [("r", w.operand(c)) for c in coords]
+    w.emit(ind, f'asm volatile("{text};\\n" :: ' + ", ".join(f'"{c}"({x})' for c, x in inputs)
+                + ' : "memory");')
+
+
+# -- Hopper: thread-block clusters ------------------------------------------------------
+def _emit_cluster_special(w, s, ind, decl):
+    raw = w.name(s.result) + "_u"
+    w.emit(ind, f"uint32_t {raw};")
+    w.emit(ind, f'asm("mov.u32 %0, %%{s.attrs["name"]};" : "=r"({raw}));')
+    w.emit(ind, f"{decl}static_cast<int>({raw});")
+
+
+def _emit_cluster_arrive(w, s, ind, decl):
+    sem = "relaxed" if s.attrs.get("relaxed") else "release"
+    w.emit(ind, f'asm volatile("barrier.cluster.arrive.{sem}.aligned;\\n" ::: "memory");')
+
+
+def _emit_cluster_wait(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");')
+
+
+def _emit_mbarrier_arrive_cluster(w, s, ind, decl):
+    w.emit(ind, 'asm volatile("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; '
+                'mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }\\n" :: '
+                f'"r"({_bar_addr(w, s, 0)}), "r"({w.operand(s.args[2])}) : "memory");')
+
+
 # -- Hopper: wgmma (sm_90a) -------------------------------------------------------------
 def _emit_wgmma(w, s, ind, decl):
     d, dw, a, ai, b, bi = s.args
@@ -507,4 +545,7 @@ _COLLECTIVE = {"cp_async": _emit_cp_async, "cp_async_commit": _emit_commit,
                "wgmma_fence": _emit_wgmma_fence, "wgmma_commit": _emit_wgmma_commit,
                "wgmma_wait": _emit_wgmma_wait, "wgmma_fence_operand": _emit_wgmma_fence_operand,
                "named_barrier": _emit_named_barrier, "named_barrier_arrive": _emit_named_barrier,
-               "setmaxnreg": _emit_setmaxnreg}
+               "setmaxnreg": _emit_setmaxnreg, "tma_load_multicast": _emit_tma_load_multicast,
+               "cluster_special": _emit_cluster_special, "cluster_arrive": _emit_cluster_arrive,
+               "cluster_wait": _emit_cluster_wait,
+               "mbarrier_arrive_cluster": _emit_mbarrier_arrive_cluster}
