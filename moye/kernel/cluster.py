@@ -61,9 +61,11 @@ class _ClusterDim3:
 
 
 cluster_idx = _ClusterDim3("clusterid", "cluster_idx")
-cluster_idx.__doc__ = "This block's cluster in the grid of clusters (%clusterid; CuTe: cluster_id_in_grid)."
+cluster_idx.__doc__ = ("This block's cluster in the grid of clusters (%clusterid; CuTe: "
+                       "cluster_id_in_grid).")
 cluster_grid_dim = _ClusterDim3("nclusterid", "cluster_grid_dim")
-cluster_grid_dim.__doc__ = "Clusters in the grid, per dimension (%nclusterid; CuTe: cluster_grid_dims)."
+cluster_grid_dim.__doc__ = ("Clusters in the grid, per dimension (%nclusterid; CuTe: "
+                            "cluster_grid_dims).")
 cluster_dim = _ClusterDim3("cluster_nctaid", "cluster_dim")
 cluster_dim.__doc__ = ("Blocks in a cluster, per dimension: the launch's `cluster` "
                        "(%cluster_nctaid; CuTe: cluster_shape).")

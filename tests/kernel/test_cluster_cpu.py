@@ -102,7 +102,6 @@ def test_nvrtc_compiles(arch):
     load, store = copies()
     src = tma_multicast.tma_multicast_kernel.cuda_source(load, store, 2, block=128)
     assert nvrtc.compile_cuda(src, ["tma_multicast_kernel"], arch).cubin
-    load, _ = copies()
     assert nvrtc.compile_cuda(every_op_source(), ["every_op_kernel"], arch).cubin
 
 
