@@ -51,9 +51,8 @@ def bench_shape(torch, hg, shape, dtype, rounds=5):
     M, N, K = shape
     dt = getattr(torch, dtype)
     A, B, C, err = check(torch, hg, M, N, K, dt)
-    args = (*hg.plan(A, B, C), M, N, K, hg.STAGES, hg.GROUP)
-    grid = max(1, min(hg.multiprocessors(), -(-M // hg.BM) * -(-N // hg.BN)))
-    launch = hg.hopper_gemm_kernel[grid, hg.THREADS]
+    grid, cluster, args = hg.launch_args(C, A, B)
+    launch = hg.hopper_gemm_kernel[(grid, hg.THREADS) + ((cluster,) if cluster else ())]
     ours = lambda: launch(*args)                               # noqa: E731
     out = torch.empty(M, N, device="cuda", dtype=dt)
     theirs = lambda: torch.mm(A, B.T, out=out)                 # noqa: E731
@@ -67,7 +66,7 @@ def bench_shape(torch, hg, shape, dtype, rounds=5):
     return {"shape": list(shape), "dtype": dtype, "rel_error": err, "tolerance": TOL[dtype],
             "moye_ms": ms_ours, "cublas_ms": ms_theirs,
             "moye_tflops": flop / ms_ours / 1e9, "cublas_tflops": flop / ms_theirs / 1e9,
-            "ratio": ms_theirs / ms_ours, "grid": grid}
+            "ratio": ms_theirs / ms_ours, "grid": grid, "cluster": list(cluster or (1, 1, 1))}
 
 
 def bench_compile():

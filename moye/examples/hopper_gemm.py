@@ -20,12 +20,17 @@ One block of 384 threads per multiprocessor walks the output tiles
   shared-memory boxes, which one of its threads TMA-stores (parts of a box
   outside C are not written), while the producer already loads the next
   tile.
+With `cluster` = 2 or 4, the blocks of a cluster compute neighbouring tiles
+along M that share B's tile: each loads a slice of it and multicasts it to
+all (TmaPipeline with peers: a stage is free once every block's consumers
+released it).
 """
 import sys
 
 import moye
-from moye import BFloat16, CopyAtom, Float16, Float32, Layout, Swizzle, composition, copyto, gemm, \
-    make_fragment_like, make_layout, make_tiled_copy_C, make_tiled_mma, size, tile_to_shape
+from moye import BFloat16, CopyAtom, Float16, Float32, Layout, MoYeArray, Swizzle, composition, \
+    copyto, gemm, make_fragment_like, make_layout, make_tiled_copy_C, make_tiled_mma, size, \
+    tile_to_shape
 
 BM, BN, BK = 128, 256, 64
 STAGES = 4
@@ -33,6 +38,9 @@ EPI = 64                    # the epilogue's square box (64 x 64: 128 bytes a ro
 EPI_SLOTS = 2               # boxes each consumer warpgroup has in flight
 THREADS = 384
 GROUP = 8                   # output tiles of one column the resident blocks share
+# blocks of a cluster (along M) that share B's tiles by TMA multicast: 2 is correct but, on
+# the H100 so far, half as fast (any cluster launch, even (1,1,1), ran slower); not the default
+CLUSTER = 1
 
 
 def tile_coords(t, tiles_m, tiles_n, group):
@@ -47,9 +55,9 @@ def tile_coords(t, tiles_m, tiles_n, group):
 
 @moye.kernel
 def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, save_c, M, N, K,
-                       stages: moye.Constexpr, group: moye.Constexpr):
+                       stages: moye.Constexpr, group: moye.Constexpr, cluster: moye.Constexpr):
     bM, bK = load_a.tile
-    bN = load_b.tile[0]
+    bN = load_b.tile[0] * cluster               # each block of a cluster loads a slice of B
     dtype = store_c.dtype
     sA = moye.shared_array(load_a.dtype, tile_to_shape(load_a.smem_layout, (bM, bK, stages)),
                            align=1024)
@@ -57,28 +65,45 @@ def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, save_c, M, N, K,
                            align=1024)
     sC = moye.shared_array(dtype, tile_to_shape(store_c.smem_layout, (EPI, EPI, 2 * EPI_SLOTS)),
                            align=1024)
-    pipe = moye.TmaPipeline(stages, consumers=8)           # lane 0 of each consumer warp
+    # lane 0 of each consumer warp, in each block of the cluster
+    pipe = moye.TmaPipeline(stages, consumers=8, peers=cluster)
     tid = moye.thread_idx.x
     if tid == 0:
         pipe.init()
-    moye.sync_threads()
-    tiles_m, tiles_n = (M + bM - 1) // bM, (N + bN - 1) // bN
+    if cluster > 1:
+        moye.cluster_sync()                                # the peers' barriers are ready too
+    else:
+        moye.sync_threads()
+    # a cluster computes `cluster` tiles along M that share B's tile: walk cluster tiles
+    tiles_m, tiles_n = (M + bM * cluster - 1) // (bM * cluster), (N + bN - 1) // bN
     k_tiles = (K + bK - 1) // bK
     n_tiles = tiles_m * tiles_n
+    rank = moye.block_rank_in_cluster() if cluster > 1 else 0
+    first, step = (moye.cluster_idx.x, moye.cluster_grid_dim.x) if cluster > 1 else \
+        (moye.block_idx.x, moye.grid_dim.x)
+    b_rows = bN // cluster
     warpgroup = moye.warp_idx() // 4
     stage, phase = 0, 0
     if warpgroup == 0:                                     # the producer
         moye.setmaxnreg_dec(40)
         if tid == 0:
-            t = moye.block_idx.x
+            t = first
             while t < n_tiles:
                 m, n = tile_coords(t, tiles_m, tiles_n, group)
+                m = m * cluster + rank
                 for k in range(k_tiles):
-                    full = pipe.producer_acquire(stage, phase, load_a.bytes + load_b.bytes)
+                    full = pipe.producer_acquire(stage, phase,
+                                                 load_a.bytes + load_b.bytes * cluster)
                     moye.tma_load(load_a, sA[:, :, stage], (m * bM, k * bK), full)
-                    moye.tma_load(load_b, sB[:, :, stage], (n * bN, k * bK), full)
+                    if cluster > 1:                        # B's slice, to every block
+                        part = MoYeArray.view_of(sB[:, :, stage].engine.offset_by(
+                            rank * b_rows * bK), load_b.smem_layout)
+                        moye.tma_load(load_b, part, (n * bN + rank * b_rows, k * bK), full,
+                                      multicast=(1 << cluster) - 1)
+                    else:
+                        moye.tma_load(load_b, sB[:, :, stage], (n * bN, k * bK), full)
                     stage, phase = pipe.advance(stage, phase)
-                t += moye.grid_dim.x
+                t += step
     else:                                                  # the consumers
         moye.setmaxnreg_inc(232)
         ctid = tid - 128
@@ -92,9 +117,10 @@ def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, save_c, M, N, K,
         r2s = save_c.get_slice(ctid % 128)                # stmatrix into one box
         box_acc = make_fragment_like(box_mma.get_slice(ctid % 128).partition_fragment_C(
             make_layout((EPI, EPI))), dtype)               # one box's values, converted
-        t = moye.block_idx.x
+        t = first
         while t < n_tiles:
             m, n = tile_coords(t, tiles_m, tiles_n, group)
+            m = m * cluster + rank
             for i in range(size(acc)):
                 acc[i] = 0.0
             pipe.consumer_wait(stage, phase)
@@ -127,9 +153,11 @@ def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, save_c, M, N, K,
                 if storer:
                     moye.tma_store(store_c, (m * bM + wg * (bM // 2), n * bN + j * EPI), slot)
                     moye.tma_store_commit()
-            t += moye.grid_dim.x
+            t += step
         if storer:
             moye.tma_store_wait(0)
+    if cluster > 1:
+        moye.cluster_sync()             # no block leaves while its peers may still arrive on it
 
 
 def element_type(x):
@@ -138,14 +166,16 @@ def element_type(x):
     return as_array_arg(x, "array").dtype
 
 
-def plan(A, B, C):
-    """The kernel's TMA copies and TiledMMAs for C = A @ B.T."""
+def plan(A, B, C, cluster=1):
+    """The kernel's TMA copies and TiledMMAs for C = A @ B.T, for clusters
+    of `cluster` blocks along M (each loads 1/cluster of B's tile)."""
     dtype = element_type(A)
     if dtype not in (Float16, BFloat16) or element_type(B) != dtype or element_type(C) != dtype:
         raise moye.MoyeError(f"hopper_gemm: A, B and C must all be float16 or all bfloat16, got "
                              f"{element_type(A)}, {element_type(B)}, {element_type(C)}")
     load_a = moye.make_tma_copy(moye.TMA_LOAD, A, moye.gmma_smem_layout(dtype, "K", 128, (BM, BK)))
-    load_b = moye.make_tma_copy(moye.TMA_LOAD, B, moye.gmma_smem_layout(dtype, "K", 128, (BN, BK)))
+    load_b = moye.make_tma_copy(moye.TMA_LOAD, B, moye.gmma_smem_layout(dtype, "K", 128,
+                                                                        (BN // cluster, BK)))
     box = composition(Swizzle(3, 3, 3), Layout((EPI, EPI), (EPI, 1)))
     store_c = moye.make_tma_copy(moye.TMA_STORE, C, box)
     mma = make_tiled_mma(moye.wgmma_op(BN, dtype, dtype, Float32), make_layout((2, 1)))
@@ -154,24 +184,46 @@ def plan(A, B, C):
     return load_a, load_b, store_c, mma, box_mma, save_c
 
 
-def matmul(C, A, B, blocks=None):
-    """C = A @ B.T on the arrays' device (`blocks`: the persistent grid, by
-    default one block per multiprocessor)."""
+def launch_args(C, A, B, blocks=None, cluster=CLUSTER):
+    """(grid, cluster shape or None, kernel arguments) of C = A @ B.T: `blocks` the
+    persistent grid (by default one block per multiprocessor), rounded down
+    to whole clusters of `cluster` blocks along M."""
     (M, K), N = A.shape, B.shape[0]
     if tuple(B.shape) != (N, K) or tuple(C.shape) != (M, N):
         raise moye.MoyeError(f"hopper_gemm: A {tuple(A.shape)}, B {tuple(B.shape)}, C "
                              f"{tuple(C.shape)}: need A (M, K), B (N, K), C (M, N)")
-    tiles = -(-M // BM) * -(-N // BN)
+    if cluster not in (1, 2, 4) or BN // cluster % 8:
+        raise moye.MoyeError(f"hopper_gemm: cluster = {cluster!r}; use 1, 2 or 4 blocks")
+    tiles = -(-M // (BM * cluster)) * -(-N // BN)          # one per cluster
+    args = (*plan(A, B, C, cluster), M, N, K, STAGES, GROUP, cluster)
     if blocks is None:
-        blocks = multiprocessors()
-    grid = max(1, min(blocks, tiles))
-    hopper_gemm_kernel[grid, THREADS](*plan(A, B, C), M, N, K, STAGES, GROUP)
+        blocks = resident_blocks(args, cluster)
+    grid = cluster * max(1, min(blocks // cluster, tiles))
+    return grid, (cluster, 1, 1) if cluster > 1 else None, args
 
 
-def multiprocessors():
-    """The current device's multiprocessor count (132 on an H100 SXM)."""
+def resident_blocks(args, cluster):
+    """The blocks that run at once: one per multiprocessor, in whole clusters
+    (not every multiprocessor can join a cluster; a block beyond these would
+    wait for a second wave)."""
     from moye.backend.cuda import driver
-    return driver.multiprocessor_count()
+    if cluster == 1:
+        return driver.multiprocessor_count()
+    key = (args[0].key(), cluster)
+    if key not in _resident:
+        compiled = hopper_gemm_kernel.compile(*args, block=THREADS)
+        _resident[key] = cluster * compiled.max_active_clusters((cluster, 1, 1))
+    return _resident[key]
+
+
+_resident = {}
+
+
+def matmul(C, A, B, blocks=None, cluster=CLUSTER):
+    """C = A @ B.T on the arrays' device (see launch_args)."""
+    grid, shape, args = launch_args(C, A, B, blocks, cluster)
+    config = (grid, THREADS) if shape is None else (grid, THREADS, shape)
+    hopper_gemm_kernel[config](*args)
 
 
 def main(M=4096, N=4096, K=4096, dtype="float16"):

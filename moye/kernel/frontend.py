@@ -442,6 +442,14 @@ class CompiledKernel:
         self.exe.launch(grid, self.block if block is None else _dim3(block, "block"),
                         runtime_values(binding), binding, smem=smem, stream=stream, **more)
 
+    def max_active_clusters(self, cluster, smem=0):
+        """How many clusters of `cluster` blocks of this kernel can run at once
+        on the device (CUDA: cudaOccupancyMaxActiveClusters), to size a
+        persistent grid. CUDA backend only."""
+        if not hasattr(self.exe, "max_active_clusters"):
+            raise MoyeError(f"{self.kernel.name}: max_active_clusters needs the CUDA backend")
+        return self.exe.max_active_clusters(self.block, _dim3(cluster, "cluster"), smem)
+
     @property
     def source(self):
         return getattr(self.exe, "source", None)

@@ -31,12 +31,17 @@ from .tracer import KernelError
 
 class TmaPipeline:
     """`stages` full/empty mbarrier pairs in shared memory; a stage is free
-    again after `consumers` arrivals on its empty barrier."""
+    again after `consumers` arrivals on its empty barrier from each of the
+    `peers` blocks of the cluster whose TMA loads multicast into it (peers=1:
+    this block alone; with peers=c, the ranks 0..c-1, each releasing the
+    stage in every one of them)."""
 
-    def __init__(self, stages, consumers):
+    def __init__(self, stages, consumers, peers=1):
         if not isinstance(stages, int) or stages < 1:
             raise KernelError(f"TmaPipeline: stages must be a static int >= 1, got {stages!r}")
-        self.stages, self.consumers = stages, consumers
+        if not isinstance(peers, int) or not 1 <= peers <= 16:
+            raise KernelError(f"TmaPipeline: peers must be a static int in 1..16, got {peers!r}")
+        self.stages, self.consumers, self.peers = stages, consumers, peers
         self.full = mbarrier_array(stages)
         self.empty = mbarrier_array(stages)
 
@@ -44,7 +49,7 @@ class TmaPipeline:
         """Initialize the barriers (one thread, before a sync_threads)."""
         for s in range(self.stages):
             mbarrier_init(self.full[s], 1)
-            mbarrier_init(self.empty[s], self.consumers)
+            mbarrier_init(self.empty[s], self.consumers * self.peers)
         fence_barrier_init()
 
     def producer_acquire(self, stage, phase, nbytes):
@@ -60,8 +65,13 @@ class TmaPipeline:
         mbarrier_wait(self.full[stage], phase)
 
     def consumer_release(self, stage):
-        """This thread is done reading `stage` (one of `consumers` arrivals)."""
-        mbarrier_arrive(self.empty[stage])
+        """This thread is done reading `stage` (one of `consumers` arrivals),
+        in every peer block (which multicast into it)."""
+        if self.peers == 1:
+            mbarrier_arrive(self.empty[stage])
+        else:
+            for rank in range(self.peers):
+                mbarrier_arrive(self.empty[stage], cta=rank)
 
     def advance(self, stage, phase):
         """The next (stage, phase): the phase flips when the ring wraps."""

@@ -197,8 +197,8 @@ def test_tensor_map_parameters_survive_the_disk_cache_metadata():
     assert ctypes.sizeof(backend._ctype(ir.TENSOR_MAP)) == 128
 
 
-@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
-def test_hopper_gemm_compiles_for_sm90a_without_spills(dtype):
+@pytest.mark.parametrize("dtype, cluster", [(np.float16, 1), ("bfloat16", 1), (np.float16, 2)])
+def test_hopper_gemm_compiles_for_sm90a_without_spills(dtype, cluster):
     """The warp-specialized GEMM: setmaxnreg under __launch_bounds__(384, 1),
     wgmma 64x256x16 from 128B-swizzled stages, stmatrix and TMA stores; no
     spills (the consumers' 128 fp32 accumulators fit)."""
@@ -210,8 +210,8 @@ def test_hopper_gemm_compiles_for_sm90a_without_spills(dtype):
     from moye.examples import hopper_gemm as hg
     dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
     A, B, C = np.zeros((300, 72), dt), np.zeros((520, 72), dt), np.zeros((300, 520), dt)
-    kernel, _, _ = hg.hopper_gemm_kernel.trace(*hg.plan(A, B, C), 300, 520, 72, hg.STAGES,
-                                               hg.GROUP, block=hg.THREADS)
+    kernel, _, _ = hg.hopper_gemm_kernel.trace(
+        *hg.launch_args(C, A, B, blocks=132, cluster=cluster)[2], block=hg.THREADS)
     source = BACKENDS["cuda"].source(kernel, (hg.THREADS, 1, 1))
     assert "__launch_bounds__(384, 1)" in source
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in source
@@ -221,6 +221,8 @@ def test_hopper_gemm_compiles_for_sm90a_without_spills(dtype):
     assert source.count(f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{ptx} ") == 8
     assert source.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 16
     assert source.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
+    assert (".multicast::cluster" in source) == (cluster > 1)
+    assert ("barrier.cluster.wait" in source) == (cluster > 1)
     module = nvrtc.compile_cuda(source, [kernel.name], "sm_90a",
                                 options=("--ptxas-options=-v",))
     log = module.log or ""

@@ -14,14 +14,16 @@ class CudaExecutable:
         self.param_types = param_types
         self.smem_limit_set = 0
 
+    def max_active_clusters(self, block, cluster, smem=0):
+        """Clusters of this kernel that fit on the device at once."""
+        return self.function.max_active_clusters(
+            block, self._more_smem(smem + self.kernel.dynamic_smem), cluster)
+
     def launch(self, grid, block, values, binding=None, smem=0, stream=None, cluster=None):
         from . import driver
         if stream is None:
             stream = current_stream_getter()()
-        smem += self.kernel.dynamic_smem
-        if smem > 48 * 1024 and smem > self.smem_limit_set:
-            self.function.set_max_dynamic_shared_memory(smem)
-            self.smem_limit_set = smem
+        smem = self._more_smem(smem + self.kernel.dynamic_smem)
         args = [(_ctype(t), v if kind != "tma" else driver.tensor_map_bytes(v))
                 for t, (kind, v) in zip(self.param_types, values)]
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream,

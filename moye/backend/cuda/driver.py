@@ -205,6 +205,16 @@ class Function:
         self.set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
         self.max_dynamic_shared_memory = nbytes
 
+    def max_active_clusters(self, block, shared_mem, cluster):
+        """How many clusters of `cluster` (x, y, z) blocks of `block` threads
+        and `shared_mem` dynamic bytes can run at once on the device
+        (cuOccupancyMaxActiveClusters): the persistent grid of a cluster
+        kernel. Not every multiprocessor can join a cluster: on an H100 132
+        SMs hold fewer than 66 pairs."""
+        cfg = _launch_config(tuple(cluster), tuple(block), shared_mem, 0, tuple(cluster))
+        return _check(_cu().cuOccupancyMaxActiveClusters(self.handle, cfg),
+                      "cuOccupancyMaxActiveClusters")
+
     def __repr__(self):
         return f"Function({self.name!r})"
 
