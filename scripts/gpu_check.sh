@@ -9,6 +9,11 @@
 #     sgemm     benchmarks/sgemm.py (the SIMT SGEMM against cuBLAS float32; SGEMM_ARGS)
 #     matmuls   benchmarks/matmuls.py (every issue-7 matmul against cuBLAS; MATMULS_ARGS)
 #     hopper    benchmarks/hopper_gemm.py (the warp-specialized Hopper GEMM; HOPPER_ARGS)
+#     cutedsl   benchmarks/cute_dsl_gemm.py: CuTe DSL's own Hopper persistent GEMM example
+#               against cuBLAS (CUTE_DSL_ARGS); not part of 'all'. Needs the parts that
+#               scripts/fetch_cute_dsl.sh makes, carried: .cute_dsl1 and .cute_dsl2, in
+#               one call or two consecutive ones (the first leaves .cute_dsl1 on the
+#               warm machine); unpacked into /tmp/cute_dsl, a private dir
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -107,6 +112,13 @@ if want hopper; then
   python3 -m moye.examples.hopper_gemm 2>&1 | tee "$OUT/hopper.log" || status=1
   python3 benchmarks/hopper_gemm.py ${HOPPER_ARGS:-} --json "$OUT/hopper_gemm.json" 2>&1 \
     | tee -a "$OUT/hopper.log" || status=1
+fi
+if [[ " ${stages[*]} " == *" cutedsl "* ]]; then
+  {
+    bash scripts/fetch_cute_dsl.sh unpack /tmp/cute_dsl &&
+    PYTHONPATH=/tmp/cute_dsl/nvidia_cutlass_dsl/dsl_packages:/tmp/cute_dsl:$PYTHONPATH \
+      python3 benchmarks/cute_dsl_gemm.py ${CUTE_DSL_ARGS:-} --json "$OUT/cute_dsl_h100.json"
+  } 2>&1 | tee "$OUT/cute_dsl.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status
