@@ -160,6 +160,8 @@ def main(argv=None):
                    help="TMxTN:CMxCN,... (default: "
                         + ",".join(f"{t[0]}x{t[1]}:{c[0]}x{c[1]}" for t, c in CONFIGS) + ")")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--moye", action="store_true",
+                   help="also time moye's hopper_gemm on the same tensors, in the same run")
     p.add_argument("--compile-only", action="store_true",
                    help="no GPU: compile for sm_90a from fake tensors, time it, stop")
     args = p.parse_args(argv)
@@ -305,12 +307,45 @@ def run_gpu(args, ex, results):
                       f"{err_torch:9.2e} {row['cute_tflops']:10.1f} "
                       f"{row['cublas_tflops']:12.1f} {row['ratio']:6.3f}"
                       + ("" if good else "  WRONG"), flush=True)
+            if args.moye:
+                rows.append(time_moye(torch, cuda_time, A, B, ref, ref_norm, out, iters,
+                                      args.rounds, dtype))
+                r = rows[-1]
+                if not r["ok"]:
+                    failed.append(f"moye {dtype} {M}x{N}x{K}: relative error {r['rel_error']:.2e}")
+                print(f"{r['config']:>26} {dtype:>9} {f'{M}x{N}x{K}':>18} {r['rel_error']:9.2e} "
+                      f"{'':>9} {r['moye_tflops']:10.1f} {r['cublas_tflops']:12.1f} "
+                      f"{r['ratio']:6.3f}", flush=True)
             ours = theirs = fn = None
             A = B = C = out = ref = a = b = c = None
             torch.cuda.empty_cache()
     for f in failed:
         print(f"FAILED {f}")
     return 1 if failed else 0
+
+
+def time_moye(torch, cuda_time, A, B, ref, ref_norm, out, iters, rounds, dtype):
+    """moye's hopper_gemm on the same tensors, timed alternately with torch.mm."""
+    from moye.examples import hopper_gemm as hg
+    M, N, K = A.shape[0], B.shape[0], A.shape[1]
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=A.dtype)
+    grid, cluster, kargs = hg.launch_args(C, A, B)
+    launch = hg.hopper_gemm_kernel[(grid, hg.THREADS) + ((cluster,) if cluster else ())]
+    launch(*kargs)
+    torch.cuda.synchronize()
+    err = ((C.double() - ref).norm() / ref_norm).item()
+    ours = lambda: launch(*kargs)                               # noqa: E731
+    theirs = lambda: torch.mm(A, B.T, out=out)                  # noqa: E731
+    t_ours, t_theirs = [], []
+    for _ in range(rounds):
+        t_ours.append(cuda_time(torch, ours, iters=iters))
+        t_theirs.append(cuda_time(torch, theirs, iters=iters))
+    ms_ours, ms_theirs = sorted(t_ours)[rounds // 2], sorted(t_theirs)[rounds // 2]
+    flop = 2.0 * M * N * K
+    return {"config": f"moye hopper_gemm {hg.BM}x{hg.BN}:{hg.CLUSTER}x1", "dtype": dtype,
+            "M": M, "N": N, "K": K, "rel_error": err, "ok": err < TOL[dtype],
+            "moye_ms": ms_ours, "cublas_ms": ms_theirs, "moye_tflops": flop / ms_ours / 1e9,
+            "cublas_tflops": flop / ms_theirs / 1e9, "ratio": ms_theirs / ms_ours}
 
 
 if __name__ == "__main__":
