@@ -62,6 +62,7 @@ class _Writer:
         self.lines = []
         self.names = {}
         self.last_loc = None
+        self.defs = None          # id(Value) -> its defining Instr, on first use
 
     def name(self, x):
         n = self.names.get(id(x))
@@ -272,7 +273,43 @@ def _reg_type(base):
 
 
 def _smem_addr(w, base, idx):
-    return f"static_cast<uint32_t>(__cvta_generic_to_shared(&{w.operand(base)}[{w.operand(idx)}]))"
+    """The 32-bit shared address of base[idx], written as the base's address
+    plus idx's summands in bytes (`a + b` -> 2a + 2b for halves): in unsigned
+    arithmetic the compiler may regroup them, so the loop-invariant terms (a
+    thread's swizzled offset) are added once, outside the loop, and a stage
+    offset becomes an operand of the addressing mode."""
+    elem = base.elem if isinstance(base, ir.Array) else base.type.elem
+    if elem.bits % 8:
+        return (f"static_cast<uint32_t>(__cvta_generic_to_shared(&{w.operand(base)}"
+                f"[{w.operand(idx)}]))")
+    size, const, text = elem.bits // 8, 0, []
+    for t in _sum_terms(w, idx):
+        if isinstance(t, int):
+            const += t
+        else:
+            text.append(f" + static_cast<uint32_t>({w.operand(t)}) * {size}u")
+    if const * size % 2**32:
+        text.append(f" + {const * size % 2**32}u")
+    return f"(static_cast<uint32_t>(__cvta_generic_to_shared({w.operand(base)})){''.join(text)})"
+
+
+def _sum_terms(w, x, limit=8):
+    """The summands of x through the Int32 adds that define it (at most `limit`)."""
+    if w.defs is None:
+        w.defs = {id(s.result): s for s in ir.instructions(w.kernel.body)
+                  if s.result is not None}
+    terms, todo = [], [x]
+    while todo:
+        t = todo.pop()
+        d = w.defs.get(id(t)) if isinstance(t, ir.Value) else None
+        # a Var operand is read where it appears, so it may have changed since t was defined
+        if d is not None and d.op == "add" and getattr(d.result.type, "name", "") == "Int32" \
+                and not any(isinstance(a, ir.Var) for a in d.args) \
+                and len(terms) + len(todo) + 2 <= limit:
+            todo.extend(reversed(d.args))
+        else:
+            terms.append(t)
+    return terms
 
 
 def _asm(w, ind, text, outputs, inputs):
