@@ -61,16 +61,20 @@ def _swizzled_instances(array, n, what):
     inner = MoYeArray.view_of(PointerEngine(None, array.engine.dtype, array.engine.space, 0),
                               lay.inner)
     low = 1 << getattr(lay.outer, "base", 0)
+    period = getattr(lay.outer, "period", None)
     out = []
     for rel, first in atom_instances(inner, n, what):
-        pre = lay.offset + first
+        # a static multiple of the swizzle's period passes through it: the
+        # instances then share one swizzled (dynamic) offset plus constants
+        past = first - first % period if period and isinstance(first, int) else 0
+        pre = lay.offset + (first - past)
         if _is_run(rel) and n <= low and _div_of(pre) % n == 0:
             start = lay.outer(pre)
             if isinstance(start, Sym):
                 start = Sym(start.value, start.type, min(_pow2(_div_of(pre)), low))
-            out.append((rel, array.engine.offset + start))
+            out.append((rel, array.engine.offset + start + past))
         else:
-            out.append(([None] * len(rel), array.engine.offset + lay.outer(pre)))
+            out.append(([None] * len(rel), array.engine.offset + lay.outer(pre) + past))
     return out
 
 

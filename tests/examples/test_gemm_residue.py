@@ -111,8 +111,9 @@ def test_tensor_core_matmul_names_k():
         tensor_core_matmul.launch("tf32", A, A, np.zeros((64, 64), np.float32))
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("a_major, d_vector", [("K", 8), ("MN", 1)])
-def test_predicated_gemm_compiles_without_spills(a_major, d_vector):
+def test_predicated_gemm_compiles_without_spills(a_major, d_vector, arch):
     from moye.backend.cuda import nvrtc
     from moye.kernel.frontend import BACKENDS
     args, threads = gemm.make_config("Float16", a_major, "K", residue=True, d_vector=d_vector)
@@ -122,8 +123,7 @@ def test_predicated_gemm_compiles_without_spills(a_major, d_vector):
                                           *args, block=threads)
     source = BACKENDS["cuda"].source(kernel, (threads, 1, 1))
     assert 'cp.async.cg.shared.global [%0], [%1], 16, %2;' in source
-    module = nvrtc.compile_cuda(source, [kernel.name], "sm_80",
-                                options=("--ptxas-options=-v",))
+    module = nvrtc.compile_cuda(source, [kernel.name], arch, options=("--ptxas-options=-v",))
     log = module.log or ""
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
     assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 255, log

@@ -25,6 +25,21 @@ def instrs(kernel, op):
     return out
 
 
+def test_gemm_main_loop_swizzles_once_per_distinct_offset():
+    """In the GEMM's main loop a stage index and static multiples of the
+    swizzle's period stay outside the swizzle: the 12 cp.async of a k-tile
+    share one swizzled offset, and each k-block's ldmatrix one per operand."""
+    from moye.examples import gemm
+    args, threads = gemm.make_config("Float16")
+    A, D = np.ones((256, 128), np.float16), np.zeros((256, 256), np.float16)
+    k = gemm.gemm_kernel.trace(A, A, D, D, 1.0, 0.0, *args, block=threads)[0]
+    loop = [s for s in k.body if isinstance(s, ir.For)][0]
+    body = ir.Kernel("b", [], loop.body)
+    assert len(instrs(body, "cp_async")) == 12 and len(instrs(body, "ldmatrix")) == 32
+    # k-blocks 1..3 read with ldmatrix in the loop (k-block 0 at loop-invariant offsets)
+    assert len(instrs(body, "xor")) == 1 + 2 * 3
+
+
 def test_tiled_mmas_with_equal_layouts_but_other_types_are_other_specializations():
     f16 = make_tiled_mma(sm80.MMAOP_16x8x16_F32F16F16F32_TN)
     bf16 = make_tiled_mma(sm80.MMAOP_16x8x16_F32BF16BF16F32_TN)
