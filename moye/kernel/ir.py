@@ -232,7 +232,7 @@ def shared_bytes(kernel):
 #   cluster_wait()                      barrier.cluster.wait.acquire.aligned: every thread of
 #                                       the cluster has arrived
 #   mbarrier_arrive_cluster(bar, bar_idx, cta)   mapa.shared::cluster, then
-#       mbarrier.arrive.release.cluster.shared::cluster: one arrival, per executing thread,
+#       mbarrier.arrive.shared::cluster (release, CTA scope): one arrival, per executing thread,
 #       on the mbarrier at bar's offset in the cluster's block of rank cta
 #   tma_load_multicast(dst, dst_idx, bar, bar_idx, tmap, mask, c0, ..., c{rank-1})
 #       [attrs: rank, bytes]   tma_load with .multicast::cluster: the box lands at dst's

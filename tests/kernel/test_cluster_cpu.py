@@ -73,7 +73,7 @@ PTX = [
     "barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;",
     "barrier.cluster.arrive.relaxed.aligned;",
     "mapa.shared::cluster.u32 remote, %0, %1; "
-    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];",
+    "mbarrier.arrive.shared::cluster.b64 _, [remote];",
     "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
     ".multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;",
     '"h"(static_cast<uint16_t>(3))',

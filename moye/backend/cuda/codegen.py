@@ -508,7 +508,7 @@ def _emit_cluster_wait(w, s, ind, decl):
 
 def _emit_mbarrier_arrive_cluster(w, s, ind, decl):
     w.emit(ind, 'asm volatile("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; '
-                'mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }\\n" :: '
+                'mbarrier.arrive.shared::cluster.b64 _, [remote]; }\\n" :: '
                 f'"r"({_bar_addr(w, s, 0)}), "r"({w.operand(s.args[2])}) : "memory");')
 
 
@@ -517,22 +517,33 @@ def _emit_wgmma(w, s, ind, decl):
     d, dw, a, ai, b, bi = s.args
     c, regs = _reg_type(d), _regs(w, d, dw)
     n = len(regs)
+    rs = s.attrs["a_desc"] is None
+    a_regs = _regs(w, a, ai) if rs else []
     descs = []
     for name, base, idx, bits in (("da", a, ai, s.attrs["a_desc"]),
                                   ("db", b, bi, s.attrs["b_desc"])):
-        descs.append(f"const uint64_t {name} = {bits:#x}ull | static_cast<uint64_t>"
-                     f"(({_smem_addr(w, base, idx)} & 0x3FFFFu) >> 4);")
-    # scale-d (a predicate: 1, accumulate), scale-a, scale-b; the transpose immediates
-    # exist only for 16-bit inputs
+        if bits is not None:
+            descs.append(f"const uint64_t {name} = {bits:#x}ull | static_cast<uint64_t>"
+                         f"(({_smem_addr(w, base, idx)} & 0x3FFFFu) >> 4);")
+    # after d: A (4 b32 registers, or a descriptor), B's descriptor, scale-d (a predicate:
+    # 1, accumulate), imm-scale-a, imm-scale-b (1), and for 16-bit inputs the transpose
+    # immediates: imm-trans-a (SS only) and imm-trans-b (1 for MN-major)
     ptx = s.attrs["ptx"]
-    trans = ", 0, 0" if ptx.endswith(("f16.f16", "bf16.bf16")) else ""
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, %{n + 2}, 0; {ptx} {_brace(0, n)}, "
-            f"%{n}, %{n + 1}, p, 1, 1{trans}; }}")
+    trans = ""
+    if ptx.endswith(("f16.f16", "bf16.bf16")):
+        trans = (f", {int(s.attrs.get('trans_a', 0))}" if not rs else "") + \
+            f", {int(s.attrs.get('trans_b', 0))}"
+    a_text = _brace(n, len(a_regs)) if rs else f"%{n}"
+    na = len(a_regs) if rs else 1
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, %{n + na + 1}, 0; {ptx} {_brace(0, n)}, "
+            f"{a_text}, %{n + na}, p, 1, 1{trans}; }}")
+    inputs = [f'"{_reg_type(a)}"({r})' for r in a_regs] if rs else ['"l"(da)']
+    inputs += ['"l"(db)', '"r"(1)']
     w.emit(ind, "{")
     for line in descs:
         w.emit(ind + "  ", line)
     w.emit(ind + "  ", f'asm volatile("{text}\\n" : ' + ", ".join(f'"+{c}"({r})' for r in regs)
-           + ' : "l"(da), "l"(db), "r"(1) : "memory");')
+           + " : " + ", ".join(inputs) + ' : "memory");')
     w.emit(ind, "}")
 
 
