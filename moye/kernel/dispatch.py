@@ -237,7 +237,8 @@ def _width_check(shape, strides, wide):
 
 class Entry:
     """A specialization on the fast path. `make(grid, fallback)` writes its
-    launch function for a grid: it launches, or returns `fallback(args,
+    launch function for a grid (x, y, z, then the cluster's x, y, z for a
+    launch in clusters): it launches, or returns `fallback(args,
     smem, stream, backend)` where the arguments select another
     specialization. Per launch configuration it keeps the launch function
     (whose fallback dispatches again) and the probe (whose fallback is
@@ -347,7 +348,8 @@ def make_entry(names, defaults, constexpr_names, args, key, binding, backend_cod
     code, backend_env = backend_code(values)
     sig = "".join(p + ", " for p in params) + ("/, " if params else "")
     lines = ["def make(grid, fallback):",
-             "    gx, gy, gz = grid",
+             "    gx, gy, gz, *cluster = grid",
+             "    cluster = tuple(cluster) or None",
              f"    def launch({sig}*rest, smem=0, stream=None, backend=None):",
              "        if " + " or ".join(head) + ":"] + miss + body
     lines += ["        " + line for line in code]

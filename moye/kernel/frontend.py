@@ -173,10 +173,8 @@ class KernelFunction:
             hash(config)
         except TypeError:                   # a list in the config: not kept
             config = None
-        if cluster is not None:
-            launch = _cluster_launch(self, grid, block, cluster)
-        else:
-            launch = _dispatching_launch(self, config, grid, block)
+        # a launch in clusters: the cluster's shape rides after the grid's
+        launch = _dispatching_launch(self, config, grid + (cluster or ()), block)
         if config is not None:
             if len(self._launches) >= 256:
                 self._launches.clear()
@@ -274,20 +272,8 @@ class KernelFunction:
         or self[grid, block, cluster](...) with a cluster."""
         grid, block = _dim3(grid, "grid"), _dim3(block, "block")
         if cluster is not None:
-            self._cluster_dispatch(grid, block, check_cluster(grid, cluster), tuple(args), smem,
-                                   stream, backend)
-            return
+            grid += check_cluster(grid, cluster)
         self._dispatch(None, grid, block, None, tuple(args), smem, stream, backend)
-
-    def _cluster_dispatch(self, grid, block, cluster, args, smem, stream, backend):
-        """A launch in thread-block clusters: binds the arguments each time
-        (the fast path of dispatch.py serves launches without a cluster)."""
-        binding = bind_arguments(self.signature, self.constexpr_names, args)
-        backend = backend or self._backend or _backend_of(binding) or default_backend()
-        _check_devices(binding, backend)
-        exe = self._executable(backend, binding, block)
-        exe.launch(grid, block, runtime_values(binding), binding, smem=smem, stream=stream,
-                   cluster=cluster)
 
     def _dispatch(self, config, grid, block, tried, args, smem, stream, backend):
         """A launch that `config`'s launch function (of Entry `tried`, if
@@ -321,7 +307,9 @@ class KernelFunction:
         backend = backend or self._backend or _backend_of(binding) or default_backend()
         _check_devices(binding, backend)
         exe = self._executable(backend, binding, block)
-        exe.launch(grid, block, runtime_values(binding), binding, smem=smem, stream=stream)
+        more = {"cluster": grid[3:]} if len(grid) > 3 else {}     # (grid, cluster) in clusters
+        exe.launch(grid[:3], block, runtime_values(binding), binding, smem=smem, stream=stream,
+                   **more)
         code = getattr(exe, "fast_launch_code", None)
         if key is None or code is None or \
                 key_of.kinds != tuple(k for k, _, _ in binding.kinds if k != "static"):
@@ -381,14 +369,6 @@ def _dispatching_launch(kernel, config, grid, block):
             return f(*args, smem=smem, stream=stream, backend=backend)
         kernel._dispatch(config, grid, block, None, args, smem, stream, backend)
     launch.__name__ = launch.__qualname__ = f"{kernel.name}[{grid}, {block}]"
-    return launch
-
-
-def _cluster_launch(kernel, grid, block, cluster):
-    """The launch function of a configuration with a cluster."""
-    def launch(*args, smem=0, stream=None, backend=None):
-        kernel._cluster_dispatch(grid, block, cluster, args, smem, stream, backend)
-    launch.__name__ = launch.__qualname__ = f"{kernel.name}[{grid}, {block}, {cluster}]"
     return launch
 
 

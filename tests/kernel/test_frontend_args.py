@@ -181,7 +181,8 @@ class Recorder:
         from cuda.bindings import driver as real
         self.real, self.launches, self.types, self.yield_gil = real, [], {}, False
         self.OK = real.CUresult.CUDA_SUCCESS
-        for name in ("CUresult", "CUfunction", "CUstream", "CUlaunchConfig"):
+        for name in ("CUresult", "CUfunction", "CUstream", "CUlaunchConfig", "CUlaunchAttribute",
+                     "CUlaunchAttributeID"):
             setattr(self, name, getattr(real, name))
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # noqa: N802
@@ -194,6 +195,14 @@ class Recorder:
             values.append(t.from_address(at).value)
         self.launches.append({"function": int(f), "grid": (gx, gy, gz), "block": (bx, by, bz),
                               "smem": smem, "stream": stream, "values": values})
+        return (self.OK,)
+
+    def cuLaunchKernelEx(self, cfg, f, params, extra):  # noqa: N802
+        dim = cfg.attrs[0].value.clusterDim
+        self.cuLaunchKernel(f, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
+                            cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes,
+                            int(cfg.hStream), params, extra)
+        self.launches[-1]["cluster"] = (dim.x, dim.y, dim.z)
         return (self.OK,)
 
 
@@ -331,6 +340,21 @@ def test_fast_launches_refresh_pointers_and_extents(fake_cuda, make):
     assert fake_cuda.compiled[0] == 1 and len(fake_cuda.launches) == 3
     # after its first launch, kern[grid, block] is the specialization's launch function
     assert "fallback" in copy1[(33 + 127) // 128, 128].__code__.co_freevars
+
+
+def test_cluster_launches_take_the_fast_path(fake_cuda):
+    """kern[grid, block, cluster] binds its arguments once, like a plain
+    launch; then its launch function packs them and calls cuLaunchKernelEx."""
+    _fresh(copy1)
+    for i, n in enumerate([256, 512]):
+        y, x = TorchLike(0x10000 * (i + 1), (n,), (1,)), TorchLike(0x900000, (n,), (1,))
+        copy1[n // 128, 128, 2](y, x)
+        rec = fake_cuda.launches[-1]
+        assert rec["values"] == [y.data_ptr(), n, x.data_ptr(), n]
+        assert rec["grid"] == (n // 128, 1, 1) and rec["cluster"] == (2, 1, 1)
+    assert "fallback" in copy1[512 // 128, 128, 2].__code__.co_freevars
+    copy1[4, 128](y, x)                             # the same specialization, no cluster
+    assert "cluster" not in fake_cuda.launches[-1] and fake_cuda.compiled[0] == 1
 
 
 def test_each_specialization_change_compiles_again(fake_cuda):

@@ -33,7 +33,8 @@ class CudaExecutable:
     def fast_launch_code(self, binding, block, values):
         """The lines of a fast launch of this specialization (the frontend's
         dispatch.py writes them into its launch function) and the names they
-        use. In scope: `gx, gy, gz` (the grid), `smem` (bytes beyond the
+        use. In scope: `gx, gy, gz` (the grid), `cluster` (None, or the
+        cluster shape: then cuLaunchKernelEx), `smem` (bytes beyond the
         kernel's own), `stream` (None for the current one), and `values`:
         per argument that is not static, the names of an array's address
         and shape, of a scalar's value, or of a TMACopy. The strides are this binding's,
@@ -73,7 +74,8 @@ class CudaExecutable:
                "_cu_stream_handle": driver.stream_handle, "_cu_more_smem": self._more_smem,
                "_cu_launch": cu.cuLaunchKernel, "_cu_OK": cu.CUresult.CUDA_SUCCESS,
                "_cu_function": self.function.handle, "_cu_failed": self._launch_failed,
-               "_cu_tensor_map": driver.tensor_map_bytes}
+               "_cu_tensor_map": driver.tensor_map_bytes, "_cu_launch_ex": cu.cuLaunchKernelEx,
+               "_cu_cluster_config": driver.cluster_launch_config}
         bx, by, bz = block
         lines = [
             "try:",
@@ -87,10 +89,14 @@ class CudaExecutable:
             "elif type(stream) is not int:",
             "    stream = _cu_stream_handle(stream)",
             f"smem = _cu_more_smem(smem + {dyn}) if smem else {dyn}",
-            f"_cu_err = _cu_launch(_cu_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
+            "if cluster is None:",
+            f"    _cu_err = _cu_launch(_cu_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
             "stream or None, _cu_params, 0)[0]",
+            "else:",
+            f"    _cu_err = _cu_launch_ex(_cu_cluster_config((gx, gy, gz), {block}, smem, stream, "
+            "cluster), _cu_function, _cu_params, 0)[0]",
             "if _cu_err is not _cu_OK:",
-            f"    _cu_failed(_cu_err, (gx, gy, gz), {block}, smem, stream, _cu_params)",
+            f"    _cu_failed(_cu_err, (gx, gy, gz), {block}, smem, stream, _cu_params, cluster)",
             "_cu_free.append(_cu_slot)"]
         return lines, env
 
@@ -101,11 +107,11 @@ class CudaExecutable:
             self.smem_limit_set = total
         return total
 
-    def _launch_failed(self, err, grid, block, smem, stream, params):
+    def _launch_failed(self, err, grid, block, smem, stream, params, cluster=None):
         """A fast launch that failed: once more if this thread had no current
         context (CUDA_ERROR_INVALID_CONTEXT), else the CudaError."""
         from . import driver
-        driver.relaunch(self.function, grid, block, smem, stream, params, err)
+        driver.relaunch(self.function, grid, block, smem, stream, params, err, cluster)
 
 
 class _KernelInfo:

@@ -24,7 +24,7 @@ from ...errors import CudaError, MoyeError
 __all__ = ["init", "device_count", "device_arch", "compute_capability", "device_name",
            "driver_version", "max_shared_memory_per_block_optin", "multiprocessor_count", "load_module", "Module",
            "Function", "ParamPack", "Launcher", "launch", "pack", "raw_launch", "raise_error",
-           "stream_handle", "relaunch", "synchronize", "alloc", "free", "copy_to_device",
+           "stream_handle", "relaunch", "cluster_launch_config", "synchronize", "alloc", "free", "copy_to_device",
            "copy_to_host", "memset_d8", "encode_tensor_map", "tensor_map_bytes",
            "tensor_map_call"]
 
@@ -211,7 +211,7 @@ class Function:
         (cuOccupancyMaxActiveClusters): the persistent grid of a cluster
         kernel. Not every multiprocessor can join a cluster: on an H100 132
         SMs hold fewer than 66 pairs."""
-        cfg = _launch_config(tuple(cluster), tuple(block), shared_mem, 0, tuple(cluster))
+        cfg = cluster_launch_config(tuple(cluster), tuple(block), shared_mem, 0, tuple(cluster))
         return _check(_cu().cuOccupancyMaxActiveClusters(self.handle, cfg),
                       "cuOccupancyMaxActiveClusters")
 
@@ -406,7 +406,9 @@ def _dim3(d):
 _configs = {}
 
 
-def _launch_config(grid, block, shared_mem, stream, cluster):
+def cluster_launch_config(grid, block, shared_mem, stream, cluster):
+    """The CUlaunchConfig of a launch in clusters (3-tuples; stream an int
+    handle), made once per distinct launch."""
     key = (grid, block, shared_mem, stream, cluster)
     cfg = _configs.get(key)
     if cfg is not None:
@@ -486,7 +488,7 @@ def _launch(function, grid, block, shared_mem, stream, address, cluster):
             err = cu.cuLaunchKernel(handle, grid[0], grid[1], grid[2], block[0], block[1],
                                     block[2], shared_mem, stream or None, address, 0)[0]
         else:
-            cfg = _launch_config(grid, block, shared_mem, stream, _dim3(cluster))
+            cfg = cluster_launch_config(grid, block, shared_mem, stream, _dim3(cluster))
             err = _cu().cuLaunchKernelEx(cfg, getattr(function, "handle", function), address,
                                          0)[0]
         if err == 0:
@@ -506,19 +508,24 @@ def _function_handle(function):
     return cu.CUfunction(int(getattr(function, "handle", function)))
 
 
-def relaunch(function, grid, block, shared_mem, stream, address, err):
+def relaunch(function, grid, block, shared_mem, stream, address, err, cluster=None):
     """After a launch that returned `err`: launch once more if this thread
     had no current context (CUDA_ERROR_INVALID_CONTEXT), else raise the
     CudaError, with a hint where the configuration explains it."""
     if int(err) == 201 and "device" in _state:
         _tls.ctx = None
         init()
-        err = _cu().cuLaunchKernel(_function_handle(function), grid[0], grid[1], grid[2],
-                                   block[0], block[1], block[2], shared_mem, stream or None,
-                                   address, 0)[0]
+        if cluster is None:
+            err = _cu().cuLaunchKernel(_function_handle(function), grid[0], grid[1], grid[2],
+                                       block[0], block[1], block[2], shared_mem, stream or None,
+                                       address, 0)[0]
+        else:
+            err = _cu().cuLaunchKernelEx(cluster_launch_config(grid, block, shared_mem, stream,
+                                                               cluster),
+                                         _function_handle(function), address, 0)[0]
         if err == 0:
             return
-    _launch_failed(_cu().CUresult(int(err)), function, grid, block, shared_mem, None)
+    _launch_failed(_cu().CUresult(int(err)), function, grid, block, shared_mem, cluster)
 
 
 def _launch_failed(err, function, grid, block, shared_mem, cluster):
