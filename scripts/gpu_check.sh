@@ -86,6 +86,10 @@ if want examples; then
   python3 -m moye.examples.wgmma_matmul 2>&1 | tee -a "$OUT/examples.log" || status=1
   python3 -m moye.examples.wgmma_matmul 512 768 1024 256 2>&1 | tee -a "$OUT/examples.log" \
     || status=1
+  python3 -m moye.examples.tma_multicast 2>&1 | tee -a "$OUT/examples.log" || status=1
+  python3 -m moye.examples.hopper_gemm 2>&1 | tee -a "$OUT/examples.log" || status=1
+  python3 -m moye.examples.hopper_gemm 1000 1064 1000 bfloat16 2>&1 \
+    | tee -a "$OUT/examples.log" || status=1
   for ex in vectorized_copy async_matmul tensor_core_double_buffer; do
     python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
