@@ -143,6 +143,8 @@ def remote_arrive(h, s, mask):
         row = cl.row_of_rank(s, key[1], int(cta[lane]), lane)
         target = (key[0], row, key[2])
         st = cl.remote_state(h, s, target, lane)
+        if b.race is not None:
+            b.race.release(target, [lane])
         st[1] -= 1
         if st[1] < 0:
             raise KernelRuntimeError(

@@ -1,11 +1,24 @@
 """The CPU backend: the kernel IR interpreted with NumPy.
 
-All threads of a block run in lock-step, and several blocks side by side:
-every IR value is a vector with one lane per thread, divergent branches and
-loops run under a mask of active lanes, and a barrier is simply a point every
-thread reaches together. Shared memory is one row per block, register arrays
-one row per thread. Integer division and remainder follow C (truncation), 32-bit
+The threads of a block run in lock-step, and several blocks side by side:
+every IR value is a vector with one lane per thread (lane = block in the
+batch * threads + thread), divergent branches and loops run under a mask of
+active lanes. Shared memory is one row per block, register arrays one row
+per thread. Integer division and remainder follow C (truncation), 32-bit
 integers wrap as on the GPU.
+
+A dynamic `if` with active lanes on both sides runs its then-side first;
+if that side blocks (an mbarrier wait whose phase has not completed, a
+named barrier or a sync_threads the other side has not reached), the
+else-side starts as an execution context of its own and the two make
+progress in turns, switching only where one blocks, until the join after
+the `if` (contexts.py). So a warp-specialized kernel, a producer warp and
+consumer warpgroups in the two sides of one `if`, each looping on
+mbarriers the other side arrives on, runs as on the GPU, deterministically;
+when no context can go on, the run raises a deadlock error naming each
+waiting line. Kernels whose sides never block run exactly as in plain
+lock-step, at the same speed. Named barriers count whole warps per block
+(named_barrier.py); setmaxnreg does nothing here.
 
 cp.async copies wait in per-thread groups until a cp.async.wait retires
 them (async_copy.py); TMA loads land when a thread waits on their mbarrier
@@ -16,8 +29,10 @@ the PTX ISA (collectives.py), and need every lane of the warp active.
 Checks the GPU does not make: a load or store out of an array's bounds
 raises with the kernel's source line, the block and thread ids and the
 index; `race_check=True` reports shared-memory accesses by different
-threads to the same address between two barriers, and accesses to shared
-memory a cp.async has not finished writing (with both lines; race.py).
+threads to the same address that no barrier orders (sync_threads, or the
+phases of mbarriers and named barriers, tracked with vector clocks), and
+accesses to shared memory a cp.async or TMA load has not finished writing
+(with both lines; race.py).
 """
 import numpy as np
 
@@ -26,7 +41,9 @@ from ...kernel import ir
 from . import collectives, wgmma
 from .async_copy import AsyncCopies
 from .cluster import OPS as _CLUSTER_OPS, Cluster, cluster_order
+from .contexts import Scheduler
 from .errors import ArgumentName, KernelRuntimeError, where as _where
+from .named_barrier import NamedBarriers
 from .race import RaceCheck
 from .tma import Hopper
 
@@ -102,6 +119,8 @@ class _Block:
         self.race = RaceCheck(self) if race_check else None
         self.copies = AsyncCopies(self)
         self.hopper = Hopper(self)
+        self.sched = Scheduler(self)
+        self.named = NamedBarriers(self)
 
     # values ----------------------------------------------------------------
     def get(self, x):
@@ -134,9 +153,16 @@ class _Block:
                 self.loop(s, mask)
             elif isinstance(s, ir.If):
                 c = self.vec(s.cond).astype(bool)
-                self.run(s.then, mask & c)
-                if s.orelse:
-                    self.run(s.orelse, mask & ~c)
+                then = mask & c
+                if not s.orelse:
+                    self.run(s.then, then)
+                    continue
+                other = mask & ~c
+                if then.any() and other.any():
+                    self.sched.fork(s, then, other)     # the sides may wait for each other
+                else:
+                    self.run(s.then, then)
+                    self.run(s.orelse, other)
             elif isinstance(s, ir.While):
                 active = mask.copy()
                 while True:
@@ -238,8 +264,7 @@ class _Block:
         elif op == "store":
             self.store(a[0], a[1], a[2], s, mask)
         elif op == "barrier":
-            if self.race is not None:
-                self.race.barrier()
+            self.sched.sync_threads(s, mask)
         elif op == "cp_async":
             self.copies.issue(s, mask)
         elif op == "cp_async_commit":
@@ -365,7 +390,11 @@ _HOPPER = {"mbarrier_init": Hopper.init, "mbarrier_arrive": Hopper.arrive,
            "fence_proxy_async": _fence_proxy_async, "fence_barrier_init": lambda h, s, mask: None,
            "tma_load": Hopper.load, "tma_store": Hopper.store,
            "tma_store_commit": lambda h, s, mask: h.commit(mask),
-           "tma_store_wait": Hopper.store_wait, **_CLUSTER_OPS}
+           "tma_store_wait": Hopper.store_wait,
+           "named_barrier": lambda h, s, mask: h.block.named.sync(s, mask),
+           "named_barrier_arrive": lambda h, s, mask: h.block.named.arrive(s, mask),
+           "setmaxnreg": lambda h, s, mask: None,       # registers are not a limit here
+           **_CLUSTER_OPS}
 
 
 def _pack(parts, dtype):
@@ -409,4 +438,7 @@ def run_kernel(kernel, grid, block, params, race_check=False, cluster=None):
     for i in range(0, len(ids), per_batch):
         b = _Block(kernel, params, ids[i:i + per_batch], grid, block, race_check)
         b.cluster = Cluster(b, grid, cluster)
-        b.run(kernel.body, np.ones(b.n, bool))
+        try:
+            b.run(kernel.body, np.ones(b.n, bool))
+        finally:
+            b.sched.close()

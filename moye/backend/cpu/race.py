@@ -1,38 +1,53 @@
 """The CPU backend's race check (`run_kernel(race_check=True)`).
 
-Shared memory is shadowed byte by byte: which thread last wrote each byte
-since the last barrier, or first read it, and at which line. An access by
-another thread that conflicts with it (a write after a read or a write, a
-read after a write) is a race: between two barriers the GPU gives the two
-no order. Bytes that a cp.async has been issued to write, but that no
-cp.async.wait has yet retired, are marked too: any access to them, by any
-thread, is an error, since the copy may land before or after it. So are
-bytes a TMA load will write until they land (at an mbarrier wait, which
-orders them for every thread), and bytes a TMA store is reading until a
-tma_store_wait (writing them is an error). A TMA store reading bytes that
-a thread wrote with ordinary stores and did not then fence with
-fence_proxy_async is an error too: the async proxy may not see them.
+Shared memory is shadowed byte by byte: the last write to each byte since
+the last barrier and a read after it (thread, its clock then, line). An
+access by another thread that conflicts with one of them (a write after
+a read or a write, a read after a write) is a race unless the two are
+ordered. A sync_threads orders everything (it forgets the shadow); finer
+orders come from vector clocks: each thread has a clock per thread, an
+arrival on an mbarrier or a named barrier (or a TMA load landing on an
+mbarrier) adds the arriving thread's clocks to the barrier's current
+phase, and a thread that sees the phase complete (mbarrier_wait, a true
+mbarrier_try_wait, bar.sync) takes them in. A producer/consumer pipeline
+is then race-free exactly when its waits order it: a consumer reading a
+stage without waiting on its full barrier reads a TMA load's bytes
+unordered (or before they landed), a producer refilling a stage its
+consumers have not released through the empty barrier writes over reads
+it is not ordered after. (A read is remembered per byte as one thread: a
+later read by a thread not ordered after it keeps the first, so a race
+with the second can be missed, never invented.)
+
+Bytes that a cp.async has been issued to write, but that no cp.async.wait
+has yet retired, are marked too: any access to them, by any thread, is an
+error, since the copy may land before or after it. So are bytes a TMA
+load will write until they land (at an mbarrier wait), and bytes a TMA
+store is reading until a tma_store_wait (writing them is an error). A TMA
+store reading bytes that a thread wrote with ordinary stores and did not
+then fence with fence_proxy_async is an error too: the async proxy may not
+see them.
 """
 import numpy as np
 
 from .errors import KernelRuntimeError, where
 
-NONE, READ, WRITE = 0, 1, 2
-
 
 class _Shadow:
-    """Per byte of one shared array (rows, bytes): the access since the last
-    barrier (kind, thread, line) and the pending cp.async write (thread, line)."""
+    """Per byte of one shared array (rows, bytes): the last write and a read
+    since the last barrier (lane, clock, line; lane -1 for none), and the
+    pending asynchronous accesses."""
 
     def __init__(self, shape):
-        self.kind = np.zeros(shape, np.int8)
-        self.lane, self.loc = np.full(shape, -1, np.int64), np.zeros(shape, np.int64)
-        self.async_lane = np.full(shape, -1, np.int64)
-        self.async_loc = np.zeros(shape, np.int64)
-        self.bulk_lane = np.full(shape, -1, np.int64)      # a TMA store reading it
-        self.bulk_loc = np.zeros(shape, np.int64)
-        self.dirty_lane = np.full(shape, -1, np.int64)     # written, not fenced for the async proxy
-        self.dirty_loc = np.zeros(shape, np.int64)
+        def lanes():
+            return np.full(shape, -1, np.int64)
+
+        def zeros():
+            return np.zeros(shape, np.int64)
+        self.w_lane, self.w_clock, self.w_loc = lanes(), zeros(), zeros()
+        self.r_lane, self.r_clock, self.r_loc = lanes(), zeros(), zeros()
+        self.async_lane, self.async_clock, self.async_loc = lanes(), zeros(), zeros()
+        self.bulk_lane, self.bulk_loc = lanes(), zeros()       # a TMA store reading it
+        self.dirty_lane, self.dirty_loc = lanes(), zeros()     # not fenced for the async proxy
 
 
 class RaceCheck:
@@ -43,6 +58,9 @@ class RaceCheck:
         self.shadows = {}       # array id -> _Shadow
         self.locs, self.loc_index = [None], {}
         self.tma_locs = set()       # loc indices of TMA loads (for the messages)
+        self.vc = None              # (lanes, lanes) clocks, made at the first arrival
+        self.pending = {}           # barrier key -> clocks arrived in its current phase
+        self.done = {}              # barrier key -> clocks of its completed phases
 
     def _shadow(self, arr):
         sh = self.shadows.get(arr.id)
@@ -60,7 +78,59 @@ class RaceCheck:
 
     def barrier(self):
         for sh in self.shadows.values():
-            sh.kind.fill(NONE)
+            sh.w_lane.fill(-1)
+            sh.r_lane.fill(-1)
+
+    # -- vector clocks ------------------------------------------------------------------
+    def _clocks(self):
+        if self.vc is None:
+            self.vc = np.eye(self.block.n, dtype=np.int64)
+        return self.vc
+
+    def _clock(self, lanes):
+        """The own clock of each of `lanes`."""
+        if self.vc is None:
+            return np.ones(np.shape(lanes), np.int64)
+        return self.vc[lanes, lanes]
+
+    def _ordered(self, lanes, before, clock):
+        """Whether each access by `lanes` comes after the access by `before`
+        (a lane) at its `clock`."""
+        if self.vc is None:
+            return np.zeros(np.shape(lanes), bool)
+        return self.vc[lanes, np.maximum(before, 0)] >= clock
+
+    def _phase(self, key):
+        p = self.pending.get(key)
+        if p is None:
+            p = self.pending[key] = np.zeros(self.block.n, np.int64)
+        return p
+
+    def release(self, key, lanes):
+        """`lanes` arrive on barrier `key`: what they did comes before its phase."""
+        vc = self._clocks()
+        p = self._phase(key)
+        np.maximum(p, vc[lanes].max(axis=0), out=p)
+        vc[lanes, lanes] += 1
+
+    def complete(self, key):
+        """Barrier `key` completed its phase."""
+        p = self.pending.pop(key, None)
+        if p is not None:
+            d = self.done.get(key)
+            self.done[key] = p if d is None else np.maximum(d, p)
+
+    def acquire(self, key, lanes):
+        """`lanes` saw barrier `key` complete a phase: they come after it."""
+        d = self.done.get(key)
+        if d is not None:
+            vc = self._clocks()
+            vc[lanes] = np.maximum(vc[lanes], d)
+
+    def forget(self, key):
+        """Barrier `key` was initialized again."""
+        self.pending.pop(key, None)
+        self.done.pop(key, None)
 
     @staticmethod
     def _bytes(lanes, rows, start, nbytes):
@@ -76,14 +146,18 @@ class RaceCheck:
         self._not_pending(s, sh, lane, row, byte, itemsize, write)
         self._conflicts(s, sh, lane, row, byte, itemsize, write)
         loc = self._loc(s.loc)
+        clock = self._clock(lane)
         if write:
             self._not_bulk_read(s, sh, lane, row, byte, itemsize)
-            sh.kind[row, byte], sh.lane[row, byte], sh.loc[row, byte] = WRITE, lane, loc
+            sh.w_lane[row, byte], sh.w_clock[row, byte], sh.w_loc[row, byte] = lane, clock, loc
+            sh.r_lane[row, byte] = -1
             sh.dirty_lane[row, byte], sh.dirty_loc[row, byte] = lane, loc
         else:
-            fresh = sh.kind[row, byte] == NONE
-            r, b = row[fresh], byte[fresh]
-            sh.kind[r, b], sh.lane[r, b], sh.loc[r, b] = READ, lane[fresh], loc
+            prev = sh.r_lane[row, byte]
+            keep = (prev >= 0) & (prev != lane) & ~self._ordered(lane, prev,
+                                                                  sh.r_clock[row, byte])
+            r, b = row[~keep], byte[~keep]
+            sh.r_lane[r, b], sh.r_clock[r, b], sh.r_loc[r, b] = lane[~keep], clock[~keep], loc
 
     def async_issue(self, s, arr, lanes, rows, start, nbytes, itemsize):
         """A cp.async will write these bytes: a write that is pending until retired."""
@@ -98,7 +172,9 @@ class RaceCheck:
         lane, row, byte = self._bytes(lanes, rows, start, nbytes)
         sh = self._shadow(arr)
         sh.async_lane[row, byte] = -1
-        sh.kind[row, byte], sh.lane[row, byte], sh.loc[row, byte] = WRITE, lane, self._loc(loc)
+        sh.w_lane[row, byte], sh.w_clock[row, byte] = lane, self._clock(lane)
+        sh.w_loc[row, byte] = self._loc(loc)
+        sh.r_lane[row, byte] = -1
 
     # -- TMA --------------------------------------------------------------------------
     def async_issue_bytes(self, s, arr, lane, row, byte, itemsize):
@@ -112,12 +188,22 @@ class RaceCheck:
         loc = self._loc(s.loc)
         self.tma_locs.add(loc)
         sh.async_lane[row, byte], sh.async_loc[row, byte] = lane, loc
+        sh.async_clock[row, byte] = self._clock(lane)
 
-    def async_land(self, arr, row, byte):
-        """The TMA load landed, ordered by the mbarrier for the threads that wait."""
+    def async_land(self, arr, row, byte, bar):
+        """The TMA load landed on mbarrier `bar`: a write by the issuing thread
+        (at its clock when it issued it) that the phase orders before its waits."""
         sh = self._shadow(arr)
+        byte = np.ravel(byte)
+        lane, clock = sh.async_lane[row, byte], sh.async_clock[row, byte]
+        if lane.size and lane[0] >= 0:
+            self._clocks()
+            p = self._phase(bar)
+            p[lane[0]] = max(p[lane[0]], clock.max())
+        sh.w_lane[row, byte], sh.w_clock[row, byte] = lane, clock
+        sh.w_loc[row, byte] = sh.async_loc[row, byte]
+        sh.r_lane[row, byte] = -1
         sh.async_lane[row, byte] = -1
-        sh.kind[row, byte] = NONE
         sh.dirty_lane[row, byte] = -1
 
     def bulk_read(self, s, arr, lane, row, byte, itemsize):
@@ -135,7 +221,8 @@ class RaceCheck:
                 f"{where(s.loc)}\n  the TMA store by thread {b._tid(lane)} of block "
                 f"{b._bid(lane)} reads shared memory (element {i // itemsize}) that thread "
                 f"{b._tid(sh.dirty_lane[row, i])} wrote at "
-                f"{where(self.locs[sh.dirty_loc[row, i]])} with ordinary stores: the writer must call fence_proxy_async() before the "
+                f"{where(self.locs[sh.dirty_loc[row, i]])} with ordinary stores: the writer "
+                "must call fence_proxy_async() before the "
                 "barrier, or the copy engine may not see them")
         sh.bulk_lane[row, byte], sh.bulk_loc[row, byte] = lane, self._loc(s.loc)
 
@@ -180,14 +267,20 @@ class RaceCheck:
                 f"{where(ploc)} has not finished writing: {fix}")
 
     def _conflicts(self, s, sh, lane, row, byte, itemsize, write):
-        kind, plane = sh.kind[row, byte], sh.lane[row, byte]
-        bad = (kind != NONE) & (plane != lane) & (write | (kind == WRITE))
-        if bad.any():
-            i = np.nonzero(bad)[0][0]
-            prev = (plane[i], kind[i] == WRITE, self.locs[sh.loc[row[i], byte[i]]])
-            self._report(s, prev, lane[i], byte[i] // itemsize, write)
+        for kind, plane, pclock, ploc in (
+                ("write", sh.w_lane[row, byte], sh.w_clock[row, byte], sh.w_loc),
+                ("read", sh.r_lane[row, byte], sh.r_clock[row, byte], sh.r_loc)):
+            if kind == "read" and not write:
+                break
+            bad = (plane >= 0) & (plane != lane)
+            if bad.any():
+                bad &= ~self._ordered(lane, plane, pclock)
+            if bad.any():
+                i = np.nonzero(bad)[0][0]
+                prev = (plane[i], kind == "write", self.locs[ploc[row[i], byte[i]]])
+                self._report(s, prev, lane[i], byte[i] // itemsize, write)
         if write and len(lane) > 1:              # two threads writing in one instruction
-            key = row * sh.kind.shape[1] + byte
+            key = row * sh.w_lane.shape[1] + byte
             order = np.lexsort((lane, key))
             same = (key[order][1:] == key[order][:-1]) & (lane[order][1:] != lane[order][:-1])
             if same.any():

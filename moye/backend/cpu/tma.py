@@ -19,11 +19,13 @@ memory; the tile counts as being read until a tma_store_wait retires its
 bulk group (writing it before that is an error with race_check, as is a
 store reading bytes that threads wrote without fence_proxy_async).
 
-In a lock-step interpreter a wait that cannot complete would spin forever;
-here it raises: mbarrier_wait when, after the pending loads landed, the
-phase still lacks arrivals or bytes, mbarrier_try_wait after many fruitless
-tries in a row. (Producer/consumer code where one branch of a divergent
-`if` waits for arrivals from the other cannot run in lock-step.)
+A wait whose phase has not completed (after the pending loads landed)
+blocks its context until other contexts complete it (contexts.py); when
+none can, the run ends with a deadlock error. A fruitless try_wait lets
+the other contexts run once; after many fruitless tries in a row with
+nothing else to run, it raises. With race_check, a phase orders the
+arrivals and landed loads that completed it before the waits that see it
+complete (race.py).
 """
 import numpy as np
 
@@ -120,12 +122,17 @@ class Hopper:
             c = int(count[lane])
             self.bars[key] = [c, c, 0, 0]
             self.spins.pop(key, None)
+            if self.block.race is not None:
+                self.block.race.forget(key)
 
     def arrive(self, s, mask, tx=False):
         keys, lanes = self._bars(s, mask)
         nbytes = self.block.vec(s.args[2]).astype(np.int64) if tx else None
+        race = self.block.race
         for key, lane in zip(keys, lanes):
             st = self._state(s, key, lane)
+            if race is not None:
+                race.release(key, [lane])
             if tx:
                 st[2] += int(nbytes[lane])
             st[1] -= 1
@@ -140,6 +147,8 @@ class Hopper:
         self.spins.pop(key, None)
         if st[1] == 0 and st[2] == 0:
             st[1], st[3] = st[0], st[3] ^ 1
+            if self.block.race is not None:
+                self.block.race.complete(key)
 
     def _land(self, keys):
         """Land the pending TMA loads on these mbarriers."""
@@ -151,7 +160,7 @@ class Hopper:
                 continue
             ld.dst[ld.row, ld.bytes] = ld.data
             if self.block.race is not None:
-                self.block.race.async_land(ld.arr, ld.row, ld.bytes)
+                self.block.race.async_land(ld.arr, ld.row, ld.bytes, ld.bar)
             st = self.bars[ld.bar]
             st[2] -= ld.data.size
             self._complete(ld.bar, st)
@@ -159,16 +168,29 @@ class Hopper:
 
     def _done(self, s, mask):
         keys, lanes = self._bars(s, mask)
-        phase = self.block.vec(s.args[2]).astype(np.int64)
+        phase = self.block.vec(s.args[2]).astype(np.int64)[lanes] & 1
         for key, lane in zip(keys, lanes):
             self._state(s, key, lane)
+        return keys, lanes, phase, self._check(keys, phase)
+
+    def _check(self, keys, phase):
+        """Whether the phase of parity `phase` of each mbarrier has completed,
+        after landing the loads pending on them."""
         self._land(keys)
-        done = np.array([self.bars[k][3] != (phase[lane] & 1) for k, lane in zip(keys, lanes)],
-                        bool)
-        return keys, lanes, done
+        return np.array([self.bars[k][3] != p for k, p in zip(keys, phase)], bool)
+
+    def _acquire(self, keys, lanes, done):
+        race = self.block.race
+        if race is not None:
+            for key, lane, ok in zip(keys, lanes, done):
+                if ok:
+                    race.acquire(key, [lane])
 
     def try_wait(self, s, mask):
-        keys, lanes, done = self._done(s, mask)
+        keys, lanes, phase, done = self._done(s, mask)
+        if not done.all() and self.block.sched.yield_():
+            done = self._check(keys, phase)     # others ran meanwhile
+        self._acquire(keys, lanes, done)
         out = np.zeros(self.block.n, bool)
         out[lanes] = done
         for key, lane, ok in zip(keys, lanes, done):
@@ -176,16 +198,28 @@ class Hopper:
                 continue
             n = self.spins[key] = self.spins.get(key, 0) + 1
             if n > SPIN_LIMIT:
-                self._stuck(s, key, lane, f"after {SPIN_LIMIT} fruitless mbarrier_try_wait")
+                raise KernelRuntimeError(
+                    f"{where(s.loc)}\n  deadlock: {self._waiting(key, lane)}, after "
+                    f"{SPIN_LIMIT} fruitless mbarrier_try_wait{self.block.sched.others()}")
         return out
 
     def wait(self, s, mask):
-        keys, lanes, done = self._done(s, mask)
+        keys, lanes, phase, done = self._done(s, mask)
         if not done.all():
-            i = int(np.nonzero(~done)[0][0])
-            self._stuck(s, keys[i], lanes[i], "")
+            def ready():
+                nonlocal done
+                done = self._check(keys, phase)
+                return done.all()
 
-    def _stuck(self, s, key, lane, how):
+            def what():
+                i = int(np.nonzero(~done)[0][0])
+                return self._waiting(keys[i], lanes[i])
+
+            self.block.sched.block_until(ready, s.loc, what)
+        self._acquire(keys, lanes, done)
+
+    def _waiting(self, key, lane):
+        """What `lane` waiting on mbarrier `key` waits for, as a sentence."""
         count, pending, tx, phase = self.bars[key]
         b = self.block
         parts = []
@@ -193,11 +227,9 @@ class Hopper:
             parts.append(f"{pending} of its {count} arrivals missing")
         if tx:
             parts.append(f"{tx} transaction bytes expected that no pending TMA load brings")
-        raise KernelRuntimeError(
-            f"{where(s.loc)}\n  deadlock: thread {b._tid(lane)} of block {b._bid(lane)} waits "
-            f"{how + ' ' if how else ''}for phase {phase} of mbarrier {key[2]}, which can never "
-            f"complete: {', '.join(parts) or 'nothing pending'} (the CPU backend runs threads in "
-            "lock-step: arrivals by another branch of a divergent `if` come only after it)")
+        return (f"thread {b._tid(lane)} of block {b._bid(lane)} waits for phase {phase} of "
+                f"mbarrier {key[2]}, which can never complete: "
+                f"{', '.join(parts) or 'nothing pending'}")
 
     # -- TMA -------------------------------------------------------------------------------
     def _tile(self, s, base_at, idx_at, lane, tmap):
