@@ -374,3 +374,34 @@ def test_sync_threads_across_sides(mode):
     out = np.full(32, np.nan, np.float32)
     sync_across_sides_kernel[2, 64](out, x)
     np.testing.assert_array_equal(out, x[::-1])
+
+
+@moye.kernel
+def nested_kernel(out):
+    """Contexts within contexts: warp 0 waits for warp 1, which waits for warp 2,
+    warps 1 and 2 being the two sides of an `if` inside the outer else-side."""
+    a = moye.mbarrier()
+    b = moye.mbarrier()
+    tid = moye.thread_idx.x
+    if tid == 0:
+        moye.mbarrier_init(a, 32)
+        moye.mbarrier_init(b, 1)
+    moye.sync_threads()
+    if tid < 32:
+        moye.mbarrier_wait(b, 0)
+        out[tid] = 1
+    else:
+        if tid < 64:
+            moye.mbarrier_wait(a, 0)
+            if tid == 32:
+                moye.mbarrier_arrive(b)
+            out[tid] = 2
+        else:
+            moye.mbarrier_arrive(a)
+            out[tid] = 3
+
+
+def test_nested_sides_wait_for_each_other(mode):
+    out = np.zeros(96, np.int32)
+    nested_kernel[3, 96](out)
+    np.testing.assert_array_equal(out, [1] * 32 + [2] * 32 + [3] * 32)
