@@ -192,6 +192,8 @@ def launch_args(C, A, B, blocks=None, cluster=CLUSTER):
     if tuple(B.shape) != (N, K) or tuple(C.shape) != (M, N):
         raise moye.MoyeError(f"hopper_gemm: A {tuple(A.shape)}, B {tuple(B.shape)}, C "
                              f"{tuple(C.shape)}: need A (M, K), B (N, K), C (M, N)")
+    if min(M, N, K) < 1:
+        raise moye.MoyeError(f"hopper_gemm: M, N, K = {M}, {N}, {K}; each must be at least 1")
     if cluster not in (1, 2, 4) or BN // cluster % 8:
         raise moye.MoyeError(f"hopper_gemm: cluster = {cluster!r}; use 1, 2 or 4 blocks")
     tiles = -(-M // (BM * cluster)) * -(-N // BN)          # one per cluster
