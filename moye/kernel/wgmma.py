@@ -3,14 +3,21 @@ builtins that order its asynchronous work.
 
 `gemm(tiled_mma, D, A, B, D)` takes a thread's partitions: A (SS) and B
 are shared-memory tiles, (V, M, K) and (V, N, K) with V one instruction's
-(64, k) or (N, k) tile, in a layout a matrix descriptor can express (see
-moye.atom.arch.sm90: gmma_smem_layout); D is the register fragment of
+(64, k) or (N, k) tile, in a layout a matrix descriptor can express, K- or
+MN-major as the op says (see moye.atom.arch.sm90: gmma_smem_layout); with
+an RS op A is a register fragment (partition_fragment_A), four b32
+registers per instruction. D is the register fragment of
 partition_fragment_C, holding each thread's accumulators in PTX order. It
 emits wgmma.fence, one wgmma.mma_async per (m, n, k) with descriptors made
 from each tile's shared address and the fields derived from its layout
 (D += A * B^T: the accumulator is read and written in place), and
 wgmma.commit_group. Read D only after wgmma_wait(0); clear it before the
 first gemm. The warpgroup's 128 threads all execute it.
+
+IR: wgmma(d, d_regs, a, a_idx, b, b_idx) with attrs ptx, a_desc, b_desc
+(the descriptors' bits but the address), trans_a, trans_b (the transpose
+immediates: 1 for an MN-major operand); for RS a_desc is None and a_idx the
+tuple of A's registers in a (like d_regs).
 """
 from .. import types as T
 from ..atom.arch.sm90 import descriptor_bits, gmma_descriptor
@@ -55,13 +62,15 @@ def _fence_accumulators(b):
         b.instr("wgmma_fence_operand", (base, words))
 
 
-def _descriptors(arr, rows, k, dtype, what, name):
+def _descriptors(arr, rows, k, dtype, what, name, major):
     """Per (row block, k block) of a shared (V, R, K) partition: (base, start
     index, descriptor bits)."""
     e = arr.engine
     if e.space != "shared":
         raise KernelError(f"{what}: {name} must be a shared-memory tile (the wgmma op reads it "
-                          f"by descriptor), got {e.space} memory")
+                          f"by descriptor), got {e.space} memory"
+                          + (" (for A in registers use an RS op: wgmma_op(..., a_source='RS'))"
+                             if name == "A" else ""))
     if e.dtype.bits != dtype.bits:
         raise KernelError(f"{what}: {name} holds {e.dtype}, the op multiplies {dtype}")
     lay = arr.layout
@@ -76,7 +85,7 @@ def _descriptors(arr, rows, k, dtype, what, name):
             at = offset + inner[1](r) + inner[2](kk)
             tile = ComposedLayout(outer, at, inner[0]) if outer is not None else inner[0]
             try:
-                start, lbo, sbo, width = gmma_descriptor(tile, dtype, rows, k, what)
+                start, lbo, sbo, width = gmma_descriptor(tile, dtype, rows, k, what, major)
             except MoyeError as err:
                 raise KernelError(f"{str(err)} ({name}, block ({r},{kk}))") from None
             if outer is None:
@@ -95,35 +104,60 @@ def _descriptors(arr, rows, k, dtype, what, name):
     return out
 
 
+def _register_lists(arr, count, rtype, what, name):
+    """Per atom of a register fragment (V, M, K) or (V, M, N), m fastest:
+    (base, register indices)."""
+    out = {}
+    for j, (rel, first) in enumerate(atom_instances(_v_mn(arr), size(arr, 0), what)):
+        base, words = register_list(arr.engine, rel, first, REGISTER_TYPES[rtype],
+                                    f"{what} {name}")
+        if len(words) != count:
+            raise KernelError(f"{what}: {name} gives {len(words)} registers per atom (mode 0 of "
+                              f"{arr.layout}); the instruction takes {count}")
+        out[j] = (base, words)
+    return out
+
+
 def wgmma_atom(atom, d, a, b, c):
     """gemm with a wgmma atom: D (V, M, N) += A (V, M, K) * B (V, N, K)^T."""
     op = atom.op
     what = f"gemm({op})"
-    if op.info.get("a_source") != "SS" or op.info.get("a_major") != "K" or \
-            op.info.get("b_major") != "K":
-        raise KernelError(f"{what}: only K-major A and B from shared memory (SS) are supported "
-                          "in kernels so far")
     M, N, K = gemm_extents(what, d, a, b, c, "partition_fragment_C")
     if c.engine.base is not d.engine.base or repr(c.layout) != repr(d.layout) or \
             repr(c.engine.offset) != repr(d.engine.offset):
         raise KernelError(f"{what}: wgmma accumulates into D in place; call "
                           "gemm(mma, D, A, B, D) (clear D first to start from zero)")
     _, n, k = op.shape_mnk
-    a_desc = _descriptors(a, 64, k, atom.a_type, what, "A")
-    b_desc = _descriptors(b, n, k, atom.b_type, what, "B")
-    count, rtype = op.info["registers"]["d"]
-    d_regs = {}
-    for j, (rel, first) in enumerate(atom_instances(_v_mn(d), size(d, 0), what)):
-        base, words = register_list(d.engine, rel, first, REGISTER_TYPES[rtype], f"{what} D")
-        if len(words) != count:
-            raise KernelError(f"{what}: D gives {len(words)} registers per atom; the "
-                              f"instruction takes {count}")
-        d_regs[j] = (base, words)
+    info = op.info
+    if info["a_source"] == "RS":
+        if a.engine.space != "local":
+            raise KernelError(f"{what}: the op takes A from registers (RS); A must be a register "
+                              f"fragment (thr.partition_fragment_A(sA), then copy sA into it), "
+                              f"got {a.engine.space} memory with layout {a.layout}")
+        if a.engine.dtype.bits != atom.a_type.bits:
+            raise KernelError(f"{what}: A holds {a.engine.dtype}, the op multiplies "
+                              f"{atom.a_type}")
+        if size(a, 0) != size(op.a_layout, 1):
+            raise KernelError(f"{what}: A's fragment {a.layout} holds {size(a, 0)} values per "
+                              f"instruction; the op's A layout {op.a_layout} gives each thread "
+                              f"{size(op.a_layout, 1)} (make it with partition_fragment_A)")
+        a_regs = _register_lists(a, *info["registers"]["a"], what, "A")
+        a_desc = {(m, kk): (a_regs[m + M * kk][0], a_regs[m + M * kk][1], None)
+                  for m in range(M) for kk in range(K)}
+    else:
+        a_desc = _descriptors(a, 64, k, atom.a_type, what, "A", info["a_major"])
+    b_desc = _descriptors(b, n, k, atom.b_type, what, "B", info["b_major"])
+    d_regs = _register_lists(d, *info["registers"]["d"], what, "D")
+    trans = {"trans_a": int(info["a_major"] == "MN"), "trans_b": int(info["b_major"] == "MN")}
     bld = current()
     accs = bld.__dict__.setdefault("wgmma_accumulators", {})
     for base, words in d_regs.values():
         accs[(id(base), words)] = (base, words)
     _fence_accumulators(bld)
+    if info["a_source"] == "RS":
+        # A's registers are written before the fence (the ISA asks it), not sunk past it
+        for base, words in a_regs.values():
+            bld.instr("wgmma_fence_operand", (base, words))
     bld.instr("wgmma_fence", ())
     for kk in range(K):
         for m in range(M):
@@ -131,7 +165,8 @@ def wgmma_atom(atom, d, a, b, c):
                 da, dw = d_regs[m + M * nn]
                 aa, ai, ahi = a_desc[m, kk]
                 ba, bi, bhi = b_desc[nn, kk]
-                bld.instr("wgmma", (da, dw, aa, ai, ba, bi), ptx=op.ptx, a_desc=ahi, b_desc=bhi)
+                bld.instr("wgmma", (da, dw, aa, ai, ba, bi), ptx=op.ptx, a_desc=ahi, b_desc=bhi,
+                          **trans)
     bld.instr("wgmma_commit", ())
 
 

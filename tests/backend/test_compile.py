@@ -228,3 +228,46 @@ def test_hopper_gemm_compiles_for_sm90a_without_spills(dtype, cluster):
     log = module.log or ""
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
     assert "C7508" not in log, log                       # setmaxnreg was not ignored
+
+
+WGMMA_KINDS = [  # (A, B, C types, op options, the PTX spelling, its operands after D)
+    (("Float16", "Float16", "Float32"), dict(source="RS"),
+     "m64n64k16.f32.f16.f16", "{%32, %33, %34, %35}, %36, p, 1, 1, 0;"),
+    (("BFloat16", "BFloat16", "Float32"), dict(source="RS", b_major="MN", swizzle=32),
+     "m64n64k16.f32.bf16.bf16", "{%32, %33, %34, %35}, %36, p, 1, 1, 1;"),
+    (("TFloat32", "TFloat32", "Float32"), dict(source="RS"),
+     "m64n64k8.f32.tf32.tf32", "{%32, %33, %34, %35}, %36, p, 1, 1;"),
+    (("Float16", "Float16", "Float16"), dict(a_major="MN", b_major="MN", swizzle=0),
+     "m64n64k16.f16.f16.f16", "%16, %17, p, 1, 1, 1, 1;"),
+    (("Float16", "Float16", "Float32"), dict(a_major="MN", swizzle=64),
+     "m64n64k16.f32.f16.f16", "%32, %33, p, 1, 1, 1, 0;"),
+    (("Float8E4M3", "Float8E4M3", "Float32"), dict(swizzle=32),
+     "m64n64k32.f32.e4m3.e4m3", "%32, %33, p, 1, 1;"),
+    (("Float8E4M3", "Float8E5M2", "Float16"), dict(source="RS"),
+     "m64n64k32.f16.e4m3.e5m2", "{%16, %17, %18, %19}, %20, p, 1, 1;"),
+    (("Float8E5M2", "Float8E5M2", "Float32"), dict(source="RS"),
+     "m64n64k32.f32.e5m2.e5m2", "{%32, %33, %34, %35}, %36, p, 1, 1;"),
+]
+
+
+@pytest.mark.parametrize("types, options, shape, operands", WGMMA_KINDS,
+                         ids=lambda x: x if isinstance(x, str) and "%" not in x else None)
+def test_wgmma_kinds_compile_for_sm90a_without_spills(types, options, shape, operands):
+    """RS (A in 4 b32 registers), MN-major tiles (the transpose immediates),
+    tf32, fp8 and f16 accumulators (N/4 b32 registers): the PTX spelling and
+    operands, and one k-tile compiles with no spills."""
+    import re
+
+    from moye import types as T
+    from moye.backend.cuda import nvrtc
+    from tests.kernel.test_wgmma_cpu import trace_case, wgmma_case
+    a, b, c = (getattr(T, t) for t in types)
+    kernel = trace_case(a, b, c, 64, k_tiles=1, **options)
+    source = BACKENDS["cuda"].source(kernel, (128, 1, 1))
+    bk = wgmma_case(a, b, c, 64, k_tiles=1, **options)[2]
+    assert source.count(f"wgmma.mma_async.sync.aligned.{shape} ") == bk // (256 // a.bits)
+    assert re.search(re.escape(f"wgmma.mma_async.sync.aligned.{shape} ") + r"\{[^}]*\}, "
+                     + re.escape(operands), source), source
+    module = nvrtc.compile_cuda(source, [kernel.name], "sm_90a", options=("--ptxas-options=-v",))
+    log = module.log or ""
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log

@@ -66,3 +66,85 @@ def test_sass_has_hgmma(torch, tmp_path):
     print("\n".join(line for line in sass.splitlines() if "GMMA" in line or "LDL" in line
                     or "STL" in line))
     assert "HGMMA.64x128x16.F32" in sass, sass
+
+
+# -- RS, MN-major, tf32, fp8, f16 accumulators: the kernels of tests/kernel/test_wgmma_cpu.py --
+def run_case(torch, a_name, b_name, c_name, n, **kw):
+    """The relative error of C (64, n) computed on the GPU against A * B^T in
+    float64 (inputs as the tensor cores read them)."""
+    import ml_dtypes
+    import numpy as np
+
+    from moye import types as T
+    from moye.atom.mma import round_inputs
+    from tests.kernel.test_wgmma_cpu import wgmma_ab_kernel, wgmma_case
+    a_type, b_type, c_type = (getattr(T, t) for t in (a_name, b_name, c_name))
+    mma, args, K = wgmma_case(a_type, b_type, c_type, n, **kw)
+    storage = {"Float16": torch.float16, "BFloat16": torch.bfloat16, "TFloat32": torch.float32,
+               "Float32": torch.float32, "Float8E4M3": torch.float8_e4m3fn,
+               "Float8E5M2": torch.float8_e5m2}
+    host = {"Float8E4M3": ml_dtypes.float8_e4m3fn, "Float8E5M2": ml_dtypes.float8_e5m2,
+            "BFloat16": ml_dtypes.bfloat16}
+
+    def numpy(x, t):
+        if t.name in host:
+            return x.cpu().view(torch.uint8 if t.bits == 8 else torch.int16).numpy() \
+                .view(host[t.name])
+        return x.cpu().numpy()
+
+    A = torch.randn(64, K, device="cuda").to(storage[a_name])
+    B = torch.randn(n, K, device="cuda").to(storage[b_name])
+    C = torch.full((64, n), float("nan"), device="cuda").to(storage[c_name])
+    wgmma_ab_kernel[1, 128](A, B, C, *args)
+    torch.cuda.synchronize()
+    assert not C.isnan().any()
+    want = round_inputs(numpy(A, a_type), a_type) @ round_inputs(numpy(B, b_type), b_type).T
+    got = C.double().cpu().numpy()
+    return np.abs(got - want).max() / np.abs(want).max()
+
+
+# f32 accumulators: the hardware's sums differ from one rounding of the exact sum by a
+# few ulps of f32; f16 accumulators round each partial sum
+TOLERANCE = {"Float32": 1e-5, "Float16": 3e-3}
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("a_major, b_major", [("MN", "K"), ("K", "MN"), ("MN", "MN")])
+def test_gemm_mn_major(torch, a_major, b_major, swizzle):
+    assert run_case(torch, "Float16", "Float16", "Float32", 64, a_major=a_major,
+                    b_major=b_major, swizzle=swizzle) < TOLERANCE["Float32"]
+
+
+@pytest.mark.parametrize("dtype, c_type, n", [("BFloat16", "Float32", 128),
+                                              ("Float16", "Float16", 64)])
+def test_gemm_mn_major_bf16_and_f16_accumulators(torch, dtype, c_type, n):
+    assert run_case(torch, dtype, dtype, c_type, n, a_major="MN", b_major="MN", swizzle=64) < \
+        TOLERANCE[c_type]
+
+
+@pytest.mark.parametrize("dtype, c_type, b_major", [
+    ("Float16", "Float32", "K"), ("BFloat16", "Float32", "K"), ("TFloat32", "Float32", "K"),
+    ("Float16", "Float16", "K"), ("Float16", "Float32", "MN"), ("Float8E4M3", "Float32", "K"),
+    ("Float8E5M2", "Float16", "K")])
+def test_gemm_rs(torch, dtype, c_type, b_major):
+    assert run_case(torch, dtype, dtype, c_type, 64, source="RS", b_major=b_major) < \
+        TOLERANCE[c_type]
+
+
+@pytest.mark.parametrize("a_type, b_type", [("Float8E4M3", "Float8E4M3"),
+                                            ("Float8E5M2", "Float8E5M2"),
+                                            ("Float8E4M3", "Float8E5M2")])
+@pytest.mark.parametrize("c_type", ["Float32", "Float16"])
+def test_gemm_fp8(torch, a_type, b_type, c_type):
+    assert run_case(torch, a_type, b_type, c_type, 128) < TOLERANCE[c_type]
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64])
+def test_gemm_fp8_every_swizzle(torch, swizzle):
+    assert run_case(torch, "Float8E4M3", "Float8E4M3", "Float32", 64, swizzle=swizzle) < \
+        TOLERANCE["Float32"]
+
+
+@pytest.mark.parametrize("dtype, c_type", [("TFloat32", "Float32"), ("Float16", "Float16")])
+def test_gemm_tf32_and_f16_accumulators(torch, dtype, c_type):
+    assert run_case(torch, dtype, dtype, c_type, 256, swizzle=128) < TOLERANCE[c_type]

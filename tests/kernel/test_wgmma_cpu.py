@@ -62,10 +62,12 @@ def test_descriptor_errors(layout, match):
 
 
 def test_smem_layout_errors():
-    with pytest.raises(MoyeError, match="only K-major"):
-        gmma_smem_layout(Float16, "MN", 128, (64, 64))
+    with pytest.raises(MoyeError, match="use 'K'"):
+        gmma_smem_layout(Float16, "M", 128, (64, 64))
     with pytest.raises(MoyeError, match="k of 64"):
         gmma_smem_layout(Float16, "K", 128, (64, 32))
+    with pytest.raises(MoyeError, match="rows must be a multiple of 64"):
+        gmma_smem_layout(Float16, "MN", 128, (32, 64))
 
 
 @moye.kernel
@@ -182,3 +184,220 @@ def test_sm90_without_a_is_refused():
                                                     load_b, mma, 1, block=128)[0]
     with pytest.raises(MoyeError, match="needs the arch-specific target sm_90a, not sm_90"):
         BACKENDS["cuda"].compile_only(kernel, (128, 1, 1), "sm_90")
+
+
+# -- RS, MN-major, fp8 ---------------------------------------------------------------------
+NUMPY.update({"Float8E4M3": ml_dtypes.float8_e4m3fn, "Float8E5M2": ml_dtypes.float8_e5m2,
+              "TFloat32": np.float32, "Float32": np.float32})
+FP8 = (moye.Float8E4M3, moye.Float8E5M2)
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("rows", [64, 128, 256])
+def test_decoded_mn_major_descriptors_address_the_layout(swizzle, rows):
+    """As above for MN-major tiles: the CPU decodes the descriptor with the
+    ISA's MN-major canonical layouts (the transpose immediate set)."""
+    layout = gmma_smem_layout(Float16, "MN", swizzle, (rows, 64))
+    offsets = layout_offsets(layout, (rows, 64))
+    composed = isinstance(layout, ComposedLayout)
+    inner = layout.inner if composed else layout
+    for step in range(4):
+        at = inner(rows * 16 * step)
+        first = composition(inner, Layout((rows, 16), (1, rows)))
+        sub = ComposedLayout(layout.outer, layout.offset + at, first) if composed else first
+        start, lbo, sbo, width = gmma_descriptor(sub, Float16, rows, 16, major="MN")
+        start += 0 if composed else at
+        desc = descriptor_bits(lbo, sbo, width) | ((start * 2) >> 4)
+        got = tile_bytes(desc, rows, 16, 2, mn_major=True)[..., 0] // 2
+        np.testing.assert_array_equal(got, offsets[:, 16 * step:16 * step + 16])
+
+
+def test_mn_major_descriptor_fields():
+    """LBO and SBO swap roles between MN-major layouts without and with a
+    swizzle (CuTe: make_gmma_desc<Major::MN>)."""
+    # no swizzle: SBO = 128 bytes along M (core matrices of 8 k-rows x 16 bytes), LBO = 8 k-rows
+    assert gmma_descriptor(gmma_smem_layout(Float16, "MN", 0, (128, 16)), Float16, 128, 16,
+                           major="MN") == (0, 2048, 128, 16)
+    # 32-byte swizzle: LBO = 256 bytes to the next 16 rows of M, SBO = 8 k-rows of the 128 rows
+    assert gmma_descriptor(gmma_smem_layout(Float16, "MN", 32, (128, 16)), Float16, 128, 16,
+                           major="MN") == (0, 256, 2048, 32)
+    with pytest.raises(MoyeError, match="no wgmma descriptor reads the MN-major"):
+        gmma_descriptor(gmma_smem_layout(Float16, "K", 0, (64, 16)), Float16, 64, 16, major="MN")
+
+
+@moye.kernel
+def wgmma_ab_kernel(A, B, C, sA_layout, sB_layout, mma, bk: moye.Constexpr,
+                    k_tiles: moye.Constexpr, rs: moye.Constexpr):
+    """C = A * B^T for one (64, N) tile, (., bk) k-tiles copied by the
+    threads into shared tiles of any layout; with rs, A copied from
+    shared memory into the thread's A fragment before each gemm."""
+    sA = moye.shared_array(A.dtype, sA_layout, align=1024)
+    sB = moye.shared_array(B.dtype, sB_layout, align=1024)
+    tid = moye.thread_idx.x
+    mA, mB = MoYeArray(A), MoYeArray(B)
+    thr = mma.get_slice(tid)
+    tCsA, tCsB = thr.partition_A(sA), thr.partition_B(sB)
+    tCrA = thr.partition_fragment_A(sA)
+    gC = moye.tile(MoYeArray(C), (64, size(sB_layout, 0)), (0, 0))
+    tCgC = thr.partition_C(gC)
+    acc = thr.partition_fragment_C(gC)
+    for i in range(size(acc)):
+        acc[i] = 0.0
+    for k in range(k_tiles):
+        gA = moye.tile(mA, (64, bk), (0, k))
+        gB = moye.tile(mB, (size(sB_layout, 0), bk), (0, k))
+        for x, g in ((sA, gA), (sB, gB)):
+            src = moye.parallelize(g, Layout((2, 64), (64, 1)), tid)
+            dst = moye.parallelize(x, Layout((2, 64), (64, 1)), tid)
+            for i in range(size(src)):
+                dst[i] = src[i]
+        moye.fence_proxy_async()
+        moye.sync_threads()
+        if rs:
+            moye.copyto(tCrA, tCsA)
+            gemm(mma, acc, tCrA, tCsB, acc)
+        else:
+            gemm(mma, acc, tCsA, tCsB, acc)
+        moye.wgmma_wait(0)
+        moye.sync_threads()
+    moye.copyto(tCgC, acc)
+
+
+def wgmma_case(a_type, b_type, c_type, n, source="SS", a_major="K", b_major="K", swizzle=128,
+               k_tiles=2):
+    """(mma, kernel arguments but A, B, C) of one configuration, and K."""
+    mma = moye.make_tiled_mma(moye.wgmma_op(n, a_type, b_type, c_type, source, a_major, b_major))
+    bk = max(64, 128 // (a_type.bits // 8)) if swizzle else 64
+    sA = gmma_smem_layout(a_type, a_major, swizzle, (64, bk))
+    sB = gmma_smem_layout(b_type, b_major, swizzle, (n, bk))
+    return mma, (sA, sB, mma, bk, k_tiles, source == "RS"), bk * k_tiles
+
+
+def host_inputs(a_type, b_type, n, K):
+    A = rng.standard_normal((64, K)).astype(NUMPY[a_type.name])
+    B = rng.standard_normal((n, K)).astype(NUMPY[b_type.name])
+    return A, B
+
+
+def run_case(a_type, b_type, c_type, n, **kw):
+    """The relative error of C (64, n) against A * B^T in float64 (inputs as
+    the tensor cores read them)."""
+    mma, args, K = wgmma_case(a_type, b_type, c_type, n, **kw)
+    A, B = host_inputs(a_type, b_type, n, K)
+    C = np.full((64, n), np.nan, NUMPY[c_type.name])
+    wgmma_ab_kernel[1, 128](A, B, C, *args)
+    assert not np.isnan(C).any()
+    want = round_inputs(A, a_type) @ round_inputs(B, b_type).T
+    return np.abs(C.astype(np.float64) - want).max() / np.abs(want).max()
+
+
+# f32 accumulators: exact products, one rounding per wgmma; f16 accumulators round each sum
+TOLERANCE = {"Float32": 1e-6, "Float16": 2e-3}
+
+MN_CASES = [(a, b, s) for a, b in (("MN", "K"), ("K", "MN"), ("MN", "MN"))
+            for s in (0, 32, 64, 128)]
+
+
+@pytest.mark.parametrize("a_major, b_major, swizzle", MN_CASES)
+def test_gemm_mn_major(a_major, b_major, swizzle):
+    assert run_case(Float16, Float16, Float32, 64, a_major=a_major, b_major=b_major,
+                    swizzle=swizzle) < 1e-6
+
+
+@pytest.mark.parametrize("dtype, c_type, n", [(BFloat16, Float32, 128), (Float16, Float16, 64)])
+def test_gemm_mn_major_bf16_and_f16_accumulators(dtype, c_type, n):
+    assert run_case(dtype, dtype, c_type, n, a_major="MN", b_major="MN", swizzle=64) < \
+        TOLERANCE[c_type.name]
+
+
+@pytest.mark.parametrize("dtype, c_type, b_major", [
+    (Float16, Float32, "K"), (BFloat16, Float32, "K"), (TFloat32, Float32, "K"),
+    (Float16, Float16, "K"), (Float16, Float32, "MN"), (moye.Float8E4M3, Float32, "K"),
+    (moye.Float8E5M2, Float16, "K")])
+def test_gemm_rs(dtype, c_type, b_major):
+    """A from registers: each thread's A fragment, copied from shared memory."""
+    assert run_case(dtype, dtype, c_type, 64, source="RS", b_major=b_major) < \
+        TOLERANCE[c_type.name]
+
+
+@pytest.mark.parametrize("a_type, b_type", [(FP8[0], FP8[0]), (FP8[1], FP8[1]),
+                                            (FP8[0], FP8[1])])
+@pytest.mark.parametrize("c_type", [Float32, Float16])
+def test_gemm_fp8(a_type, b_type, c_type):
+    assert run_case(a_type, b_type, c_type, 128) < TOLERANCE[c_type.name]
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64])
+def test_gemm_fp8_every_swizzle(swizzle):
+    assert run_case(FP8[0], FP8[0], Float32, 64, swizzle=swizzle) < 1e-6
+
+
+@pytest.mark.parametrize("source", ["SS", "RS"])
+def test_gemm_tf32_swizzle_32_race_checked(source):
+    with race_checking():
+        assert run_case(TFloat32, TFloat32, Float32, 64, source=source, swizzle=32) < 1e-6
+
+
+def trace_case(a_type, b_type, c_type, n, **kw):
+    mma, args, K = wgmma_case(a_type, b_type, c_type, n, **kw)
+    A = np.zeros((64, K), NUMPY[a_type.name])
+    B = np.zeros((n, K), NUMPY[b_type.name])
+    C = np.zeros((64, n), NUMPY[c_type.name])
+    return wgmma_ab_kernel.trace(A, B, C, *args, block=128)[0]
+
+
+def test_rs_errors():
+    """An RS op given A in shared memory; an SS op given a register fragment;
+    A fragments of the wrong type or size."""
+    mma = moye.make_tiled_mma(moye.wgmma_op(64, Float16, Float16, Float32, "RS"))
+    ss = moye.make_tiled_mma(moye.wgmma_op(64, Float16, Float16, Float32))
+
+    @moye.kernel
+    def bad_a(C, mma, a_kind: moye.Constexpr):
+        sA = moye.shared_array(Float16, gmma_smem_layout(Float16, "K", 128, (64, 64)), align=1024)
+        sB = moye.shared_array(Float16, gmma_smem_layout(Float16, "K", 128, (64, 64)), align=1024)
+        thr = mma.get_slice(moye.thread_idx.x)
+        acc = thr.partition_fragment_C(moye.tile(MoYeArray(C), (64, 64), (0, 0)))
+        for i in range(size(acc)):
+            acc[i] = 0.0
+        if a_kind == "shared":
+            a = thr.partition_A(sA)
+        elif a_kind == "f32":
+            a = moye.make_fragment_like(thr.partition_fragment_A(sA), Float32)
+        elif a_kind == "16 values":
+            a = moye.make_fragment_like(Layout((16, 1, 4)), Float16)
+        else:
+            a = thr.partition_fragment_A(sA)
+        gemm(mma, acc, a, thr.partition_B(sB), acc)
+
+    C = np.zeros((64, 64), np.float32)
+    with pytest.raises(MoyeError, match=r"takes A from registers \(RS\); A must be a register"):
+        bad_a.trace(C, mma, "shared", block=128)
+    with pytest.raises(MoyeError, match="must be a shared-memory tile .* use an RS op"):
+        bad_a.trace(C, ss, "fragment", block=128)
+    with pytest.raises(MoyeError, match=r"A holds Float32, the op multiplies Float16"):
+        bad_a.trace(C, mma, "f32", block=128)
+    with pytest.raises(MoyeError, match=r"A's fragment \(16,1,4\).* holds 16 values per "
+                                        r"instruction; the op's A layout .* gives each thread 8"):
+        bad_a.trace(C, mma, "16 values", block=128)
+
+
+def test_major_errors():
+    for a, b in ((TFloat32, TFloat32), (FP8[0], FP8[1])):
+        with pytest.raises(MoyeError, match="must be K-major .* only 16-bit types may be MN"):
+            moye.wgmma_op(64, a, b, Float32, "SS", "K", "MN")
+    with pytest.raises(MoyeError, match="A from registers is K-major"):
+        moye.wgmma_op(64, Float16, Float16, Float32, "RS", "MN")
+    with pytest.raises(MoyeError, match="no wgmma multiplies Float8E4M3 by Float16"):
+        moye.wgmma_op(64, FP8[0], Float16, Float32)
+    # a K-major tile for an MN-major op (and the reverse): the descriptor cannot read it
+    mma, args, K = wgmma_case(Float16, Float16, Float32, 64, b_major="MN")
+    args = (args[0], gmma_smem_layout(Float16, "K", 128, (64, 64))) + args[2:]
+    with pytest.raises(MoyeError, match=r"no wgmma descriptor reads the MN-major .*\(B, block"):
+        wgmma_ab_kernel.trace(np.zeros((64, K), np.float16), np.zeros((64, K), np.float16),
+                              np.zeros((64, 64), np.float32), *args, block=128)
+    mma, args, K = wgmma_case(Float16, Float16, Float32, 64, a_major="K")
+    args = (gmma_smem_layout(Float16, "MN", 128, (64, 64)),) + args[1:]
+    with pytest.raises(MoyeError, match=r"no wgmma descriptor reads the K-major .*\(A, block"):
+        wgmma_ab_kernel.trace(np.zeros((64, K), np.float16), np.zeros((64, K), np.float16),
+                              np.zeros((64, 64), np.float32), *args, block=128)

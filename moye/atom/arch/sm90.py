@@ -11,8 +11,8 @@ Thread-value layouts, as CuTe's GMMA traits describe them:
   Fragments for wgmma.mma_async.m64nNk16", Figure "register fragment layout
   for accumulator matrix D"):
   row = 16w + groupID (+8 for values 2,3 of each 4), col = 8*(i/4) + 2*threadID_in_group + (i&1).
-- A from registers: warp w owns rows 16w..16w+15 with mma.m16n8k16's (16-bit)
-  or mma.m16n8k8's (tf32) A fragment.
+- A from registers: warp w owns rows 16w..16w+15 with mma.m16n8k16's (16-bit),
+  mma.m16n8k8's (tf32) or mma.m16n8k32's (8-bit) A fragment: 4 b32 registers.
 - A or B in shared memory: not distributed over threads; every thread
   "holds" the whole (64,K) or (N,K) tile (thread stride 0), as CuTe says.
   Its shared-memory layout (K- or MN-major, swizzle) is the tile's business.
@@ -26,9 +26,15 @@ rows: without swizzle a core matrix is 128 contiguous bytes, LBO steps
 along K and SBO along the rows; with a W-byte swizzle the
 8 rows are W bytes apart (K contiguous within them), SBO steps 8 rows, and
 the address bits [4, 4+b) are XORed with [7, 7+b) (b = log2(W/16)).
-`gmma_smem_layout` makes such layouts (CuTe: GMMA::Layout_K_SW128_Atom
-tiled to a shape); `gmma_descriptor` derives a descriptor's fields from a
-layout, or says why none can express it.
+MN-major tiles (16-bit types only; the instruction's transpose immediate
+says so) are made of core matrices of 8 k-rows of 16 contiguous bytes of
+M (or N): without swizzle a core matrix is 128 contiguous bytes, SBO steps
+along M/N and LBO along K (8 k-rows); with a W-byte swizzle each k-row holds
+W contiguous bytes of M/N, the 8 k-rows are W bytes apart, LBO steps W bytes
+of M/N and SBO 8 k-rows (CuTe: make_gmma_desc<Major::MN>).
+`gmma_smem_layout` makes such layouts (CuTe: GMMA::Layout_K_SW128_Atom,
+Layout_MN_SW128_Atom, ... tiled to a shape); `gmma_descriptor` derives a
+descriptor's fields from a layout, or says why none can express it.
 """
 import numpy as np
 
@@ -54,6 +60,9 @@ def acc_layout_64xN(n):
 A_REGS_64x16 = Layout(((4, 8, 4), (2, 2, 2)), ((128, 1, 16), (64, 8, 512)))
 # (T128, V4) -> (64,8): tf32 A in registers. CuTe: ALayout_64x8
 A_REGS_64x8 = Layout(((4, 8, 4), (2, 2)), ((64, 1, 16), (8, 256)))
+# (T128, V16) -> (64,32): 8-bit (e4m3, e5m2) A in registers. CuTe: ALayout_64x32
+A_REGS_64x32 = Layout(((4, 8, 4), (4, 2, 2)), ((256, 1, 16), (64, 8, 1024)))
+A_REGS = {16: A_REGS_64x16, 8: A_REGS_64x8, 32: A_REGS_64x32}
 
 
 def smem_tile(rows, k):
@@ -65,17 +74,31 @@ def smem_tile(rows, k):
     return Layout((128, (rows, k)), (0, (1, rows)))
 
 
-# (A = B type, C = D type) -> K of the instruction
+# (A = B type, C = D type) -> K of the instruction; fp8 A and B may differ
 _COMBOS = {("Float16", "Float16"): 16, ("Float16", "Float32"): 16,
            ("BFloat16", "Float32"): 16, ("TFloat32", "Float32"): 8}
+_FP8 = ("Float8E4M3", "Float8E5M2")
+_COMBOS.update({(a, c): 32 for a in _FP8 for c in ("Float16", "Float32")})
+# fp8 spellings (PTX, MoYe's op names, CuTe's); mma_sync's table has the others
+_FP8_SPELLING = {"Float8E4M3": ("e4m3", "E4M3", "E4M3"), "Float8E5M2": ("e5m2", "E5M2", "E5M2")}
+
+
+def _ptx_type(t):
+    return _FP8_SPELLING[t.name][0] if t.name in _FP8_SPELLING else ptx_type(t)
+
+
+def _letters(types, cute=False):
+    return "".join(_FP8_SPELLING[t.name][2 if cute else 1] if t.name in _FP8_SPELLING
+                   else type_letters((t,), cute) for t in types)
 _CACHE = {}
 
 
 def wgmma_op(n, a_type, b_type, c_type, a_source="SS", a_major="K", b_major="K"):
     """The wgmma.mma_async op D(64,n) = A(64,K) * B(n,K)^T + D with f16, bf16
-    (K=16) or tf32 (K=8) inputs; A from shared memory ("SS") or registers
-    ("RS"); A and B K-major or MN-major (MN only for 16-bit types, and A from
-    registers is always K-major). CuTe: SM90_64xNxK_..._SS / _RS.
+    (K=16), tf32 (K=8) or fp8 e4m3/e5m2 (K=32) inputs; A from shared memory
+    ("SS") or registers ("RS"); A and B K-major or MN-major (MN only for
+    16-bit types, and A from registers is always K-major).
+    CuTe: SM90_64xNxK_..._SS / _RS.
         >>> op = wgmma_op(128, Float16, Float16, Float32)
         >>> op, op.ptx
         (MMAOP_64x128x16_F32F16F16F32_SS_TN, 'wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16')
@@ -89,11 +112,13 @@ def wgmma_op(n, a_type, b_type, c_type, a_source="SS", a_major="K", b_major="K")
 
 
 def _make_wgmma(n, a_type, b_type, c_type, a_source, a_major, b_major):
-    k = _COMBOS.get((a_type.name, c_type.name)) if a_type is b_type else None
+    same = a_type is b_type or (a_type.name in _FP8 and b_type.name in _FP8)
+    k = _COMBOS.get((a_type.name, c_type.name)) if same else None
     if k is None:
         raise MoyeError(f"wgmma_op: no wgmma multiplies {a_type} by {b_type} into {c_type}; valid "
                         "(A, B, C): (Float16, Float16, Float16 or Float32), "
-                        "(BFloat16, BFloat16, Float32), (TFloat32, TFloat32, Float32)")
+                        "(BFloat16, BFloat16, Float32), (TFloat32, TFloat32, Float32), "
+                        "(Float8E4M3 or Float8E5M2, Float8E4M3 or Float8E5M2, Float16 or Float32)")
     if not (isinstance(n, int) and 8 <= n <= 256 and n % 8 == 0):
         raise MoyeError(f"wgmma_op: n = {n!r}; wgmma's N is a multiple of 8 from 8 to 256")
     if a_source not in ("SS", "RS"):
@@ -102,20 +127,22 @@ def _make_wgmma(n, a_type, b_type, c_type, a_source, a_major, b_major):
     for what, major in (("a_major", a_major), ("b_major", b_major)):
         if major not in ("K", "MN"):
             raise MoyeError(f"wgmma_op: {what} = {major!r}; use 'K' or 'MN'")
-    if k == 8 and (a_major, b_major) != ("K", "K"):
-        raise MoyeError("wgmma_op: tf32 operands must be K-major (a_major = b_major = 'K')")
+    if k != 16 and (a_major, b_major) != ("K", "K"):
+        raise MoyeError(f"wgmma_op: {a_type} and {b_type} operands must be K-major (a_major = "
+                        f"b_major = 'K', got {a_major!r}, {b_major!r}); only 16-bit types may "
+                        "be MN-major")
     if a_source == "RS" and a_major != "K":
         raise MoyeError("wgmma_op: A from registers is K-major; a_major must be 'K'")
 
     types = (c_type, a_type, b_type, c_type)
     majors = ("T" if a_major == "K" else "N") + ("N" if b_major == "K" else "T")
-    name = f"MMAOP_64x{n}x{k}_{type_letters(types)}_{a_source}_{majors}"
-    cute_name = f"SM90_64x{n}x{k}_{type_letters(types[:3], cute=True)}_{a_source}" + \
-        ("_TN" if k == 8 else "")
-    ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{ptx_type(c_type)}.{ptx_type(a_type)}." \
-          f"{ptx_type(b_type)}"
+    name = f"MMAOP_64x{n}x{k}_{_letters(types)}_{a_source}_{majors}"
+    cute_name = f"SM90_64x{n}x{k}_{_letters(types[:3], cute=True)}_{a_source}" + \
+        ("_TN" if k != 16 else "")
+    ptx = f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{_ptx_type(c_type)}.{_ptx_type(a_type)}." \
+          f"{_ptx_type(b_type)}"
     if a_source == "RS":
-        a_layout, a_regs = (A_REGS_64x16 if k == 16 else A_REGS_64x8), (4, "b32")
+        a_layout, a_regs = A_REGS[k], (4, "b32")
     else:
         a_layout, a_regs = smem_tile(64, k), (1, "b64")
     d_regs = (n // 2, "f32") if c_type is Float32 else (n // 4, "b32")
@@ -132,41 +159,67 @@ SWIZZLE_MODE = {16: 0, 128: 1, 64: 2, 32: 3}
 
 def gmma_smem_layout(dtype, major, swizzle, shape):
     """A (rows, k) shared-memory layout that wgmma reads with a descriptor:
-    K-major, swizzled by 128, 64 or 32 bytes or not at all (swizzle 0).
-    CuTe: tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, shape) (and _SW64,
-    _SW32, _INTER).
+    K-major ("K") or MN-major ("MN"), swizzled by 128, 64 or 32 bytes or not
+    at all (swizzle 0). CuTe: tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
+    shape) (and _SW64, _SW32, _INTER; Layout_MN_... for "MN").
         >>> gmma_smem_layout(Float16, "K", 128, (64, 64))
         Sw<3,3,3> o 0 o ((8,8),(64,1)):((64,512),(1,4096))
+        >>> gmma_smem_layout(Float16, "MN", 128, (128, 32))
+        Sw<3,3,3> o 0 o ((64,2),(8,4)):((1,512),(64,1024))
     """
     t = as_element_type(dtype)
     ebytes = t.bits // 8
-    if major != "K":
-        raise MoyeError(f"gmma_smem_layout: major = {major!r}; only K-major ('K') tiles are "
-                        "supported so far")
+    if major not in ("K", "MN"):
+        raise MoyeError(f"gmma_smem_layout: major = {major!r}; use 'K' (K contiguous) or 'MN' "
+                        "(M or N contiguous)")
     width = 16 if swizzle in (0, None) else swizzle
-    if width not in SWIZZLE_MODE or t.bits not in (16, 32):
+    if width not in SWIZZLE_MODE or t.bits not in (8, 16, 32):
         raise MoyeError(f"gmma_smem_layout: swizzle = {swizzle!r} bytes for {t}; use 0, 32, 64 "
-                        "or 128 with a 16- or 32-bit type")
+                        "or 128 with an 8-, 16- or 32-bit type")
     rows, k = shape
     cols = width // ebytes
-    if rows % 8 or k % cols:
-        raise MoyeError(f"gmma_smem_layout: shape {shape}: rows must be a multiple of 8 and k of "
-                        f"{cols} ({width} bytes of {t})")
-    layout = Layout(((8, rows // 8), (cols, k // cols)), ((cols, 8 * cols), (1, rows * cols)))
+    if major == "K":
+        if rows % 8 or k % cols:
+            raise MoyeError(f"gmma_smem_layout: shape {shape}: rows must be a multiple of 8 and "
+                            f"k of {cols} ({width} bytes of {t})")
+        layout = Layout(((8, rows // 8), (cols, k // cols)), ((cols, 8 * cols), (1, rows * cols)))
+    else:
+        if rows % cols or k % 8:
+            raise MoyeError(f"gmma_smem_layout: MN-major shape {shape}: rows must be a multiple "
+                            f"of {cols} ({width} bytes of {t}) and k of 8")
+        layout = Layout(((cols, rows // cols), (8, k // 8)), ((1, 8 * cols), (cols, rows * 8)))
     if width == 16:
         return layout
     return composition(Swizzle(width.bit_length() - 5, 4 - (ebytes.bit_length() - 1), 3), layout)
 
 
-def gmma_descriptor(layout, dtype, rows, k, what="wgmma"):
-    """(start, LBO, SBO, swizzle width) of the descriptor that reads the K-major
-    (rows, k) operand tile whose value v = row + rows * kk lies at `layout(v)`
-    (the first rows * k values of a larger layout: its first k columns)
-    (a Layout, or a Swizzle composed with one): `start` the element offset of
-    (0, 0) before the swizzle, the offsets in bytes, width 16 for no swizzle.
+def _canonical(rows, k, ebytes, width, lbo, sbo, major):
+    """The byte offsets (rows, k) of the PTX ISA's canonical layout (before the
+    swizzle) that a descriptor with these fields reads."""
+    r, kk = np.arange(rows)[:, None], np.arange(k)[None, :]
+    if major == "K":
+        kb = kk * ebytes
+        return (r % 8) * width + (r // 8) * sbo + kb % 16 + \
+            (kb // 16) * (lbo if width == 16 else 16)
+    rb = r * ebytes
+    if width == 16:
+        return rb % 16 + (rb // 16) * sbo + (kk % 8) * 16 + (kk // 8) * lbo
+    return rb % width + (rb // width) * lbo + (kk % 8) * width + (kk // 8) * sbo
+
+
+def gmma_descriptor(layout, dtype, rows, k, what="wgmma", major="K"):
+    """(start, LBO, SBO, swizzle width) of the descriptor that reads the
+    (rows, k) operand tile, K- or MN-major, whose value v = row + rows * kk
+    lies at `layout(v)` (the first rows * k values of a larger layout: its
+    first k columns) (a Layout, or a Swizzle composed with one): `start` the
+    element offset of (0, 0) before the swizzle, the offsets in bytes, width
+    16 for no swizzle.
         >>> gmma_descriptor(gmma_smem_layout(Float16, "K", 128, (64, 64)), Float16, 64, 16)
         (0, 16, 1024, 128)
         >>> gmma_descriptor(gmma_smem_layout(Float16, "K", 0, (64, 16)), Float16, 64, 16)
+        (0, 1024, 128, 16)
+        >>> gmma_descriptor(gmma_smem_layout(Float16, "MN", 0, (64, 16)), Float16, 64, 16,
+        ...                 major="MN")
         (0, 1024, 128, 16)
     """
     ebytes = as_element_type(dtype).bits // 8
@@ -190,17 +243,25 @@ def gmma_descriptor(layout, dtype, rows, k, what="wgmma"):
     pre = np.array([inner(v) for v in range(rows * k)], np.int64).reshape(k, rows).T
     start = int(pre[0, 0]) + offset
     got = (pre - pre[0, 0]) * ebytes
-    r, kb = np.arange(rows)[:, None], np.arange(k)[None, :] * ebytes
-    sbo = int(got[8, 0]) if rows > 8 else 8 * width
-    lbo = (int(got[0, 16 // ebytes]) if k * ebytes > 16 else 16) if width == 16 else 16
-    want = (r % 8) * width + (r // 8) * sbo + kb % 16 + (kb // 16) * (lbo if width == 16 else 16)
+    if major == "K":
+        # unused fields: SBO when there is one 8-row group, LBO with a swizzle
+        sbo = int(got[8, 0]) if rows > 8 else 8 * width
+        lbo = (int(got[0, 16 // ebytes]) if k * ebytes > 16 else 16) if width == 16 else 16
+        shape = f"K-major in 8-row core matrices, rows {width} bytes apart"
+    else:
+        # the step along M/N (SBO without swizzle, LBO with one) is unused in one chunk
+        mn_step = int(got[width // ebytes, 0]) if rows * ebytes > width else 8 * width
+        k_step = int(got[0, 8]) if k > 8 else 8 * width
+        lbo, sbo = (k_step, mn_step) if width == 16 else (mn_step, k_step)
+        shape = f"MN-major, {width} contiguous bytes of M/N in each of 8 k-rows {width} bytes apart"
+    want = _canonical(rows, k, ebytes, width, lbo, sbo, major)
     if not np.array_equal(got, want) or (start * ebytes) % 16 or \
             any(x % 16 or not 0 < x < 1 << 18 for x in (lbo, sbo)):
         swz = f"a {width}-byte swizzle" if width > 16 else "no swizzle"
-        raise MoyeError(f"{what}: no wgmma descriptor reads the ({rows},{k}) tile {layout} of "
-                        f"{dtype}: with {swz} it must be K-major in 8-row core matrices, rows "
-                        f"{width} bytes apart, 16-byte aligned; make it with "
-                        f"gmma_smem_layout({dtype}, 'K', {width if width > 16 else 0}, shape)")
+        raise MoyeError(f"{what}: no wgmma descriptor reads the {major}-major ({rows},{k}) tile "
+                        f"{layout} of {dtype}: with {swz} it must be {shape}, 16-byte aligned; "
+                        f"make it with gmma_smem_layout({dtype}, '{major}', "
+                        f"{width if width > 16 else 0}, shape)")
     return start, lbo, sbo, width
 
 

@@ -18,7 +18,9 @@ def _linear_view(arr, name):
     if any(s < 0 or s % item for s in arr.strides):
         raise MoyeError(f"argument '{name}': the CPU backend needs non-negative element strides")
     span = 1 + sum((n - 1) * s // item for n, s in zip(arr.shape, arr.strides)) if arr.size else 0
-    return np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(item,))
+    # ml_dtypes' float8_e5m2 exports the typestr '<f1', which as_strided cannot read back
+    base = arr.view(np.uint8) if item == 1 else arr
+    return np.lib.stride_tricks.as_strided(base, shape=(span,), strides=(item,)).view(arr.dtype)
 
 
 class CpuExecutable:
