@@ -106,6 +106,10 @@ def run_case(torch, a_name, b_name, c_name, n, **kw):
 # f32 accumulators: the hardware's sums differ from one rounding of the exact sum by a
 # few ulps of f32; f16 accumulators round each partial sum
 TOLERANCE = {"Float32": 1e-5, "Float16": 3e-3}
+# fp8 inputs: Hopper adds fp8 products in an accumulator narrower than f32 before they reach
+# the f32 registers (measured on the H100: 3e-4 to 6e-4 of max |C| at K = 64 and 128, where
+# the CPU backend's exact emulation is within 1e-6), as DeepSeek-V3's report describes
+FP8_F32 = 2e-3
 
 
 @pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
@@ -127,8 +131,8 @@ def test_gemm_mn_major_bf16_and_f16_accumulators(torch, dtype, c_type, n):
     ("Float16", "Float16", "K"), ("Float16", "Float32", "MN"), ("Float8E4M3", "Float32", "K"),
     ("Float8E5M2", "Float16", "K")])
 def test_gemm_rs(torch, dtype, c_type, b_major):
-    assert run_case(torch, dtype, dtype, c_type, 64, source="RS", b_major=b_major) < \
-        TOLERANCE[c_type]
+    tol = FP8_F32 if dtype.startswith("Float8") and c_type == "Float32" else TOLERANCE[c_type]
+    assert run_case(torch, dtype, dtype, c_type, 64, source="RS", b_major=b_major) < tol
 
 
 @pytest.mark.parametrize("a_type, b_type", [("Float8E4M3", "Float8E4M3"),
@@ -136,13 +140,13 @@ def test_gemm_rs(torch, dtype, c_type, b_major):
                                             ("Float8E4M3", "Float8E5M2")])
 @pytest.mark.parametrize("c_type", ["Float32", "Float16"])
 def test_gemm_fp8(torch, a_type, b_type, c_type):
-    assert run_case(torch, a_type, b_type, c_type, 128) < TOLERANCE[c_type]
+    tol = FP8_F32 if c_type == "Float32" else TOLERANCE[c_type]
+    assert run_case(torch, a_type, b_type, c_type, 128) < tol
 
 
 @pytest.mark.parametrize("swizzle", [0, 32, 64])
 def test_gemm_fp8_every_swizzle(torch, swizzle):
-    assert run_case(torch, "Float8E4M3", "Float8E4M3", "Float32", 64, swizzle=swizzle) < \
-        TOLERANCE["Float32"]
+    assert run_case(torch, "Float8E4M3", "Float8E4M3", "Float32", 64, swizzle=swizzle) < FP8_F32
 
 
 @pytest.mark.parametrize("dtype, c_type", [("TFloat32", "Float32"), ("Float16", "Float16")])
