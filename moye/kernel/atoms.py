@@ -86,6 +86,20 @@ def _is_run(rel):
     return all(d == i for i, d in enumerate(rel))
 
 
+def register_lists(arr, count, rtype, what, name):
+    """Per atom of a register fragment (V, M, K) or (V, M, N), m fastest:
+    (base, register indices), `count` registers of type `rtype` each."""
+    out = {}
+    for j, (rel, first) in enumerate(atom_instances(_v_mn(arr), size(arr, 0), what)):
+        base, words = register_list(arr.engine, rel, first, REGISTER_TYPES[rtype],
+                                    f"{what} {name}")
+        if len(words) != count:
+            raise KernelError(f"{what}: {name} gives {len(words)} registers per atom (mode 0 of "
+                              f"{arr.layout}); the instruction takes {count}")
+        out[j] = (base, words)
+    return out
+
+
 def register_list(engine, rel, first, reg_type, what):
     """The (base, word indices) of values at `first + rel[i]` of a register
     fragment packed into registers of `reg_type`."""
@@ -283,17 +297,7 @@ def mma_atom(atom, d, a, b, c):
     for name, arr in (("a", a), ("b", b), ("c", c), ("d", d)):
         if name in lists:
             continue
-        count, rtype = regs[name]
-        nval = size(arr, 0)
-        per = {}
-        for j, (rel, first) in enumerate(atom_instances(_v_mn(arr), nval, what)):
-            base, words = register_list(arr.engine, rel, first, REGISTER_TYPES[rtype],
-                                        f"{what} {name.upper()}")
-            if len(words) != count:
-                raise KernelError(f"{what}: {name.upper()} gives {len(words)} registers per "
-                                  f"atom; the instruction takes {count}")
-            per[j] = (base, words)
-        lists[name] = (per, size(arr, 1))
+        lists[name] = (register_lists(arr, *regs[name], what, name.upper()), size(arr, 1))
     b_ = current()
     for k in range(K):
         for m in range(M):

@@ -24,7 +24,7 @@ from ..atom.arch.sm90 import descriptor_bits, gmma_descriptor
 from ..layout import size
 from ..layout.swizzle import ComposedLayout
 from ..errors import MoyeError
-from .atoms import REGISTER_TYPES, _v_mn, atom_instances, gemm_extents, register_list
+from .atoms import gemm_extents, register_lists
 from .tracer import KernelError, _coerce, _div_of, current
 
 
@@ -104,20 +104,6 @@ def _descriptors(arr, rows, k, dtype, what, name, major):
     return out
 
 
-def _register_lists(arr, count, rtype, what, name):
-    """Per atom of a register fragment (V, M, K) or (V, M, N), m fastest:
-    (base, register indices)."""
-    out = {}
-    for j, (rel, first) in enumerate(atom_instances(_v_mn(arr), size(arr, 0), what)):
-        base, words = register_list(arr.engine, rel, first, REGISTER_TYPES[rtype],
-                                    f"{what} {name}")
-        if len(words) != count:
-            raise KernelError(f"{what}: {name} gives {len(words)} registers per atom (mode 0 of "
-                              f"{arr.layout}); the instruction takes {count}")
-        out[j] = (base, words)
-    return out
-
-
 def wgmma_atom(atom, d, a, b, c):
     """gemm with a wgmma atom: D (V, M, N) += A (V, M, K) * B (V, N, K)^T."""
     op = atom.op
@@ -141,13 +127,13 @@ def wgmma_atom(atom, d, a, b, c):
             raise KernelError(f"{what}: A's fragment {a.layout} holds {size(a, 0)} values per "
                               f"instruction; the op's A layout {op.a_layout} gives each thread "
                               f"{size(op.a_layout, 1)} (make it with partition_fragment_A)")
-        a_regs = _register_lists(a, *info["registers"]["a"], what, "A")
+        a_regs = register_lists(a, *info["registers"]["a"], what, "A")
         a_desc = {(m, kk): (a_regs[m + M * kk][0], a_regs[m + M * kk][1], None)
                   for m in range(M) for kk in range(K)}
     else:
         a_desc = _descriptors(a, 64, k, atom.a_type, what, "A", info["a_major"])
     b_desc = _descriptors(b, n, k, atom.b_type, what, "B", info["b_major"])
-    d_regs = _register_lists(d, *info["registers"]["d"], what, "D")
+    d_regs = register_lists(d, *info["registers"]["d"], what, "D")
     trans = {"trans_a": int(info["a_major"] == "MN"), "trans_b": int(info["b_major"] == "MN")}
     bld = current()
     accs = bld.__dict__.setdefault("wgmma_accumulators", {})
