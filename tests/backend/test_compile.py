@@ -202,8 +202,6 @@ def test_hopper_gemm_compiles_for_sm90a_without_spills(dtype, cluster):
     """The warp-specialized GEMM: setmaxnreg under __launch_bounds__(384, 1),
     wgmma 64x256x16 from 128B-swizzled stages, stmatrix and TMA stores; no
     spills (the consumers' 128 fp32 accumulators fit)."""
-    import re
-
     import ml_dtypes
 
     from moye.backend.cuda import nvrtc
