@@ -4,8 +4,9 @@ wgmma, written in Python with moye.
     python -m moye.examples.hopper_gemm [M N K [dtype]]
 
 C = A @ B.T with A (M, K) and B (N, K) row-major (K-major) fp16 or bf16, C
-(M, N) row-major of the same type, accumulated in fp32; any M, N, K with
-K and N multiples of 8 (TMA needs 16-byte row strides).
+(M, N) row-major of the same type, accumulated in fp32; any M, N, K (TMA
+needs 16-byte row strides: where K or N is not a multiple of 8, matmul
+runs on zero-padded copies).
 
 One block of 384 threads per multiprocessor walks the output tiles
 (BM x BN) in a grouped order (tile_coords):
@@ -222,10 +223,31 @@ _resident = {}
 
 
 def matmul(C, A, B, blocks=None, cluster=CLUSTER):
-    """C = A @ B.T on the arrays' device (see launch_args)."""
+    """C = A @ B.T on the arrays' device (see launch_args). Row-major A, B
+    and C whose rows TMA cannot address (K or N not a multiple of 8: rows
+    not 16-byte aligned) go through zero-padded copies."""
+    K, N = A.shape[1], B.shape[0]
+    if K % 8 or N % 8:
+        out = padded(C, cols=True)
+        matmul(out, padded(A, cols=True), padded(B, rows=True, cols=True), blocks, cluster)
+        if out is not C:
+            C[...] = out[:, :N]
+        return
     grid, shape, args = launch_args(C, A, B, blocks, cluster)
     config = (grid, THREADS) if shape is None else (grid, THREADS, shape)
     hopper_gemm_kernel[config](*args)
+
+
+def padded(x, rows=False, cols=False):
+    """`x`, or a zeroed copy whose extents (those asked for) are rounded up
+    to multiples of 8, made by x's own array library (torch, NumPy, CuPy)."""
+    shape = tuple(-(-n // 8) * 8 if pad else n for n, pad in zip(x.shape, (rows, cols)))
+    if shape == tuple(x.shape):
+        return x
+    lib = sys.modules[type(x).__module__.split(".")[0]]       # numpy or cupy
+    out = x.new_zeros(shape) if hasattr(x, "new_zeros") else lib.zeros(shape, dtype=x.dtype)
+    out[:x.shape[0], :x.shape[1]] = x
+    return out
 
 
 def main(M=4096, N=4096, K=4096, dtype="float16"):

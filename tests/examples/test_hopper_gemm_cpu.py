@@ -23,7 +23,8 @@ def operands(M, N, K, dtype):
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("M, N, K, blocks, cluster", [(128, 256, 64, 1, 1),
                                                       (200, 296, 328, 2, 1),
-                                                      (300, 264, 136, 2, 2)])
+                                                      (300, 264, 136, 2, 2),
+                                                      (70, 45, 37, 1, 1)])   # padded copies
 def test_hopper_gemm_on_the_cpu_backend(dtype, M, N, K, blocks, cluster):
     A, B, C = operands(M, N, K, dtype)
     hg.matmul(C, A, B, blocks=blocks, cluster=cluster)

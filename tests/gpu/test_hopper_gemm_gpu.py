@@ -18,7 +18,8 @@ TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 @pytest.mark.parametrize("M, N, K, blocks", [(128, 256, 64, None), (1024, 1024, 1024, None),
                                              (1000, 1064, 1000, None), (777, 520, 4104, 3),
                                              (4096, 2048, 72, 7), (8, 8, 8, None),
-                                             (2048, 4096, 4096, None)])
+                                             (2048, 4096, 4096, None),
+                                             (1000, 999, 1001, None)])      # padded copies
 def test_hopper_gemm(torch, dtype, M, N, K, blocks, cluster):
     from moye.examples import hopper_gemm as hg
     dt = getattr(torch, dtype)
