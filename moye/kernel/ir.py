@@ -207,10 +207,12 @@ def shared_bytes(kernel):
 #   tma_store_commit()              cp.async.bulk.commit_group
 #   tma_store_wait() [attrs: n]     cp.async.bulk.wait_group.read n: shared memory of all
 #                                   but the newest n committed groups read
-#   wgmma(d, d_regs, a, a_idx, b, b_idx) [attrs: ptx, a_desc, b_desc]
+#   wgmma(d, d_regs, a, a_idx, b, b_idx) [attrs: ptx, a_desc, b_desc, trans_a, trans_b]
 #       wgmma.mma_async (ptx: the spelling): D (the registers d_regs of d, in place) +=
 #       A * B^T, A and B read by 64-bit descriptors: the shared address of a[a_idx]
-#       (b[b_idx]) >> 4 in bits 0-13, OR the attr's other bits (LBO, SBO, swizzle)
+#       (b[b_idx]) >> 4 in bits 0-13, OR the attr's other bits (LBO, SBO, swizzle).
+#       a_desc None: A from registers (RS), a the register array and a_idx its register
+#       indices; trans_a / trans_b 1 for an MN-major tile (16-bit types only)
 #   wgmma_fence() / wgmma_commit()  wgmma.fence / wgmma.commit_group (.sync.aligned)
 #   wgmma_wait() [attrs: n]         wgmma.wait_group.sync.aligned n
 #   wgmma_fence_operand(d, d_regs)  an empty asm that reads and writes the registers, so the
