@@ -14,25 +14,26 @@ from .tracer import (KernelError, Sym, _coerce, current, special, sym_minmax, sy
 
 
 class _Dim3:
-    """`.x`, `.y`, `.z` of a CUDA special register (0-based ids)."""
+    """`.x`, `.y`, `.z` of a special register (0-based ids), read by `read`
+    (the CUDA builtins' by default), shown as moye.`label`."""
 
-    def __init__(self, name):
-        self._name = name
+    def __init__(self, name, read=special, label=None):
+        self._name, self._read, self._label = name, read, label or name
 
     @property
     def x(self):
-        return special(f"{self._name}.x")
+        return self._read(f"{self._name}.x")
 
     @property
     def y(self):
-        return special(f"{self._name}.y")
+        return self._read(f"{self._name}.y")
 
     @property
     def z(self):
-        return special(f"{self._name}.z")
+        return self._read(f"{self._name}.z")
 
     def __repr__(self):
-        return f"moye.{self._name}"
+        return f"moye.{self._label}"
 
 
 thread_idx = _Dim3("threadIdx")

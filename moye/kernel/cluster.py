@@ -20,56 +20,26 @@ bytes on the mbarrier at the same offset in each. `mbarrier_arrive(bar,
 cta=r)` arrives on block r's mbarrier at bar's offset.
 """
 from .. import types as T
-from . import ir
-from .tracer import KernelError, Sym, _coerce, current, user_location
+from .builtins import _Dim3
+from .tracer import KernelError, Sym, _coerce, current, special, user_location
 
 
 def _cluster_special(name):
     """A cluster special register (%clusterid.x, ...), defined once at the
     top of the kernel beside threadIdx and friends."""
-    b = current()
-    key = "%" + name
-    s = b.specials.get(key)
-    if s is None:
-        v = ir.Value(T.Int32, name.replace(".", "_"))
-        b.kernel.body.insert(len(b.specials), ir.Instr("cluster_special", (), v, {"name": name},
-                                                      user_location()))
-        s = b.specials[key] = Sym(v, T.Int32, 1)
-    return s
+    return special(name, "cluster_special", user_location())
 
 
-class _ClusterDim3:
-    """`.x`, `.y`, `.z` of a cluster special register (0-based ids)."""
-
-    def __init__(self, register, name):
-        self._register, self._name = register, name
-
-    @property
-    def x(self):
-        return _cluster_special(f"{self._register}.x")
-
-    @property
-    def y(self):
-        return _cluster_special(f"{self._register}.y")
-
-    @property
-    def z(self):
-        return _cluster_special(f"{self._register}.z")
-
-    def __repr__(self):
-        return f"moye.{self._name}"
-
-
-cluster_idx = _ClusterDim3("clusterid", "cluster_idx")
+cluster_idx = _Dim3("clusterid", _cluster_special, "cluster_idx")
 cluster_idx.__doc__ = ("This block's cluster in the grid of clusters (%clusterid; CuTe: "
                        "cluster_id_in_grid).")
-cluster_grid_dim = _ClusterDim3("nclusterid", "cluster_grid_dim")
+cluster_grid_dim = _Dim3("nclusterid", _cluster_special, "cluster_grid_dim")
 cluster_grid_dim.__doc__ = ("Clusters in the grid, per dimension (%nclusterid; CuTe: "
                             "cluster_grid_dims).")
-cluster_dim = _ClusterDim3("cluster_nctaid", "cluster_dim")
+cluster_dim = _Dim3("cluster_nctaid", _cluster_special, "cluster_dim")
 cluster_dim.__doc__ = ("Blocks in a cluster, per dimension: the launch's `cluster` "
                        "(%cluster_nctaid; CuTe: cluster_shape).")
-block_idx_in_cluster = _ClusterDim3("cluster_ctaid", "block_idx_in_cluster")
+block_idx_in_cluster = _Dim3("cluster_ctaid", _cluster_special, "block_idx_in_cluster")
 block_idx_in_cluster.__doc__ = ("This block's position in its cluster (%cluster_ctaid; CuTe: "
                                 "block_id_in_cluster).")
 

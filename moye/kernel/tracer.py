@@ -366,12 +366,13 @@ def sym_minmax(op, a, b):
     return Sym(current().instr(op, (_coerce(a, t), _coerce(b, t)), t), t)
 
 
-def special(name):
-    """threadIdx.x and friends, defined once at the top of the kernel."""
+def special(name, op="special", loc=None):
+    """threadIdx.x and friends (or another IR `op` reading a special register,
+    at source line `loc`), defined once at the top of the kernel."""
     b = current()
     s = b.specials.get(name)
     if s is None:
         v = ir.Value(T.Int32, name.replace(".", "_"))
-        b.kernel.body.insert(len(b.specials), ir.Instr("special", (), v, {"name": name}))
+        b.kernel.body.insert(len(b.specials), ir.Instr(op, (), v, {"name": name}, loc))
         s = b.specials[name] = Sym(v, T.Int32, 1)
     return s
