@@ -121,54 +121,42 @@ def test_producer_consumer_ring(mode, stages, k_tiles):
 
 @moye.kernel
 def persistent_kernel(out, load, k_tiles, n_tiles, ring_layout, stages: moye.Constexpr):
-    """ring_kernel over n_tiles row tiles, block b taking tiles b, b + grid, ...;
-    the ring's stages and phases run on from tile to tile."""
+    """ring_kernel over n_tiles row tiles, block b taking tiles b, b + grid, ...,
+    written with TmaPipeline: the ring's stages and phases run on from tile to
+    tile."""
     ring = moye.shared_array(load.dtype, ring_layout, align=1024)
-    full = moye.mbarrier_array(stages)
-    empty = moye.mbarrier_array(stages)
+    pipe = moye.TmaPipeline(stages, CONSUMERS)
     tid = moye.thread_idx.x
     if tid == 0:
-        for s in range(stages):
-            moye.mbarrier_init(full[s], 1)
-            moye.mbarrier_init(empty[s], CONSUMERS)
+        pipe.init()
     moye.sync_threads()
+    stage, phase = 0, 0
     if moye.warp_idx() // 4 == 0:
         moye.setmaxnreg_dec(40)
         if tid == 0:
-            stage = 0
-            phase = 0
             t = moye.block_idx.x
             while t < n_tiles:
                 for k in range(k_tiles):
-                    moye.mbarrier_wait(empty[stage], phase ^ 1)
-                    moye.mbarrier_arrive_expect_tx(full[stage], load.bytes)
-                    moye.tma_load(load, ring[:, :, stage], (t * BM, k * BK), full[stage])
-                    stage += 1
-                    if stage == stages:
-                        stage = 0
-                        phase ^= 1
+                    full = pipe.producer_acquire(stage, phase, load.bytes)
+                    moye.tma_load(load, ring[:, :, stage], (t * BM, k * BK), full)
+                    stage, phase = pipe.advance(stage, phase)
                 t += moye.grid_dim.x
     else:
         moye.setmaxnreg_inc(232)
         c = tid - 128
         thr = Layout((8, 32), (32, 1))
         acc = MoYeArray.zeros(moye.Float32, 2)
-        stage = 0
-        phase = 0
         t = moye.block_idx.x
         while t < n_tiles:
             for i in range(2):
                 acc[i] = 0.0
             for k in range(k_tiles):
-                moye.mbarrier_wait(full[stage], phase)
+                pipe.consumer_wait(stage, phase)
                 part = parallelize(ring[:, :, stage], thr, c)
                 for i in range(2):
                     acc[i] = acc[i] + part[i]
-                moye.mbarrier_arrive(empty[stage])
-                stage += 1
-                if stage == stages:
-                    stage = 0
-                    phase ^= 1
+                pipe.consumer_release(stage)
+                stage, phase = pipe.advance(stage, phase)
             dst = parallelize(tile(MoYeArray(out), (BM, BK), (t, 0)), thr, c)
             for i in range(2):
                 dst[i] = acc[i]
