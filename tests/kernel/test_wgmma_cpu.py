@@ -125,28 +125,11 @@ def test_gemm_every_swizzle_and_n(swizzle, n):
 
 
 def test_gemm_tfloat32_reads_the_inputs_truncated():
-    n = 128
-    A = rng.standard_normal((64, 64)).astype(np.float32)
-    B = rng.standard_normal((n, 64)).astype(np.float32)
-    C = np.full((64, n), np.nan, np.float32)
-    mma = moye.make_tiled_mma(moye.wgmma_op(n, TFloat32, TFloat32, Float32))
-    wgmma_kernel[1, 128](A, B, C, gmma_smem_layout(TFloat32, "K", 128, (64, 64)),
-                         gmma_smem_layout(TFloat32, "K", 128, (n, 64)), mma, 1, "")
-    want = round_inputs(A, TFloat32).astype(np.float64) @ \
-        round_inputs(B, TFloat32).astype(np.float64).T
-    assert np.abs(C - want).max() / np.abs(want).max() < 1e-6
+    assert run_case(TFloat32, TFloat32, Float32, 128, swizzle=128, k_tiles=1) < 1e-6
 
 
 def test_gemm_float16_accumulators():
-    n = 64
-    A = rng.standard_normal((64, 128)).astype(np.float16)
-    B = rng.standard_normal((n, 128)).astype(np.float16)
-    C = np.full((64, n), np.nan, np.float16)
-    mma = moye.make_tiled_mma(moye.wgmma_op(n, Float16, Float16, Float16))
-    wgmma_kernel[1, 128](A, B, C, gmma_smem_layout(Float16, "K", 64, (64, 64)),
-                         gmma_smem_layout(Float16, "K", 64, (n, 64)), mma, 2, "")
-    want = A.astype(np.float64) @ B.astype(np.float64).T
-    assert np.abs(C - want).max() / np.abs(want).max() < 2e-3
+    assert run_case(Float16, Float16, Float16, 64, swizzle=64) < 2e-3
 
 
 def test_gemm_bfloat16_race_checked():
