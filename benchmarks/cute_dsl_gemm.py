@@ -208,7 +208,7 @@ def run_gpu(args, ex, results):
     """The check and the timings on the GPU; fills `results`, returns the exit status."""
     import torch
     import cuda.bindings.driver as cuda
-    from kernels import cuda_time, warm_up
+    from kernels import alternate, median, warm_up
     import cutlass
     import cutlass.cute as cute
     import cutlass.utils
@@ -277,12 +277,8 @@ def run_gpu(args, ex, results):
                     err = ((C.double() - ref).norm() / ref_norm).item()
                     err_torch = ((C.double() - out.double()).norm()
                                  / out.double().norm()).item()
-                    t_ours, t_theirs = [], []
-                    for _ in range(args.rounds):
-                        t_ours.append(cuda_time(torch, ours, iters=iters))
-                        t_theirs.append(cuda_time(torch, theirs, iters=iters))
-                    ms_ours = sorted(t_ours)[args.rounds // 2]
-                    ms_theirs = sorted(t_theirs)[args.rounds // 2]
+                    t_ours, t_theirs = alternate(torch, ours, theirs, iters, args.rounds)
+                    ms_ours, ms_theirs = median(t_ours), median(t_theirs)
                 except Exception as e:
                     traceback.print_exc()
                     what = f"{label(config)} {dtype} {M}x{N}x{K}: {type(e).__name__}: {e}"
@@ -308,7 +304,7 @@ def run_gpu(args, ex, results):
                       f"{row['cublas_tflops']:12.1f} {row['ratio']:6.3f}"
                       + ("" if good else "  WRONG"), flush=True)
             if args.moye:
-                rows.append(time_moye(torch, cuda_time, A, B, ref, ref_norm, out, iters,
+                rows.append(time_moye(torch, A, B, ref, ref_norm, out, iters,
                                       args.rounds, dtype))
                 r = rows[-1]
                 if not r["ok"]:
@@ -324,23 +320,18 @@ def run_gpu(args, ex, results):
     return 1 if failed else 0
 
 
-def time_moye(torch, cuda_time, A, B, ref, ref_norm, out, iters, rounds, dtype):
+def time_moye(torch, A, B, ref, ref_norm, out, iters, rounds, dtype):
     """moye's hopper_gemm on the same tensors, timed alternately with torch.mm."""
     from moye.examples import hopper_gemm as hg
+    from kernels import alternate, median
     M, N, K = A.shape[0], B.shape[0], A.shape[1]
     C = torch.full((M, N), float("nan"), device="cuda", dtype=A.dtype)
-    grid, cluster, kargs = hg.launch_args(C, A, B)
-    launch = hg.hopper_gemm_kernel[(grid, hg.THREADS) + ((cluster,) if cluster else ())]
-    launch(*kargs)
+    ours = hg.launch_function(*hg.launch_args(C, A, B))
+    ours()
     torch.cuda.synchronize()
     err = ((C.double() - ref).norm() / ref_norm).item()
-    ours = lambda: launch(*kargs)                               # noqa: E731
-    theirs = lambda: torch.mm(A, B.T, out=out)                  # noqa: E731
-    t_ours, t_theirs = [], []
-    for _ in range(rounds):
-        t_ours.append(cuda_time(torch, ours, iters=iters))
-        t_theirs.append(cuda_time(torch, theirs, iters=iters))
-    ms_ours, ms_theirs = sorted(t_ours)[rounds // 2], sorted(t_theirs)[rounds // 2]
+    times = alternate(torch, ours, lambda: torch.mm(A, B.T, out=out), iters, rounds)
+    ms_ours, ms_theirs = map(median, times)
     flop = 2.0 * M * N * K
     return {"config": f"moye hopper_gemm {hg.BM}x{hg.BN}:{hg.CLUSTER}x1", "dtype": dtype,
             "M": M, "N": N, "K": K, "rel_error": err, "ok": err < TOL[dtype],

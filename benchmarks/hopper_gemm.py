@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernels import cuda_time, warm_up  # noqa: E402
+from kernels import alternate, median, warm_up  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16384, 4096, 4096),
           (4000, 4000, 4000)]
@@ -52,17 +52,12 @@ def bench_shape(torch, hg, shape, dtype, rounds=5):
     dt = getattr(torch, dtype)
     A, B, C, err = check(torch, hg, M, N, K, dt)
     grid, cluster, args = hg.launch_args(C, A, B)
-    launch = hg.hopper_gemm_kernel[(grid, hg.THREADS) + ((cluster,) if cluster else ())]
-    ours = lambda: launch(*args)                               # noqa: E731
     out = torch.empty(M, N, device="cuda", dtype=dt)
-    theirs = lambda: torch.mm(A, B.T, out=out)                 # noqa: E731
     flop = 2.0 * M * N * K
     iters = max(10, min(200, int(2e13 / flop)))
-    t_ours, t_theirs = [], []
-    for _ in range(rounds):
-        t_ours.append(cuda_time(torch, ours, iters=iters))
-        t_theirs.append(cuda_time(torch, theirs, iters=iters))
-    ms_ours, ms_theirs = sorted(t_ours)[rounds // 2], sorted(t_theirs)[rounds // 2]
+    times = alternate(torch, hg.launch_function(grid, cluster, args),
+                      lambda: torch.mm(A, B.T, out=out), iters, rounds)
+    ms_ours, ms_theirs = map(median, times)
     return {"shape": list(shape), "dtype": dtype, "rel_error": err, "tolerance": TOL[dtype],
             "moye_ms": ms_ours, "cublas_ms": ms_theirs,
             "moye_tflops": flop / ms_ours / 1e9, "cublas_tflops": flop / ms_theirs / 1e9,

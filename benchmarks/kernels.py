@@ -51,6 +51,20 @@ def cuda_time(torch, fn, iters=50, warmup=5):
     return times[len(times) // 2]
 
 
+def alternate(torch, ours, theirs, iters, rounds):
+    """cuda_time of `ours` and of `theirs` in alternating rounds (the card's
+    clocks drift over a run): the two lists of milliseconds, in round order."""
+    t_ours, t_theirs = [], []
+    for _ in range(rounds):
+        t_ours.append(cuda_time(torch, ours, iters=iters))
+        t_theirs.append(cuda_time(torch, theirs, iters=iters))
+    return t_ours, t_theirs
+
+
+def median(times):
+    return sorted(times)[len(times) // 2]
+
+
 def bench_copies(torch, n, rounds=3):
     """Each workload's bandwidth against a device-to-device copy timed right
     next to it (the card's state drifts over a run), median of `rounds`."""

@@ -233,9 +233,14 @@ def matmul(C, A, B, blocks=None, cluster=CLUSTER):
         if out is not C:
             C[...] = out[:, :N]
         return
-    grid, shape, args = launch_args(C, A, B, blocks, cluster)
-    config = (grid, THREADS) if shape is None else (grid, THREADS, shape)
-    hopper_gemm_kernel[config](*args)
+    launch_function(*launch_args(C, A, B, blocks, cluster))()
+
+
+def launch_function(grid, cluster, args):
+    """A function of no arguments that launches the kernel as launch_args
+    planned it (for timing: the plan is made once)."""
+    launch = hopper_gemm_kernel[(grid, THREADS) if cluster is None else (grid, THREADS, cluster)]
+    return lambda: launch(*args)
 
 
 def padded(x, rows=False, cols=False):
