@@ -75,11 +75,8 @@ class TmaPipeline:
 
     def advance(self, stage, phase):
         """The next (stage, phase): the phase flips when the ring wraps."""
-        if isinstance(stage, int) and isinstance(phase, int):
-            stage += 1
-            return (0, phase ^ 1) if stage == self.stages else (stage, phase)
         stage = stage + 1
-        wrap = stage == self.stages
+        wrap = stage == self.stages                 # static when stage is (ifelse folds it)
         return ifelse(wrap, 0, stage), ifelse(wrap, phase ^ 1, phase)
 
 
