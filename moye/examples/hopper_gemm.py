@@ -26,6 +26,7 @@ along M that share B's tile: each loads a slice of it and multicasts it to
 all (TmaPipeline with peers: a stage is free once every block's consumers
 released it).
 """
+import functools
 import sys
 
 import moye
@@ -174,15 +175,24 @@ def plan(A, B, C, cluster=1):
     if dtype not in (Float16, BFloat16) or element_type(B) != dtype or element_type(C) != dtype:
         raise moye.MoyeError(f"hopper_gemm: A, B and C must all be float16 or all bfloat16, got "
                              f"{element_type(A)}, {element_type(B)}, {element_type(C)}")
-    load_a = moye.make_tma_copy(moye.TMA_LOAD, A, moye.gmma_smem_layout(dtype, "K", 128, (BM, BK)))
-    load_b = moye.make_tma_copy(moye.TMA_LOAD, B, moye.gmma_smem_layout(dtype, "K", 128,
-                                                                        (BN // cluster, BK)))
-    box = composition(Swizzle(3, 3, 3), Layout((EPI, EPI), (EPI, 1)))
+    smem_a, smem_b, box, mma, box_mma, save_c = _static_plan(dtype, cluster)
+    load_a = moye.make_tma_copy(moye.TMA_LOAD, A, smem_a)
+    load_b = moye.make_tma_copy(moye.TMA_LOAD, B, smem_b)
     store_c = moye.make_tma_copy(moye.TMA_STORE, C, box)
+    return load_a, load_b, store_c, mma, box_mma, save_c
+
+
+@functools.lru_cache(maxsize=8)
+def _static_plan(dtype, cluster):
+    """What plan makes that depends on the element type and cluster alone:
+    the tiles' shared-memory layouts (A, B, C's boxes) and the MMAs."""
+    smem_a = moye.gmma_smem_layout(dtype, "K", 128, (BM, BK))
+    smem_b = moye.gmma_smem_layout(dtype, "K", 128, (BN // cluster, BK))
+    box = composition(Swizzle(3, 3, 3), Layout((EPI, EPI), (EPI, 1)))
     mma = make_tiled_mma(moye.wgmma_op(BN, dtype, dtype, Float32), make_layout((2, 1)))
     box_mma = make_tiled_mma(moye.wgmma_op(EPI, dtype, dtype, Float32))
     save_c = make_tiled_copy_C(CopyAtom(moye.STSM_U32x4_N, dtype), box_mma)
-    return load_a, load_b, store_c, mma, box_mma, save_c
+    return smem_a, smem_b, box, mma, box_mma, save_c
 
 
 def launch_args(C, A, B, blocks=None, cluster=CLUSTER):

@@ -25,6 +25,8 @@ order; parts of the tile outside the array read as zeros and are not
 written. An mbarrier's phase parity starts at 0 and flips each time its
 arrivals and transaction bytes complete.
 """
+import functools
+
 import numpy as np
 
 from .. import types as T
@@ -56,7 +58,7 @@ class TMACopy:
         self.bytes = args.box_bytes
         self._offsets = None
         self.spec = (self.op.name, self.dtype.name, self.perm, self.tile, self.args.swizzle,
-                     repr(self.smem_layout), self.device)
+                     _layout_text(self.smem_layout), self.device)
 
     def key(self):
         """What a kernel specialized for this copy depends on (and its device)."""
@@ -70,6 +72,13 @@ class TMACopy:
     def __repr__(self):
         return (f"TMACopy({self.op}, {self.dtype}, tile {self.tile}, smem {self.smem_layout}, "
                 f"swizzle {self.args.swizzle})")
+
+
+@functools.lru_cache(maxsize=256)
+def _layout_text(layout):
+    """repr of a (static, hashable) layout, remembered: a TMACopy's key
+    holds it, and a kernel launch may make several copies."""
+    return repr(layout)
 
 
 def make_tma_copy(op, gmem, smem_layout):

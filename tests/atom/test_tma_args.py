@@ -108,3 +108,18 @@ def test_make_tma_copy_bad_arguments():
         moye.make_tma_copy("load", np.zeros((8, 8), np.float32), Layout((8, 8), (8, 1)))
     with pytest.raises(MoyeError, match="gmem must be an array"):
         moye.make_tma_copy(moye.TMA_LOAD, [1, 2], Layout(2))
+
+
+def test_a_tiles_placement_is_checked_once_per_layout_and_a_refusal_every_time():
+    from moye.atom.arch import tma
+    tile = sw128(64, 64, 2)
+    tensor_map_args("Float16", (512, 512), (512, 1), 0, tile)
+    before = tma._check_tile.cache_info()
+    args, _ = tensor_map_args("Float16", (256, 1024), (1024, 1), 0x2000, tile)  # a new array
+    after = tma._check_tile.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    assert args.global_dim == (1024, 256) and args.global_address == 0x2000
+    bad = composition(Swizzle(3, 4, 3), Layout((8, 64), (64, 1)))
+    for _ in range(2):          # errors are not remembered as results
+        with pytest.raises(MoyeError, match="Sw<3,5,3> on bytes"):
+            tensor_map_args("Float16", (64, 64), (64, 1), 0, bad)

@@ -18,10 +18,12 @@ is exactly where the engine puts each element and returns the values to
 pass to cuTensorMapEncodeTiled (no GPU needed; the CUDA backend's driver
 makes the call).
 """
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
+from ...array.engine import layout_offsets as flat_offsets
 from ...errors import MoyeError
 from ...layout import Layout, size
 from ...layout.swizzle import ComposedLayout, Swizzle
@@ -91,17 +93,7 @@ def layout_offsets(layout, shape):
     """The offsets of `layout` at every coordinate of `shape` (its top-level
     mode sizes), as an int64 array of that shape; a ComposedLayout's outer
     function (a Swizzle) applied to them."""
-    outer, offset = None, 0
-    if isinstance(layout, ComposedLayout):
-        outer, offset, layout = layout.outer, layout.offset, layout.inner
-    total = np.full((), offset, np.int64)
-    for k, n in enumerate(shape):
-        mode = layout[k] if len(shape) > 1 else layout
-        vals = np.array([mode(j) for j in range(n)], np.int64)
-        total = total[..., None] + vals.reshape((1,) * k + (n,))
-    if outer is not None:
-        total = outer(total)
-    return total
+    return flat_offsets(layout).reshape(shape, order="F")
 
 
 def _tile_shape(smem_layout, rank, what):
@@ -205,6 +197,28 @@ def tensor_map_args(dtype, shape, strides, address, smem_layout, what="make_tma_
         if not 1 <= n <= 2**32:
             raise MoyeError(f"{what}: mode {k} of the global array has {n} elements; TMA "
                             "takes 1 to 2**32")
+    try:
+        hash(smem_layout)
+        check = _check_tile
+    except TypeError:                       # not static: checked (and refused) uncached
+        check = _check_tile.__wrapped__
+    box, bits = check(smem_layout, rank, perm, ebytes, what)
+    args = TensorMapArgs(
+        data_type=_DATA_TYPE.get(dtype.name, _UINT_OF_BYTES.get(ebytes)), rank=rank,
+        global_address=int(address), global_dim=tuple(shape[k] for k in perm),
+        global_strides=tuple(strides[k] * ebytes for k in perm[1:]),
+        box_dim=tuple(box[k] for k in perm), element_strides=(1,) * rank,
+        swizzle=SWIZZLE_MODES[bits], element_bytes=ebytes)
+    if args.data_type is None:
+        raise MoyeError(f"{what}: TMA cannot move {dtype} elements")
+    return args, perm
+
+
+@functools.lru_cache(maxsize=256)
+def _check_tile(smem_layout, rank, perm, ebytes, what):
+    """(box, swizzle bits) of tiles laid out as `smem_layout` in shared
+    memory, after checking that the layout puts every element where the
+    engine writes it (static, so checked once per layout and mode order)."""
     box = _tile_shape(smem_layout, rank, what)
     bits = _swizzle_bits(smem_layout, ebytes, what)
     row = box[perm[0]] * ebytes
@@ -225,15 +239,7 @@ def tensor_map_args(dtype, shape, strides, address, smem_layout, what="make_tma_
                         f"the engine lays a box out as {dense}"
                         + (f" swizzled by {SWIZZLE_MODES[bits]}" if bits else "")
                         + " (contiguous in the array's contiguous mode)")
-    args = TensorMapArgs(
-        data_type=_DATA_TYPE.get(dtype.name, _UINT_OF_BYTES.get(ebytes)), rank=rank,
-        global_address=int(address), global_dim=tuple(shape[k] for k in perm),
-        global_strides=tuple(strides[k] * ebytes for k in perm[1:]),
-        box_dim=tuple(box[k] for k in perm), element_strides=(1,) * rank,
-        swizzle=SWIZZLE_MODES[bits], element_bytes=ebytes)
-    if args.data_type is None:
-        raise MoyeError(f"{what}: TMA cannot move {dtype} elements")
-    return args, perm
+    return box, bits
 
 
 def _dense_strides(box, perm):
