@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kernels import cuda_time, warm_up  # noqa: E402
+from kernels import cuda_time, gpu_state, warm_up  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16384, 4096, 4096),
           (2048, 8192, 4096)]
@@ -31,6 +31,8 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--shapes", nargs="*")
     parser.add_argument("--config", default="{}", help="extra make_config keywords (JSON)")
+    parser.add_argument("--power", nargs="*", default=["8192,8192,8192"],
+                        help="shapes at which to sample clock and power under each kernel")
     args = parser.parse_args()
     config = json.loads(args.config)
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes] if args.shapes else SHAPES
@@ -62,6 +64,16 @@ def main():
             print(f"{dtype:9} {M:6}x{N:6}x{K:6}  moye {row['moye_tflops']:7.1f} TFLOP/s  "
                   f"cuBLAS {row['cublas_tflops']:7.1f}  ratio {row['ratio']:.3f}  "
                   f"err {err:.1e}", flush=True)
+            if f"{M},{N},{K}" in args.power:        # sustained, with clock and power
+                for who, fn in (("moye", lambda: G.launch(A, B, D, **config)),
+                                ("cublas", lambda: torch.mm(A, B.t(), out=D))):
+                    state = gpu_state(lambda: [fn() for _ in range(5)] and
+                                      torch.cuda.synchronize())
+                    state["tflops"] = 5 * flop * state.pop("runs_per_s") / 1e12
+                    row[f"{who}_sustained"] = state
+                    print(f"    {who} sustained: {state['tflops']:.1f} TFLOP/s, SM clock "
+                          f"{state.get('sm_clock_mhz', 0):.0f} MHz, {state.get('power_w', 0):.0f}"
+                          f" W, power-capped: {state.get('power_capped')}", flush=True)
     print(f"device: {device}")
     print(ptxas_report(G, config))
     if args.json:

@@ -14,6 +14,7 @@
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,42 @@ def warm_up(torch, seconds=2.0):
         for _ in range(10):
             a @ a
         torch.cuda.synchronize()
+
+
+def gpu_state(run, seconds=4.0, settle=1.0):
+    """Call `run` (which launches work and waits for it) back to back for
+    `seconds` while nvidia-smi samples the SM clock, board power and the
+    clock-throttle reasons every 100 ms. After the first `settle` seconds
+    (the clocks settle): `run`s per second, the medians of the samples, and
+    whether the software power cap held the clock down (throttle reason
+    0x4) in most of them."""
+    query = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active",
+             "--format=csv,noheader,nounits", "-lms", "100"]
+    sampler = subprocess.Popen(query, stdout=subprocess.PIPE, text=True) \
+        if shutil.which("nvidia-smi") else None
+    t0 = time.perf_counter()
+    done = []
+    while done[-1:] < [seconds]:
+        run()
+        done.append(time.perf_counter() - t0)
+    lines = []
+    if sampler is not None:
+        sampler.terminate()
+        lines = sampler.communicate()[0].splitlines()[int(settle * 10):]
+    samples = []
+    for line in lines:
+        try:
+            clock, power, reasons = (x.strip() for x in line.split(","))
+            samples.append((float(clock), float(power), int(reasons, 16)))
+        except ValueError:                      # a partial last line
+            continue
+    steady = [t for t in done if t > settle]
+    state = {"runs_per_s": (len(steady) - 1) / (steady[-1] - steady[0])} if len(steady) > 1 else {}
+    if samples:
+        state.update(sm_clock_mhz=median([c for c, _, _ in samples]),
+                     power_w=median([p for _, p, _ in samples]),
+                     power_capped=sum(bool(r & 0x4) for _, _, r in samples) > len(samples) / 2)
+    return state
 
 
 def cuda_time(torch, fn, iters=50, warmup=5):

@@ -5,7 +5,8 @@
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
 #     bench     benchmarks/kernels.py and benchmarks/launch_overhead.py
-#     gemm      benchmarks/gemm.py (the production GEMM against cuBLAS)
+#     gemm      benchmarks/gemm.py (the production GEMM against cuBLAS, with clock and
+#               power at 8192^3) and benchmarks/mma_peak.py (mma.sync's own ceiling)
 #     sgemm     benchmarks/sgemm.py (the SIMT SGEMM against cuBLAS float32; SGEMM_ARGS)
 #     matmuls   benchmarks/matmuls.py (every issue-7 matmul against cuBLAS; MATMULS_ARGS)
 #     hopper    benchmarks/hopper_gemm.py (the warp-specialized Hopper GEMM; HOPPER_ARGS)
@@ -103,6 +104,8 @@ fi
 if want gemm; then
   python3 benchmarks/gemm.py ${GEMM_ARGS:-} --json "$OUT/gemm.json" 2>&1 \
     | tee "$OUT/gemm.log" || status=1
+  python3 benchmarks/mma_peak.py --json "$OUT/mma_peak.json" 2>&1 \
+    | tee "$OUT/mma_peak.log" || status=1
 fi
 if want sgemm; then
   python3 benchmarks/sgemm.py ${SGEMM_ARGS:-} --json "$OUT/sgemm.json" 2>&1 \
