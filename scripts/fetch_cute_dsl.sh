@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CuTe DSL (PyPI nvidia-cutlass-dsl, NVIDIA's own Python DSL for CuTe) and its
-# Hopper persistent dense GEMM example, packed for the GPU machine (no network)
-# for the side-by-side run of benchmarks/cute_dsl_gemm.py (gpu_check.sh stage
-# 'cutedsl'). Nothing here is committed: every path it writes is gitignored
+# Hopper persistent and Ampere tensor-op dense GEMM examples, packed for the GPU
+# machine (no network) for the side-by-side runs of benchmarks/cute_dsl_gemm.py
+# (gpu_check.sh stage 'cutedsl'). Nothing here is committed: every path it writes is gitignored
 # (/.cute_dsl*/), since the wheels and NVIDIA's example are not ours to commit.
 #
 #   scripts/fetch_cute_dsl.sh [pack]     download, check, repack (here, with network)
@@ -33,9 +33,11 @@
 # `unpack DIR` extracts both into DIR; then put DIR/nvidia_cutlass_dsl/dsl_packages
 # and DIR on PYTHONPATH (a .pth file is not read from PYTHONPATH).
 #
-# The example: examples/python/CuTeDSL/cute/hopper/kernel/dense_gemm/
-# dense_gemm_persistent.py (and its non-persistent sibling dense_gemm.py) at tag
-# v4.7.0 of https://github.com/NVIDIA/cutlass. This script takes them from
+# The examples: examples/python/CuTeDSL/cute/hopper/kernel/dense_gemm/
+# dense_gemm_persistent.py (and its non-persistent sibling dense_gemm.py), and
+# examples/python/CuTeDSL/cute/ampere/kernel/dense_gemm/tensorop_gemm.py (the
+# cp.async + ldmatrix + mma.sync GEMM), at tag v4.7.0 of
+# https://github.com/NVIDIA/cutlass. This script takes them from
 # CUTLASS_REPO (a git clone or bare mirror holding that tag; default: the mirror
 # at /work/.mirror/NVIDIA+cutlass/repo, if present), else downloads them with
 # curl from raw.githubusercontent.com, else reuses .cute_dsl/src/ if the files
@@ -46,12 +48,18 @@ cd "$(dirname "$0")/.."
 DSL_VERSION=4.7.0
 TAG=v4.7.0
 TAG_COMMIT=dcf215af68a2d08d305076c152a06f201728cd53
-EX_DIR=examples/python/CuTeDSL/cute/hopper/kernel/dense_gemm
-EXAMPLES=(dense_gemm_persistent.py dense_gemm.py)
+EX_ROOT=examples/python/CuTeDSL/cute
+EXAMPLES=(dense_gemm_persistent.py dense_gemm.py tensorop_gemm.py)
+declare -A EX_DIR=(     # each example's folder in the cutlass repo
+  [dense_gemm_persistent.py]=$EX_ROOT/hopper/kernel/dense_gemm
+  [dense_gemm.py]=$EX_ROOT/hopper/kernel/dense_gemm
+  [tensorop_gemm.py]=$EX_ROOT/ampere/kernel/dense_gemm
+)
 # sha256 of the example files at $TAG (checked after every fetch)
 declare -A EX_SHA256=(
   [dense_gemm_persistent.py]=65088a1fd7655ed46ad54fecd08e1461a334fb38f1b2d1da7cf252e465afc130
   [dense_gemm.py]=bb7b76d893219757e2f3701abf1a7c8c819b9966e38aaed30a768596a55aca9f
+  [tensorop_gemm.py]=ed7eca473c66a3a3ded741eb4ee30757b4b944d5d360e4023ad6be7ba225b21c
 )
 BIG=nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu13.cpython-312-x86_64-linux-gnu.so
 PART1=.cute_dsl1/cute_dsl-part1.tar.xz
@@ -113,20 +121,21 @@ ls -l "$stage/wheels"
 repo=${CUTLASS_REPO:-/work/.mirror/NVIDIA+cutlass/repo}
 for f in "${EXAMPLES[@]}"; do
   out=$stage/src/$f
+  dir=${EX_DIR[$f]}
   if git -C "$repo" rev-parse -q --verify "$TAG^{commit}" >/dev/null 2>&1; then
     [[ $(git -C "$repo" rev-parse "$TAG^{commit}") == "$TAG_COMMIT" ]] \
       || { echo "fetch_cute_dsl: $TAG in $repo is not $TAG_COMMIT" >&2; exit 1; }
-    git -C "$repo" show "$TAG:$EX_DIR/$f" >"$out.part" && mv "$out.part" "$out"
-    from="git show $TAG:$EX_DIR/$f in a clone of https://github.com/NVIDIA/cutlass"
-  elif curl -fsSL "https://raw.githubusercontent.com/NVIDIA/cutlass/$TAG/$EX_DIR/$f" \
+    git -C "$repo" show "$TAG:$dir/$f" >"$out.part" && mv "$out.part" "$out"
+    from="git show $TAG:$dir/$f in a clone of https://github.com/NVIDIA/cutlass"
+  elif curl -fsSL "https://raw.githubusercontent.com/NVIDIA/cutlass/$TAG/$dir/$f" \
          -o "$out.part" 2>/dev/null; then
     mv "$out.part" "$out"
-    from="https://raw.githubusercontent.com/NVIDIA/cutlass/$TAG/$EX_DIR/$f"
+    from="https://raw.githubusercontent.com/NVIDIA/cutlass/$TAG/$dir/$f"
   elif [[ -s $out ]]; then
     from="kept from an earlier run ($out)"
   else
     rm -f "$out.part"
-    echo "fetch_cute_dsl: cannot get $EX_DIR/$f at $TAG: set CUTLASS_REPO to a cutlass clone" >&2
+    echo "fetch_cute_dsl: cannot get $dir/$f at $TAG: set CUTLASS_REPO to a cutlass clone" >&2
     exit 1
   fi
   echo "$(sha256sum "$out" | cut -d' ' -f1)  $f" | tee "$stage/src/$f.sha256"
@@ -137,7 +146,7 @@ for f in "${EXAMPLES[@]}"; do
 done
 {
   echo "NVIDIA CUTLASS, https://github.com/NVIDIA/cutlass, tag $TAG (commit $TAG_COMMIT),"
-  echo "directory $EX_DIR (BSD-3-Clause, see the files' headers)."
+  echo "directory $EX_ROOT (BSD-3-Clause, see the files' headers)."
   echo "For nvidia-cutlass-dsl==$DSL_VERSION (PyPI), CUDA 13 flavour (libs-cu13)."
   cat "$stage/src/SOURCE.txt.part"
   (cd .cute_dsl2/examples && sha256sum "${EXAMPLES[@]}")
