@@ -10,6 +10,10 @@
 #     sgemm     benchmarks/sgemm.py (the SIMT SGEMM against cuBLAS float32; SGEMM_ARGS)
 #     matmuls   benchmarks/matmuls.py (every issue-7 matmul against cuBLAS; MATMULS_ARGS)
 #     hopper    benchmarks/hopper_gemm.py (the warp-specialized Hopper GEMM; HOPPER_ARGS)
+#     cutlass   benchmarks/cutlass_sm80_gemm.cu: NVIDIA CUTLASS's own Ampere-style GEMM
+#               (mma.sync) against cuBLAS; not part of 'all'. Needs .cutlass carried
+#               (made by scripts/fetch_cutlass.sh) and the machine's nvcc; CUTLASS_ARGS
+#               "M N K" (default 8192^3)
 #     cutedsl   benchmarks/cute_dsl_gemm.py: CuTe DSL's own Hopper persistent GEMM example
 #               against cuBLAS (CUTE_DSL_ARGS); not part of 'all'. Needs the parts that
 #               scripts/fetch_cute_dsl.sh makes, carried: .cute_dsl1 and .cute_dsl2, in
@@ -119,6 +123,14 @@ if want hopper; then
   python3 -m moye.examples.hopper_gemm 2>&1 | tee "$OUT/hopper.log" || status=1
   python3 benchmarks/hopper_gemm.py ${HOPPER_ARGS:-} --json "$OUT/hopper_gemm.json" 2>&1 \
     | tee -a "$OUT/hopper.log" || status=1
+fi
+if [[ " ${stages[*]} " == *" cutlass "* ]]; then
+  {
+    bash scripts/fetch_cutlass.sh unpack /tmp/cutlass &&
+    "$CUDA_HOME/bin/nvcc" -O3 -std=c++17 -arch=sm_90a -I/tmp/cutlass/include \
+      benchmarks/cutlass_sm80_gemm.cu -lcublas -o /tmp/cutlass_sm80_gemm &&
+    /tmp/cutlass_sm80_gemm ${CUTLASS_ARGS:-} > "$OUT/cutlass_sm80.json"
+  } 2>&1 | tee "$OUT/cutlass.log" || status=1
 fi
 if [[ " ${stages[*]} " == *" cutedsl "* ]]; then
   {
