@@ -9,6 +9,7 @@ CUDA-event timings after a 2 s warm-up; cuBLAS runs on the same tensors.
 Also prints the kernel's registers and spills from ptxas (via NVRTC).
 """
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -33,6 +34,8 @@ def main():
     parser.add_argument("--config", default="{}", help="extra make_config keywords (JSON)")
     parser.add_argument("--power", nargs="*", default=["8192,8192,8192"],
                         help="shapes at which to sample clock and power under each kernel")
+    parser.add_argument("--majors", nargs="*", default=["K,K"],
+                        help="operand layouts to time, A's and B's major mode: K,K M,K K,N M,N")
     args = parser.parse_args()
     config = json.loads(args.config)
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes] if args.shapes else SHAPES
@@ -41,10 +44,14 @@ def main():
     rows = []
     for dtype in ("float16", "bfloat16"):
         dt = getattr(torch, dtype)
-        for M, N, K in shapes:
+        for (M, N, K), majors in itertools.product(shapes, args.majors):
             torch.manual_seed(0)
-            A = torch.randn(M, K, device="cuda", dtype=dt)
-            B = torch.randn(N, K, device="cuda", dtype=dt)
+            a_major, b_major = majors.split(",")
+            # an M- (N-) major operand is the transposed view of a row-major (K, M) ((K, N))
+            A = torch.randn(M, K, device="cuda", dtype=dt) if a_major == "K" else \
+                torch.randn(K, M, device="cuda", dtype=dt).t()
+            B = torch.randn(N, K, device="cuda", dtype=dt) if b_major == "K" else \
+                torch.randn(K, N, device="cuda", dtype=dt).t()
             D = torch.full((M, N), float("nan"), device="cuda", dtype=dt)
             G.launch(A, B, D, **config)
             torch.cuda.synchronize()
@@ -57,11 +64,11 @@ def main():
             t_moye = cuda_time(torch, lambda: G.launch(A, B, D, **config), iters=30)
             t_cublas = cuda_time(torch, lambda: torch.mm(A, B.t(), out=D), iters=30)
             flop = 2.0 * M * N * K
-            row = {"dtype": dtype, "M": M, "N": N, "K": K, "rel_error": err,
+            row = {"dtype": dtype, "M": M, "N": N, "K": K, "majors": majors, "rel_error": err,
                    "moye_tflops": flop / t_moye / 1e9, "cublas_tflops": flop / t_cublas / 1e9}
             row["ratio"] = row["moye_tflops"] / row["cublas_tflops"]
             rows.append(row)
-            print(f"{dtype:9} {M:6}x{N:6}x{K:6}  moye {row['moye_tflops']:7.1f} TFLOP/s  "
+            print(f"{dtype:9} {M:6}x{N:6}x{K:6} {majors}  moye {row['moye_tflops']:7.1f} TFLOP/s  "
                   f"cuBLAS {row['cublas_tflops']:7.1f}  ratio {row['ratio']:.3f}  "
                   f"err {err:.1e}", flush=True)
             if f"{M},{N},{K}" in args.power:        # sustained, with clock and power
