@@ -8,7 +8,6 @@ import subprocess
 
 import pytest
 
-import moye
 from moye import BFloat16, Float16, Float32
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper_only")]
@@ -36,15 +35,13 @@ def test_wgmma_matmul(torch, M, N, K, bN):
 @pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
 @pytest.mark.parametrize("n", [64, 256])
 def test_gemm_every_swizzle(torch, dtype, swizzle, n):
-    from moye.atom.arch.sm90 import gmma_smem_layout
-    from tests.kernel.test_wgmma_cpu import wgmma_kernel
+    from tests.kernel.test_wgmma_cpu import wgmma_ab_kernel, wgmma_case
     t = Float16 if dtype == "float16" else BFloat16
-    A = torch.randn(64, 128, device="cuda").to(getattr(torch, dtype))
-    B = torch.randn(n, 128, device="cuda").to(getattr(torch, dtype))
+    _, args, K = wgmma_case(t, t, Float32, n, swizzle=swizzle)      # (64, n, 128)
+    A = torch.randn(64, K, device="cuda").to(getattr(torch, dtype))
+    B = torch.randn(n, K, device="cuda").to(getattr(torch, dtype))
     C = torch.full((64, n), float("nan"), device="cuda")
-    mma = moye.make_tiled_mma(moye.wgmma_op(n, t, t, Float32))
-    wgmma_kernel[1, 128](A, B, C, gmma_smem_layout(t, "K", swizzle, (64, 64)),
-                         gmma_smem_layout(t, "K", swizzle, (n, 64)), mma, 2, "")
+    wgmma_ab_kernel[1, 128](A, B, C, *args)
     torch.cuda.synchronize()
     assert rel_error(torch, C, A, B) < 1e-3
 

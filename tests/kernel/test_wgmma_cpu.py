@@ -70,58 +70,10 @@ def test_smem_layout_errors():
         gmma_smem_layout(Float16, "MN", 128, (32, 64))
 
 
-@moye.kernel
-def wgmma_kernel(A, B, C, sA_layout, sB_layout, mma, k_tiles: moye.Constexpr,
-                 fault: moye.Constexpr):
-    """C = A * B^T for one (64, N) tile: the threads copy each (., 64)
-    k-tile of A and B into shared memory, then one gemm."""
-    sA = moye.shared_array(A.dtype, sA_layout, align=1024)
-    sB = moye.shared_array(B.dtype, sB_layout, align=1024)
-    tid = moye.thread_idx.x
-    mA, mB = MoYeArray(A), MoYeArray(B)
-    thr = mma.get_slice(tid)
-    tCsA, tCsB = thr.partition_A(sA), thr.partition_B(sB)
-    gC = moye.tile(MoYeArray(C), (64, size(sB_layout, 0)), (0, 0))
-    tCgC = thr.partition_C(gC)
-    acc = thr.partition_fragment_C(gC)
-    other = thr.partition_fragment_C(gC)
-    for i in range(size(acc)):
-        acc[i] = 0.0
-    for k in range(k_tiles):
-        gA = moye.tile(mA, (64, 64), (0, k))
-        gB = moye.tile(mB, (size(sB_layout, 0), 64), (0, k))
-        for x, g in ((sA, gA), (sB, gB)):
-            src = moye.parallelize(g, Layout((2, 64), (64, 1)), tid)
-            dst = moye.parallelize(x, Layout((2, 64), (64, 1)), tid)
-            for i in range(size(src)):
-                dst[i] = src[i]
-        moye.fence_proxy_async()            # generic-proxy writes, read by wgmma
-        moye.sync_threads()
-        if fault == "c":
-            gemm(mma, acc, tCsA, tCsB, other)
-        else:
-            gemm(mma, acc, tCsA, tCsB, acc)
-        moye.wgmma_wait(0)
-        moye.sync_threads()
-    moye.copyto(tCgC, acc)
-
-
-def run_gemm(dtype, n, swizzle, k_tiles=2):
-    M, K = 64, 64 * k_tiles
-    A = rng.standard_normal((M, K)).astype(NUMPY[dtype.name])
-    B = rng.standard_normal((n, K)).astype(NUMPY[dtype.name])
-    C = np.full((M, n), np.nan, np.float32)
-    mma = moye.make_tiled_mma(moye.wgmma_op(n, dtype, dtype, Float32))
-    wgmma_kernel[1, 128](A, B, C, gmma_smem_layout(dtype, "K", swizzle, (64, 64)),
-                         gmma_smem_layout(dtype, "K", swizzle, (n, 64)), mma, k_tiles, "")
-    want = A.astype(np.float64) @ B.astype(np.float64).T
-    return np.abs(C - want).max() / np.abs(want).max()
-
-
 @pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
 @pytest.mark.parametrize("n", [64, 128, 256])
 def test_gemm_every_swizzle_and_n(swizzle, n):
-    assert run_gemm(Float16, n, swizzle) < 1e-6
+    assert run_case(Float16, Float16, Float32, n, swizzle=swizzle) < 1e-6
 
 
 def test_gemm_tfloat32_reads_the_inputs_truncated():
@@ -134,7 +86,7 @@ def test_gemm_float16_accumulators():
 
 def test_gemm_bfloat16_race_checked():
     with race_checking():
-        assert run_gemm(BFloat16, 128, 128) < 1e-6
+        assert run_case(BFloat16, BFloat16, Float32, 128, swizzle=128) < 1e-6
 
 
 @pytest.mark.parametrize("M, N, K, bN", [(64, 64, 64, 64), (128, 256, 192, 128),
@@ -154,9 +106,10 @@ def test_tracing_errors():
     mma = moye.make_tiled_mma(moye.wgmma_op(64, Float16, Float16, Float32))
     good = gmma_smem_layout(Float16, "K", 128, (64, 64))
     with pytest.raises(MoyeError, match="accumulates into D in place"):
-        wgmma_kernel.trace(A, A, C, good, good, mma, 1, "c", block=128)
+        wgmma_ab_kernel.trace(A, A, C, good, good, mma, 64, 1, False, "c", block=128)
     with pytest.raises(MoyeError, match=r"no wgmma descriptor reads .* \(A, block \(0,0\)\)"):
-        wgmma_kernel.trace(A, A, C, Layout((64, 64), (64, 1)), good, mma, 1, "", block=128)
+        wgmma_ab_kernel.trace(A, A, C, Layout((64, 64), (64, 1)), good, mma, 64, 1, False,
+                              block=128)
 
 
 def test_sm90_without_a_is_refused():
@@ -210,10 +163,11 @@ def test_mn_major_descriptor_fields():
 
 @moye.kernel
 def wgmma_ab_kernel(A, B, C, sA_layout, sB_layout, mma, bk: moye.Constexpr,
-                    k_tiles: moye.Constexpr, rs: moye.Constexpr):
+                    k_tiles: moye.Constexpr, rs: moye.Constexpr, fault: moye.Constexpr = ""):
     """C = A * B^T for one (64, N) tile, (., bk) k-tiles copied by the
     threads into shared tiles of any layout; with rs, A copied from
-    shared memory into the thread's A fragment before each gemm."""
+    shared memory into the thread's A fragment before each gemm; fault
+    "c": a gemm whose C is not its D (refused)."""
     sA = moye.shared_array(A.dtype, sA_layout, align=1024)
     sB = moye.shared_array(B.dtype, sB_layout, align=1024)
     tid = moye.thread_idx.x
@@ -239,6 +193,8 @@ def wgmma_ab_kernel(A, B, C, sA_layout, sB_layout, mma, bk: moye.Constexpr,
         if rs:
             moye.copyto(tCrA, tCsA)
             gemm(mma, acc, tCrA, tCsB, acc)
+        elif fault == "c":
+            gemm(mma, acc, tCsA, tCsB, thr.partition_fragment_C(gC))
         else:
             gemm(mma, acc, tCsA, tCsB, acc)
         moye.wgmma_wait(0)
