@@ -434,14 +434,6 @@ def _emit_mbarrier_wait(w, s, ind, decl):
     w.emit(ind, "}")
 
 
-def _emit_fence_proxy_async(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
-
-
-def _emit_fence_barrier_init(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
-
-
 def _tmap(w, x):
     return f"reinterpret_cast<uint64_t>(&{w.operand(x)})"
 
@@ -465,15 +457,6 @@ def _emit_tma_store(w, s, ind, decl):
         [("r", w.operand(c)) for c in coords]
     w.emit(ind, f'asm volatile("{text};\\n" :: ' + ", ".join(f'"{c}"({x})' for c, x in inputs)
                 + ' : "memory");')
-
-
-def _emit_tma_store_commit(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("cp.async.bulk.commit_group;\\n" ::: "memory");')
-
-
-def _emit_tma_store_wait(w, s, ind, decl):
-    w.emit(ind, f'asm volatile("cp.async.bulk.wait_group.read {int(s.attrs["n"])};\\n" ::: '
-                '"memory");')
 
 
 def _emit_tma_load_multicast(w, s, ind, decl):
@@ -500,10 +483,6 @@ def _emit_cluster_special(w, s, ind, decl):
 def _emit_cluster_arrive(w, s, ind, decl):
     sem = "relaxed" if s.attrs.get("relaxed") else "release"
     w.emit(ind, f'asm volatile("barrier.cluster.arrive.{sem}.aligned;\\n" ::: "memory");')
-
-
-def _emit_cluster_wait(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");')
 
 
 def _emit_mbarrier_arrive_cluster(w, s, ind, decl):
@@ -554,19 +533,6 @@ def _emit_wgmma_fence_operand(w, s, ind, decl):
         w.emit(ind, f'asm volatile("" : "+{c}"({r}) :: "memory");')
 
 
-def _emit_wgmma_fence(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");')
-
-
-def _emit_wgmma_commit(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");')
-
-
-def _emit_wgmma_wait(w, s, ind, decl):
-    w.emit(ind, f'asm volatile("wgmma.wait_group.sync.aligned {int(s.attrs["n"])};\\n" ::: '
-                '"memory");')
-
-
 # -- warp specialization ------------------------------------------------------------------
 def _emit_named_barrier(w, s, ind, decl):
     op = "arrive" if s.op == "named_barrier_arrive" else "sync"
@@ -580,20 +546,39 @@ def _emit_setmaxnreg(w, s, ind, decl):
                 '"memory");')
 
 
-_COLLECTIVE = {"cp_async": _emit_cp_async, "cp_async_commit": _emit_commit,
-               "cp_async_wait": _emit_wait, "ldmatrix": _emit_ldmatrix,
-               "stmatrix": _emit_stmatrix, "mma": _emit_mma, "shfl": _emit_shfl,
-               "mbarrier_init": _emit_mbarrier_init, "mbarrier_arrive": _emit_mbarrier_arrive,
-               "mbarrier_arrive_expect_tx": _emit_mbarrier_arrive_expect_tx,
-               "mbarrier_try_wait": _emit_mbarrier_try_wait, "mbarrier_wait": _emit_mbarrier_wait,
-               "fence_proxy_async": _emit_fence_proxy_async,
-               "fence_barrier_init": _emit_fence_barrier_init, "tma_load": _emit_tma_load,
-               "tma_store": _emit_tma_store, "tma_store_commit": _emit_tma_store_commit,
-               "tma_store_wait": _emit_tma_store_wait, "wgmma": _emit_wgmma,
-               "wgmma_fence": _emit_wgmma_fence, "wgmma_commit": _emit_wgmma_commit,
-               "wgmma_wait": _emit_wgmma_wait, "wgmma_fence_operand": _emit_wgmma_fence_operand,
-               "named_barrier": _emit_named_barrier, "named_barrier_arrive": _emit_named_barrier,
-               "setmaxnreg": _emit_setmaxnreg, "tma_load_multicast": _emit_tma_load_multicast,
-               "cluster_special": _emit_cluster_special, "cluster_arrive": _emit_cluster_arrive,
-               "cluster_wait": _emit_cluster_wait,
-               "mbarrier_arrive_cluster": _emit_mbarrier_arrive_cluster}
+def _fixed_asm(text):
+    """The emitter of an operand-less asm statement `text` (a fence, a commit,
+    a barrier wait) that orders memory."""
+    def emit(w, s, ind, decl):
+        w.emit(ind, f'asm volatile("{text};\\n" ::: "memory");')
+    return emit
+
+
+def _wait_group_asm(text):
+    """The emitter of `text N`, N the statement's static count of groups left
+    in flight."""
+    def emit(w, s, ind, decl):
+        w.emit(ind, f'asm volatile("{text} {int(s.attrs["n"])};\\n" ::: "memory");')
+    return emit
+
+
+_COLLECTIVE = {
+    "cp_async": _emit_cp_async, "cp_async_commit": _emit_commit, "cp_async_wait": _emit_wait,
+    "ldmatrix": _emit_ldmatrix, "stmatrix": _emit_stmatrix, "mma": _emit_mma, "shfl": _emit_shfl,
+    "mbarrier_init": _emit_mbarrier_init, "mbarrier_arrive": _emit_mbarrier_arrive,
+    "mbarrier_arrive_expect_tx": _emit_mbarrier_arrive_expect_tx,
+    "mbarrier_try_wait": _emit_mbarrier_try_wait, "mbarrier_wait": _emit_mbarrier_wait,
+    "mbarrier_arrive_cluster": _emit_mbarrier_arrive_cluster,
+    "fence_proxy_async": _fixed_asm("fence.proxy.async.shared::cta"),
+    "fence_barrier_init": _fixed_asm("fence.mbarrier_init.release.cluster"),
+    "tma_load": _emit_tma_load, "tma_load_multicast": _emit_tma_load_multicast,
+    "tma_store": _emit_tma_store, "tma_store_commit": _fixed_asm("cp.async.bulk.commit_group"),
+    "tma_store_wait": _wait_group_asm("cp.async.bulk.wait_group.read"),
+    "wgmma": _emit_wgmma, "wgmma_fence": _fixed_asm("wgmma.fence.sync.aligned"),
+    "wgmma_commit": _fixed_asm("wgmma.commit_group.sync.aligned"),
+    "wgmma_wait": _wait_group_asm("wgmma.wait_group.sync.aligned"),
+    "wgmma_fence_operand": _emit_wgmma_fence_operand,
+    "named_barrier": _emit_named_barrier, "named_barrier_arrive": _emit_named_barrier,
+    "setmaxnreg": _emit_setmaxnreg, "cluster_special": _emit_cluster_special,
+    "cluster_arrive": _emit_cluster_arrive,
+    "cluster_wait": _fixed_asm("barrier.cluster.wait.acquire.aligned")}
