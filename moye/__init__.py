@@ -5,7 +5,8 @@ tiled MMAs, and GPU kernels written in Python.
 """
 import os as _os
 
-from .errors import (CompileError, CudaError, DynamicValueError, LayoutError, MoyeError,
+from .errors import (BoundsError, CompileError, CudaError, DynamicValueError, KernelError,
+                     KernelRuntimeError, LaunchError, LayoutError, MoyeError, MoyeTypeError,
                      ShapeError)
 from .layout import *  # noqa: F401,F403
 from .types import *  # noqa: F401,F403

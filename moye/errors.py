@@ -37,3 +37,27 @@ class CudaError(MoyeError):
 
 class ShapeError(MoyeError, ValueError):
     """Arrays whose shapes do not fit together (a copy, a broadcast)."""
+
+
+class BoundsError(MoyeError, IndexError):
+    """An access outside what an array's buffer or layout holds: a
+    coordinate past an extent, a negative offset, a thread id outside a
+    thread layout."""
+
+
+class MoyeTypeError(MoyeError, TypeError):
+    """A value of the wrong kind: a float or a NumPy array where an int is
+    due, an object where a layout is due."""
+
+
+class LaunchError(MoyeError, ValueError):
+    """A kernel launch the driver would refuse (grid, block, shared memory,
+    stream), or one spelled wrong."""
+
+
+class KernelError(MoyeError):
+    """A mistake in a kernel, found while tracing; the message names the line."""
+
+
+class KernelRuntimeError(MoyeError):
+    """A kernel did something invalid while running on the CPU backend."""

@@ -11,15 +11,11 @@ import os
 import sys
 
 from .. import types as T
-from ..errors import MoyeError
+from ..errors import KernelError, MoyeError
 from . import ir
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES_DIR = os.path.join(_PKG_DIR, "examples")
-
-
-class KernelError(MoyeError):
-    """A mistake in a kernel, found while tracing; the message names the line."""
 
 
 def user_location():
