@@ -4,7 +4,10 @@ decided by whether its range or condition holds a dynamic value.
 """
 import builtins
 
+import numpy as np
+
 from .. import types as T
+from ..errors import MoyeTypeError
 from ..array import MoYeArray
 from . import ir
 from .memory import PointerEngine
@@ -131,17 +134,34 @@ def _declare(slot, value, body, index=None):
 
 # -- for -----------------------------------------------------------------------------
 
+STATIC_UNROLL_LIMIT = 65536
+"""The most iterations one loop may unroll while tracing (a static `for`, or
+a `while` whose condition is static): past it, tracing stops with a
+KernelError instead of running on, or filling memory, for ever."""
+
+
 class range:
     """A dynamic-or-static range with an explicit unroll request:
     `for k in moye.range(n, unroll=4)`. With static bounds and no unroll it
-    unrolls completely, like Python's range."""
+    unrolls completely, like Python's range. Its bounds are ints or dynamic
+    integers, and its step is not 0: a dynamic step's sign is checked when
+    the kernel runs."""
 
     def __init__(self, *args, unroll=None):
         if not 1 <= len(args) <= 3:
-            raise TypeError("moye.range(stop) or moye.range(start, stop[, step])")
+            raise MoyeTypeError("range(stop) or range(start, stop[, step])")
         start, stop, step = (0, args[0], 1) if len(args) == 1 else \
             (args[0], args[1], args[2] if len(args) == 3 else 1)
         self.start, self.stop, self.step, self.unroll = start, stop, step, unroll
+        if self.dynamic:
+            for what, x in (("start", start), ("stop", stop), ("step", step)):
+                if isinstance(x, Sym) and x.type.is_float or \
+                        not isinstance(x, (Sym, int, np.integer)):
+                    raise MoyeTypeError(f"range() {what} must be an integer, got {x!r}")
+            self.start, self.stop, self.step = (x if isinstance(x, Sym) else int(x)
+                                                for x in (start, stop, step))
+        if isinstance(step, (int, np.integer)) and step == 0:
+            raise KernelError("range() step must not be 0")
 
     @property
     def dynamic(self):
@@ -156,6 +176,10 @@ class for_loop:
         if not self.dynamic:
             if isinstance(iterable, range):
                 iterable = builtins.range(iterable.start, iterable.stop, iterable.step)
+            if isinstance(iterable, builtins.range) and \
+                    iterable[STATIC_UNROLL_LIMIT:STATIC_UNROLL_LIMIT + 1]:
+                raise _too_long(f"this `for` over {iterable} would unroll more than "
+                                f"{STATIC_UNROLL_LIMIT} times")
             self.iterable = iterable
             return
         self.range = iterable
@@ -164,7 +188,8 @@ class for_loop:
         for s, v in zip(self.slots, values):
             if s.kind in ("scalar", "array"):
                 _declare(s, v, None)
-        t = promote(type_of(iterable.start), type_of(iterable.stop))
+        t = promote(promote(type_of(iterable.start), type_of(iterable.stop)),
+                    type_of(iterable.step))
         self.iv = ir.Var(T.Int32 if t.name in ("Bool", "Int8", "Int16") else t, "i")
         start = _coerce(iterable.start, self.iv.type)
         stop = _coerce(iterable.stop, self.iv.type)
@@ -177,7 +202,10 @@ class for_loop:
         if not self.dynamic:
             b.loop_kinds.append("static")
             try:
-                yield from self.iterable
+                for n, x in enumerate(self.iterable):
+                    if n == STATIC_UNROLL_LIMIT:
+                        raise _too_long("this `for` over a static iterable has not ended")
+                    yield x
             finally:
                 b.loop_kinds.pop()
             return
@@ -209,6 +237,13 @@ class for_loop:
         return out if len(out) != 1 else out[0]
 
 
+def _too_long(what):
+    return KernelError(f"{what}; a loop unrolled while tracing may run at most "
+                       f"{STATIC_UNROLL_LIMIT} times (moye.kernel.control.STATIC_UNROLL_LIMIT). For a loop "
+                       "that stays a loop in the kernel, give it a dynamic bound or write "
+                       "moye.range(n, unroll=1)")
+
+
 def _write_slots(slots, values):
     b = current()
     for s, v in zip(slots, values):
@@ -232,6 +267,7 @@ class while_loop:
             b.pop()
         self.dynamic = isinstance(probe, Sym)
         self.state = "start"
+        self.count = 0
         if not self.dynamic:
             b.loop_kinds.append("static")
             return
@@ -255,6 +291,10 @@ class while_loop:
         if not self.dynamic:
             if isinstance(cond, Sym):
                 raise KernelError("a while condition that was static became dynamic")
+            self.count += 1
+            if self.count > STATIC_UNROLL_LIMIT and cond:
+                raise _too_long("this `while` has a static condition (Python runs it while "
+                                "tracing) that is still true")
             return bool(cond)
         b = current()
         if not isinstance(cond, Sym):

@@ -21,6 +21,7 @@ are rewritten so they work on dynamic values too. `break`/`continue` and
 `return` are checked: inside dynamic control flow they are errors.
 """
 import ast
+import copy
 import inspect
 import textwrap
 
@@ -171,7 +172,7 @@ class _Rewriter(ast.NodeTransformer):
         wl = ast.Name(w, ast.Load())
         setup = ast.Assign([ast.Name(w, ast.Store())],
                            _call("while_loop", _strs(carried), _getters(carried),
-                                 ast.Lambda(_no_args(), node.test)))
+                                 ast.Lambda(_no_args(), copy.deepcopy(node.test))))
         head = _assign(carried, ast.Call(ast.Attribute(wl, "carried", ast.Load()), [], []))
         test = ast.If(ast.UnaryOp(ast.Not(), ast.Call(ast.Attribute(wl, "test", ast.Load()),
                                                       [node.test], [])), [ast.Break()], [])
@@ -247,7 +248,7 @@ class _Rewriter(ast.NodeTransformer):
         parts, left = [], node.left
         for op, right in zip(node.ops, node.comparators):
             parts.append(ast.Lambda(_no_args(), ast.Compare(left, [op], [right])))
-            left = right
+            left = copy.deepcopy(right)         # one node in two places would move twice
         return ast.copy_location(_call("and_", *parts), node)
 
     def visit_Call(self, node):
@@ -279,6 +280,12 @@ def rewrite_function(fn):
     else:
         module = ast.Module([fdef], [])
     ast.fix_missing_locations(module)
+    for n in ast.walk(module):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
+                n.value.id.startswith("__moye"):
+            # Python puts a method call on the line its attribute ends on: our calls
+            # inherit a whole loop's span, and must name its first line
+            n.end_lineno, n.end_col_offset = n.lineno, n.col_offset + len(n.attr)
     ast.increment_lineno(module, first - 1)
     code = compile(module, inspect.getsourcefile(fn) or "<kernel>", "exec")
     namespace = fn.__globals__

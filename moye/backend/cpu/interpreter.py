@@ -176,9 +176,16 @@ class _Block:
         t = _np(s.var.type)
         iv = self.vec(s.start).astype(t).copy()
         stop, step = self.vec(s.stop).astype(t), self.vec(s.step).astype(t)
+        zero = mask & (step == 0)
+        if zero.any():
+            lane = int(np.nonzero(zero)[0][0])
+            raise KernelRuntimeError(f"{_where(s.loc)}\n  range() step is 0 in thread "
+                                     f"{self._tid(lane)} of block {self._bid(lane)}; the loop "
+                                     "would never end")
+        up = step > 0                   # Python's range: the step's sign picks the test
         key = id(s.var)
         while True:
-            active = mask & (iv < stop)
+            active = mask & np.where(up, iv < stop, iv > stop)
             if not active.any():
                 break
             self.env[key] = iv

@@ -113,12 +113,17 @@ class _Writer:
             if isinstance(s, ir.Instr):
                 self.instr(s, ind)
             elif isinstance(s, ir.For):
-                v = self.name(s.var)
+                v, stop, step = self.name(s.var), self.operand(s.stop), self.operand(s.step)
+                if isinstance(s.step, int):         # Python's range: the step's sign picks the test
+                    test = f"{v} < {stop}" if s.step > 0 else f"{v} > {stop}"
+                else:                               # a step of 0 would never end: trap instead
+                    self.emit(ind, f"if ({step} == 0) __trap();  // range() step is 0")
+                    test = f"({step} > 0 ? {v} < {stop} : {v} > {stop})"
                 if s.unroll is not None:
                     self.emit(ind, f"#pragma unroll {s.unroll}" if s.unroll != 1
                               else "#pragma unroll 1")
                 self.emit(ind, f"for ({ctype(s.var.type)} {v} = {self.operand(s.start)}; "
-                               f"{v} < {self.operand(s.stop)}; {v} += {self.operand(s.step)}) {{")
+                               f"{test}; {v} += {step}) {{")
                 self.body(s.body, ind + "  ")
                 self.emit(ind, "}")
             elif isinstance(s, ir.If):
