@@ -9,6 +9,7 @@ elements contiguous and the offsets are provably aligned.
 import numpy as np
 
 from .. import types as T
+from ..errors import MoyeTypeError
 from ..layout import Layout, complement, composition, make_layout, max_common_layout, size
 from ..layout import inttuple as IT
 from . import ir
@@ -51,6 +52,9 @@ class PointerEngine:
     def store(self, i, value, width=1):
         idx = self._index(i)
         if width == 1:
+            if not isinstance(value, (Sym, int, float, np.number)):
+                raise MoyeTypeError(f"cannot store {value!r} in an array of {self.dtype}; "
+                                    "store a number")
             value = _coerce(value, self.dtype) if isinstance(value, (Sym, int, float)) else value
         else:
             value = value.value if isinstance(value, Sym) else value
