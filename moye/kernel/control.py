@@ -28,14 +28,18 @@ class OutOfScope:
     """A name assigned inside dynamic control flow and used after it without
     a value on every path."""
 
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, why=None):
+        self.name, self.why = name, why
 
     def _fail(self, *a, **k):
-        raise KernelError(f"'{self.name}' is assigned inside a dynamic branch or loop but has no "
-                          "value on every path; give it a value before the branch")
+        raise KernelError(self.why or f"'{self.name}' is assigned inside a dynamic branch or "
+                          "loop but has no value on every path; give it a value before the "
+                          "branch")
 
+    # every use is the error, printing included (a store shows the value it refuses)
     __getattr__ = __call__ = __add__ = __radd__ = __mul__ = __getitem__ = __bool__ = _fail
+    __sub__ = __rsub__ = __rmul__ = __truediv__ = __floordiv__ = __mod__ = __neg__ = _fail
+    __lt__ = __le__ = __gt__ = __ge__ = __index__ = __int__ = __float__ = __repr__ = _fail
 
 
 def get(thunk):
@@ -236,12 +240,24 @@ class for_loop:
         out = tuple(OutOfScope(s.name) if s.kind == "temp" else s.decode() for s in self.slots)
         return out if len(out) != 1 else out[0]
 
+    def targets(self, names, values):
+        """The loop's variables after it: as Python leaves them after a static
+        loop; after a dynamic loop they have no value."""
+        if self.dynamic:
+            out = tuple(OutOfScope(n, f"'{n}' is the variable of a dynamic loop and has no "
+                                      "value after it; keep what you need in another "
+                                      "variable") for n in names)
+        else:
+            out = tuple(OutOfScope(n, f"'{n}' has no value: the loop ran no times")
+                        if v is UNBOUND else v for n, v in zip(names, values))
+        return out if len(out) != 1 else out[0]
+
 
 def _too_long(what):
     return KernelError(f"{what}; a loop unrolled while tracing may run at most "
-                       f"{STATIC_UNROLL_LIMIT} times (moye.kernel.control.STATIC_UNROLL_LIMIT). For a loop "
-                       "that stays a loop in the kernel, give it a dynamic bound or write "
-                       "moye.range(n, unroll=1)")
+                       f"{STATIC_UNROLL_LIMIT} times (moye.kernel.control.STATIC_UNROLL_LIMIT). "
+                       "For a loop that stays a loop in the kernel, give it a dynamic bound or "
+                       "write moye.range(n, unroll=1)")
 
 
 def _write_slots(slots, values):
@@ -474,10 +490,18 @@ def max_(*args, **kw):
     return builtins.max(*args, **kw)
 
 
-def check_jump(kind):
+def jump_base():
+    """The dynamic control flow open when a function inside a kernel is
+    called: its `return` may leave only what it opened itself."""
+    b = current()
+    return len(b.loop_kinds), b.dynamic_ifs
+
+
+def check_jump(kind, base=None):
     b = current()
     if kind == "return":
-        if "dynamic" in b.loop_kinds or b.dynamic_ifs:
+        loops, ifs = base or (0, 0)
+        if "dynamic" in b.loop_kinds[loops:] or b.dynamic_ifs > ifs:
             raise KernelError("`return` inside dynamic control flow is not supported; "
                               "let the kernel body end instead")
         return

@@ -23,7 +23,11 @@ are rewritten so they work on dynamic values too. `break`/`continue` and
 import ast
 import copy
 import inspect
+import linecache
 import textwrap
+import types
+
+from ..errors import KernelError
 
 RT = "__moye_rt"
 
@@ -104,9 +108,11 @@ def _strs(names):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self):
+    def __init__(self, where):
+        self.where = where       # where(node, message): the KernelError naming node's line
         self.counter = 0
         self.after = []          # statements following the current one, for liveness
+        self.bases = []          # per function being rewritten: the name of its jump base
 
     def _fresh(self, kind):
         self.counter += 1
@@ -124,7 +130,15 @@ class _Rewriter(ast.NodeTransformer):
         return out
 
     def visit_FunctionDef(self, node):
+        # a function inside the kernel: its `return` is checked against the control flow
+        # opened since it was called, not the kernel's
+        base = self._fresh("base") if self.bases else None
+        self.bases.append(base)
         node.body = self._visit_body(node.body, [])
+        self.bases.pop()
+        if base is not None:
+            node.body.insert(0, ast.copy_location(
+                ast.Assign([ast.Name(base, ast.Store())], _call("jump_base")), node.body[0]))
         return node
 
     def _live_after(self, names):
@@ -141,7 +155,7 @@ class _Rewriter(ast.NodeTransformer):
         node.body = self._visit_body(node.body, [node] + following)
         node.orelse = self._visit_body(node.orelse, following)
         if node.orelse:
-            raise SyntaxError("moye kernels do not support for ... else")
+            raise self.where(node, "`for ... else` is not supported in a kernel")
         assigned = [n for n in _names_stored(node.body)
                     if n not in _names_stored([node.target])]
         early = _read_before_write(node.body, assigned)
@@ -157,13 +171,18 @@ class _Rewriter(ast.NodeTransformer):
                           [], None)
         done = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "done",
                                                        ast.Load()), [], []))
-        return [ast.copy_location(s, node) for s in (setup, new_for, done)]
+        targets = self._live_after(_names_stored([node.target]))
+        after = _assign(targets, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "targets",
+                                                        ast.Load()),
+                                          [_strs(targets), _getters(targets)], []))
+        out = (setup, new_for, done) + ((after,) if targets else ())
+        return [ast.copy_location(s, node) for s in out]
 
     def visit_While(self, node):
         following = self.after
         node.body = self._visit_body(node.body, [node] + following)
         if node.orelse:
-            raise SyntaxError("moye kernels do not support while ... else")
+            raise self.where(node, "`while ... else` is not supported in a kernel")
         node.test = self.visit(node.test)
         assigned = _names_stored(node.body)
         early = _read_before_write(node.body, assigned) | (_names_loaded([node.test]) & set(assigned))
@@ -221,8 +240,10 @@ class _Rewriter(ast.NodeTransformer):
                 node]
 
     def visit_Return(self, node):
-        return [ast.copy_location(ast.Expr(_call("check_jump", ast.Constant("return"))), node),
-                self.generic_visit(node)]
+        base = self.bases[-1]
+        check = _call("check_jump", ast.Constant("return"),
+                      ast.Name(base, ast.Load()) if base else ast.Constant(None))
+        return [ast.copy_location(ast.Expr(check), node), self.generic_visit(node)]
 
     # expressions ---------------------------------------------------------
     def visit_BoolOp(self, node):
@@ -258,19 +279,80 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
 
+_REFUSED = {
+    ast.Try: "`try` is not supported in a kernel: its faults happen when the kernel runs, "
+             "where no handler can catch them",
+    ast.With: "`with` is not supported in a kernel",
+    ast.AsyncWith: "`async with` is not supported in a kernel",
+    ast.AsyncFor: "`async for` is not supported in a kernel",
+    ast.AsyncFunctionDef: "`async def` is not supported in a kernel: a kernel is a plain def",
+    ast.Global: "`global` is not supported in a kernel: a kernel cannot assign Python "
+                "variables outside itself; pass values as arguments and write results to arrays",
+    ast.Nonlocal: "`nonlocal` is not supported in a kernel: a kernel cannot assign Python "
+                  "variables outside itself; pass values as arguments and write results to "
+                  "arrays",
+}
+if hasattr(ast, "TryStar"):
+    _REFUSED[ast.TryStar] = _REFUSED[ast.Try]
+_GENERATOR = "a kernel cannot be a generator (`yield`): its body would never run"
+_CO_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _refuse(fdef, where):
+    """Raise for the first construct a kernel cannot run as written."""
+    for node in ast.walk(fdef):
+        if type(node) in _REFUSED:
+            raise where(node, _REFUSED[type(node)])
+    stack = list(fdef.body)                 # its own yields, not a nested function's
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            raise where(node, _GENERATOR)
+        if not isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+_AT_END = {"next", "done", "then_done", "else_done", "result", "targets"}
+
+
+def _code_named(code, name):
+    return next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
+
+
 def rewrite_function(fn):
-    """`fn` with its control flow rewritten; it sees the same globals and closure."""
+    """`fn` with its control flow rewritten; it sees the same globals and
+    closure. None if its source cannot be read (made by `exec`, typed at an
+    interactive prompt): the caller traces it as it is. Raises a KernelError
+    naming the line for what a kernel cannot run as written."""
     from . import control
-    source = textwrap.dedent(inspect.getsource(fn))
-    lines, first = inspect.getsourcelines(fn)
-    tree = ast.parse(source)
-    fdef = tree.body[0]
-    if not isinstance(fdef, ast.FunctionDef):
-        raise TypeError("@moye.kernel decorates a plain function (def ...)")
+    file, name = fn.__code__.co_filename, fn.__name__
+
+    def where(line, what):
+        text = linecache.getline(file, line).strip()
+        err = KernelError(f"in kernel '{name}', {file}:{line}: {text}\n  {what}")
+        err.located = True
+        return err
+
+    if name == "<lambda>":
+        raise where(fn.__code__.co_firstlineno, "a kernel is a function defined with def, "
+                                                "not a lambda")
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        fdef = ast.parse(textwrap.dedent("".join(lines))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        fdef = None
+    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)) or fdef.name != name:
+        if fn.__code__.co_flags & _CO_GENERATOR:
+            raise where(fn.__code__.co_firstlineno, _GENERATOR if fn.__code__.co_flags &
+                        (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR) else
+                        _REFUSED[ast.AsyncFunctionDef])
+        return None                         # no source, or not this function's
+    at = lambda node, what: where(node.lineno + first - 1, what)  # noqa: E731
+    _refuse(fdef, at)
     fdef.decorator_list = []
-    fdef = _Rewriter().visit(fdef)
+    fdef = _Rewriter(at).visit(fdef)
     freevars = fn.__code__.co_freevars
-    if freevars:
+    if freevars:                            # defined in a function that gives the closure
         factory = ast.FunctionDef("__moye_factory", ast.arguments(
             posonlyargs=[], args=[ast.arg(v) for v in freevars], vararg=None, kwonlyargs=[],
             kw_defaults=[], kwarg=None, defaults=[]), [fdef, ast.Return(ast.Name(fdef.name,
@@ -281,22 +363,25 @@ def rewrite_function(fn):
         module = ast.Module([fdef], [])
     ast.fix_missing_locations(module)
     for n in ast.walk(module):
+        # Python puts a method call on the line its attribute ends on, and our calls span
+        # the whole statement: those that open a loop or branch name its first line, those
+        # that end it (writing the carried values) its last
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
-                n.value.id.startswith("__moye"):
-            # Python puts a method call on the line its attribute ends on: our calls
-            # inherit a whole loop's span, and must name its first line
+                n.value.id.startswith("__moye") and n.attr not in _AT_END:
             n.end_lineno, n.end_col_offset = n.lineno, n.col_offset + len(n.attr)
     ast.increment_lineno(module, first - 1)
-    code = compile(module, inspect.getsourcefile(fn) or "<kernel>", "exec")
+    code = compile(module, file, "exec")
     namespace = fn.__globals__
     namespace[RT] = control
-    local = {}
-    exec(code, namespace, local)
-    if freevars:
-        cells = [c.cell_contents for c in fn.__closure__]
-        new = local["__moye_factory"](*cells)
+    if freevars:                            # the new function shares the original's cells
+        code = _code_named(_code_named(code, "__moye_factory"), name)
+        cells = dict(zip(freevars, fn.__closure__))
+        new = types.FunctionType(code, namespace, name, fn.__defaults__,
+                                 tuple(cells[v] for v in code.co_freevars))
     else:
-        new = local[fdef.name]
-    new.__defaults__ = fn.__defaults__
+        local = {}
+        exec(code, namespace, local)
+        new = local[name]
+        new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
     return new
