@@ -214,8 +214,10 @@ class KernelFunction:
         return hit[0]
 
     def _rewrite(self):
+        """The function to trace: the kernel with its control flow rewritten,
+        or, when its source cannot be read, the kernel as it is."""
         if self._rewritten is None:
-            self._rewritten = rewrite_function(self.fn)
+            self._rewritten = rewrite_function(self.fn) or self.fn
         return self._rewritten
 
     def trace(self, *args, block=1):
@@ -237,12 +239,10 @@ class KernelFunction:
             values, plan = _trace_arguments(builder, binding)
             try:
                 fn(*values)
-            except KernelError as e:
-                raise _located(e, self) from None
             except MoyeError as e:
-                raise _located(e, self) from None
-            except (TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as e:
-                raise _located(e, self) from None
+                raise _located(e, self, fn is self.fn) from None
+            except Exception as e:      # the user's code failed: say where, keep the original
+                raise _located(e, self, fn is self.fn) from e
         ir.eliminate_dead_code(builder.kernel)
         smem = ir.shared_bytes(builder.kernel)
         if smem > STATIC_SMEM_LIMIT:
@@ -444,19 +444,26 @@ def _dim3(x, what):
     return tuple(int(n) for n in x) + (1,) * (3 - len(x))
 
 
-def _located(e, kernel):
-    """`e` as a KernelError naming the kernel source line where it happened."""
+NO_SOURCE = ("\n  (the kernel's source cannot be read: it was made by exec or typed at an "
+             "interactive prompt, so its control flow was not rewritten, and an if, for, while, "
+             "and, or, not or x if c else y works on static values only; define the kernel in a "
+             "file to use them on run-time values)")
+
+
+def _located(e, kernel, no_source=False):
+    """`e` as a KernelError naming the kernel source line where it happened
+    (and, with `no_source`, why its control flow could not be rewritten)."""
     if isinstance(e, KernelError) and getattr(e, "located", False):
         return e
-    tb = e.__traceback__
-    frames = traceback.extract_tb(tb)
-    src = inspect.getsourcefile(kernel.fn)
+    frames = traceback.extract_tb(e.__traceback__)
+    src = kernel.fn.__code__.co_filename
     user = [f for f in frames if f.filename == src]
     where = ""
     if user:
         f = user[-1]
         where = f"{f.filename}:{f.lineno}: {f.line}\n  "
-    err = KernelError(f"in kernel '{kernel.name}', {where}{type(e).__name__}: {e}")
+    err = KernelError(f"in kernel '{kernel.name}', {where}{type(e).__name__}: {e}"
+                      f"{NO_SOURCE if no_source else ''}")
     err.located = True
     return err
 
