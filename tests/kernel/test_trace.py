@@ -72,8 +72,20 @@ def test_dynamic_while():
 
 
 def test_dynamic_and_in_a_condition():
+    """`t < n and t % 2 == 0` branches on the conjunction of both tests,
+    and the kernel copies exactly the even threads below n."""
     k, _, _ = K.and_or.trace(vec(), vec(), 7, block=32)
-    assert ops(k, "and")
+    (branch,) = stmts(k, ir.If)
+    (conj,) = [s for s in ops(k, "and") if s.result is branch.cond]
+    tests = {s.result: s.op for s in stmts(k, ir.Instr)}
+    assert sorted(tests[a] for a in conj.args) == ["eq", "lt"]
+    x = np.random.default_rng(0).standard_normal(32).astype(np.float32)
+    out = np.full(32, np.nan, np.float32)
+    K.and_or[1, 32](out, x, 7, backend="cpu")
+    t = np.arange(32)
+    copied = (t < 7) & (t % 2 == 0)
+    np.testing.assert_array_equal(out[copied], x[copied])
+    assert np.isnan(out[~copied]).all()
 
 
 def test_break_in_a_dynamic_loop_names_the_line():
