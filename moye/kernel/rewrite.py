@@ -18,7 +18,15 @@ dynamic loop swaps two pointers held in registers.
 
 `and`/`or`/`not`, `x if c else y`, chained comparisons and `min`/`max`
 are rewritten so they work on dynamic values too. `break`/`continue` and
-`return` are checked: inside dynamic control flow they are errors.
+`return` are checked: inside dynamic control flow they are errors (a helper
+function's `return`, only inside the control flow it opened itself). After
+a loop its variable is as Python leaves it if the loop was static, and has
+no value if it was dynamic.
+
+What a kernel cannot run as written is refused, naming the line: `try`,
+`with`, `yield`, `async`, `global`, `nonlocal`, `for`/`while ... else`,
+lambda kernels. A function whose source cannot be read (made by `exec`,
+typed at a prompt) is not rewritten: the caller traces it as it is.
 """
 import ast
 import copy
