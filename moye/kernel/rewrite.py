@@ -308,9 +308,10 @@ _CO_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_G
 
 def _refuse(fdef, where):
     """Raise for the first construct a kernel cannot run as written."""
-    for node in ast.walk(fdef):
-        if type(node) in _REFUSED:
-            raise where(node, _REFUSED[type(node)])
+    refused = [n for n in ast.walk(fdef) if type(n) in _REFUSED]
+    if refused:
+        node = min(refused, key=lambda n: n.lineno)
+        raise where(node, _REFUSED[type(node)])
     stack = list(fdef.body)                 # its own yields, not a nested function's
     while stack:
         node = stack.pop()
