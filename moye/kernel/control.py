@@ -7,8 +7,8 @@ import builtins
 import numpy as np
 
 from .. import types as T
-from ..errors import MoyeTypeError
 from ..array import MoYeArray
+from ..errors import MoyeTypeError
 from . import ir
 from .memory import PointerEngine
 from .tracer import KernelError, Sym, _coerce, current, promote, sym_minmax, sym_select, type_of
