@@ -6,6 +6,7 @@ import pytest
 
 import moye
 from moye.backend.cuda import cache, nvrtc
+from moye.kernel import identity
 
 SRC = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }'
 
@@ -113,8 +114,24 @@ def test_keys_see_every_input(monkeypatch):
         assert cache.key(*changed) != k
     assert cache.key(*base, "more") != k
     assert cache.key("ab", "c", (), "") != cache.key("a", "bc", (), "")     # no ambiguity
-    monkeypatch.setattr(moye, "__version__", "99.0")
-    assert cache.key(*base) != k
+    monkeypatch.setitem(identity._state, "package", "another moye's source")
+    assert cache.key(*base) != k                      # moye's own files are in the key
+
+
+def test_the_package_key_is_a_hash_of_moyes_files(tmp_path, monkeypatch):
+    """Not the version string: an edit to any of moye's files changes it."""
+    import shutil
+    copy = tmp_path / "moye"
+    shutil.copytree(os.path.dirname(moye.__file__), copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(identity, "_PACKAGE", str(copy))
+    monkeypatch.delitem(identity._state, "package", raising=False)
+    first = identity.package_key()
+    assert identity.package_key() == first and len(first) == 64
+    helper = copy / "layout" / "layout.py"
+    helper.write_text(helper.read_text() + "\n# an edit\n")
+    monkeypatch.delitem(identity._state, "package")
+    assert identity.package_key() != first
 
 
 def test_clear_cache_removes_only_moye_files(cache_dir):
