@@ -175,12 +175,23 @@ def static_key(v, name="?"):
     t = type(v)
     if t in BY_VALUE:
         return (t.__name__, v)
+    try:
+        return _static_key(v, name)
+    except RecursionError:
+        raise MoyeError(f"argument '{name}': a {t.__name__} nested too deeply to be keyed as a "
+                        "static value") from None
+
+
+def _static_key(v, name):
+    t = type(v)
+    if t in BY_VALUE:
+        return (t.__name__, v)
     if t is float:
         return ("float", v.hex())
     if isinstance(v, Constexpr):
-        return static_key(v.value, name)
+        return _static_key(v.value, name)
     if t is tuple or t is list:
-        return (t.__name__,) + tuple(static_key(e, name) for e in v)
+        return (t.__name__,) + tuple(_static_key(e, name) for e in v)
     if t.__name__ in STATIC_TYPES and t.__module__.startswith("moye."):
         return (t.__name__, v)
     return (f"{t.__module__}.{t.__qualname__}", content_key(v, f"argument '{name}'"))

@@ -45,7 +45,11 @@ def content_key(value, what="the value"):
         (False, True)
     """
     h = _Hasher(strict=True, what=what)
-    h.feed(value)
+    try:
+        h.feed(value)
+    except RecursionError:
+        raise MoyeError(f"{what}: a {type(value).__name__} nested too deeply to be keyed") \
+            from None
     return h.hexdigest()
 
 
@@ -53,7 +57,10 @@ def function_key(fn):
     """A hex digest of `fn`'s code and, transitively, every function and
     global value it reads (see the module doc)."""
     h = _Hasher(strict=False, what=f"function {getattr(fn, '__qualname__', fn)!r}")
-    h.feed(fn)
+    try:
+        h.feed(fn)
+    except RecursionError:          # a call chain too deep to walk: this process only
+        return f"unwalkable:{os.getpid()}:{id(fn)}"
     return h.hexdigest()
 
 
