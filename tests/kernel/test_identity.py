@@ -111,6 +111,8 @@ HELPER = "def scale(v):\n    return v * {factor}\n"
 
 RUN = """
 import json, sys
+if sys.argv[1] == "gpu":
+    import torch                # before moye initializes the driver (see tests/conftest.py)
 import numpy as np
 import stale_kernel
 from moye.backend.cuda.backend import CudaBackend
@@ -120,7 +122,6 @@ k = stale_kernel.scale_kernel
 block = (32, 1, 1)
 out = {}
 if sys.argv[1] == "gpu":
-    import torch
     x = torch.arange(1, 33, dtype=torch.float32, device="cuda")
     y = torch.full((32,), float("nan"), device="cuda")
     k[1, 32](y, x)
