@@ -147,3 +147,47 @@ def test_default_folder(monkeypatch):
     monkeypatch.delenv("MOYE_CACHE_DIR")
     monkeypatch.setenv("HOME", "/somewhere")
     assert cache.directory() == "/somewhere/.cache/moye"
+
+
+@moye.kernel
+def twice(y, x):
+    y[moye.thread_idx.x] = x[moye.thread_idx.x] * 2
+
+
+def test_a_cached_cubin_the_driver_refuses_is_built_again(monkeypatch):
+    """compile_specialization loads the cubin build_specialization gives;
+    where the driver refuses one from the cache (checksum-valid, but not
+    for this device), the specialization is traced and compiled again. A
+    stand-in driver here: the cubin is only handed over, never run."""
+    import numpy as np
+    from moye.backend.cuda import backend, driver
+    from moye.kernel.arguments import bind_arguments
+    loaded = []
+
+    class Module:
+        def __init__(self, cubin):
+            if loaded and len(loaded) == 1:
+                loaded.append("refused")
+                raise moye.CudaError("cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE")
+            loaded.append(cubin)
+
+        def get_function(self, name):
+            return ("function", name)
+    monkeypatch.setattr(driver, "load_module", Module)
+    monkeypatch.setattr(driver, "device_arch", lambda: "sm_80")
+    x = np.ones(32, np.float32)
+    binding = bind_arguments(twice.signature, twice.constexpr_names, (x, x))
+    spec = twice.specialization_text(binding, (32, 1, 1))
+    traces = []
+
+    def trace():
+        traces.append(1)
+        return twice._trace_binding(binding, (32, 1, 1))
+    first = backend.CudaBackend().compile_specialization(spec, trace, (32, 1, 1))
+    assert len(traces) == 1 and first.function == ("function", "twice")
+    assert "twice" in first.source and first.cubin[:4] == b"\x7fELF"
+    cache.clear_memory()
+    again = backend.CudaBackend().compile_specialization(spec, trace, (32, 1, 1))
+    assert loaded[1] == "refused" and loaded[2] == first.cubin and len(traces) == 2
+    assert again.cubin == first.cubin and again.source == first.source
+    assert again.kernel.name == "twice"
