@@ -16,6 +16,7 @@ from .. import types as T
 from ..errors import MoyeError
 from . import dlpack
 from .builtins import Constexpr
+from .identity import content_key
 
 INDEX_LIMIT = 2**31            # extents and spans from here on need 64-bit indices
 
@@ -157,34 +158,55 @@ STATIC_TYPES = ("Layout", "ComposedLayout", "Swizzle", "TiledCopy", "TiledMMA", 
                 "MMAAtom", "CopyOp", "MMAOp", "ElementType")
 
 
-def static_key(v):
-    if isinstance(v, Constexpr):
-        return static_key(v.value)
-    if isinstance(v, (tuple, list)):
-        return tuple(static_key(e) for e in v)
+BY_VALUE = (int, bool, str, type(None))     # types whose == is exact
+
+
+def static_key(v, name="?"):
+    """The exact, hashable specialization key of a static argument `v`:
+    values that may trace differently never share one (1, 1.0 and True
+    differ; so do 0.0 and -0.0). Ints, bools, strings and None are keyed as
+    they are, moye's layouts, atoms and tiled copies by their own equality
+    (exact: by op, element type and layouts), anything else by
+    identity.content_key; a MoyeError naming argument `name` for a value
+    that cannot be keyed.
+        >>> static_key(0.5), static_key((1, True))
+        (('float', '0x1.0000000000000p-1'), ('tuple', ('int', 1), ('bool', True)))
+    """
+    t = type(v)
+    if t in BY_VALUE:
+        return (t.__name__, v)
     try:
-        hash(v)
-        return (type(v).__name__, v)
-    except TypeError:
-        return (type(v).__name__, repr(v))
+        return _static_key(v, name)
+    except RecursionError:
+        raise MoyeError(f"argument '{name}': a {t.__name__} nested too deeply to be keyed as a "
+                        "static value") from None
+
+
+def _static_key(v, name):
+    t = type(v)
+    if t in BY_VALUE:
+        return (t.__name__, v)
+    if t is float:
+        return ("float", v.hex())
+    if isinstance(v, Constexpr):
+        return _static_key(v.value, name)
+    if t is tuple or t is list:
+        return (t.__name__,) + tuple(_static_key(e, name) for e in v)
+    if t.__name__ in STATIC_TYPES and t.__module__.startswith("moye."):
+        return (t.__name__, v)
+    return (f"{t.__module__}.{t.__qualname__}", content_key(v, f"argument '{name}'"))
 
 
 def spec_text(v):
-    """A complete text of a specialization key, for the disk cache: atoms by
-    their op's name and element type (their reprs show only layouts, and two
-    ops can share layouts), tiled copies and MMAs by all that defines them."""
+    """A complete, stable text of a specialization key, for the disk cache:
+    moye's values by their content_key (their reprs show only layouts, and
+    two ops can share layouts), the rest by repr (the key's floats are
+    already exact text)."""
     if isinstance(v, (tuple, list)):
         return "(" + ",".join(spec_text(e) for e in v) + ")"
-    name = type(v).__name__
-    if name in ("TiledCopy", "TiledMMA"):
-        return f"{name}{spec_text(v._key())}"
-    if name == "CopyAtom":
-        return f"CopyAtom({v.op.name},{v.dtype})"
-    if name == "MMAAtom":
-        return f"MMAAtom({v.op.name})"
-    if name in ("CopyOp", "MMAOp"):
-        return f"{name}({v.name})"
-    return repr(v)
+    if type(v) in BY_VALUE:
+        return repr(v)
+    return f"{type(v).__name__}:{content_key(v)}"
 
 
 def is_static(v, annotated):
@@ -241,7 +263,7 @@ def bind_arguments(fn_sig, constexpr_names, args):
         if is_static(a, name in constexpr_names):
             value = a.value if isinstance(a, Constexpr) else a
             kinds.append(("static", name, value))
-            key.append(("static", static_key(value)))
+            key.append(("static", static_key(value, name)))
             continue
         if type(a).__name__ == "TMACopy":          # kernel/hopper.py: a tensor map
             kinds.append(("tma", name, a))

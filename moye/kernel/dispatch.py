@@ -21,7 +21,9 @@ argument by argument:
   whether its address is 16-byte aligned, its device, and whether it needs
   64-bit indices (checked first against a cheap bound on its extents);
 - an int: whether it fits in 32 bits; a float or a bool: its type;
-- a static argument: its value;
+- a static argument: its value where its == is exact (ints, strings,
+  moye's layouts and atoms), else its static_key (floats by their bits,
+  tuples, Constexpr values, arrays by content);
 - a TMACopy (kernel/hopper.py): its `spec` (op, element type, tile, device);
   the backend gets the TMACopy and passes its tensor map.
 
@@ -39,8 +41,8 @@ stride-1 mode): that kernel is still right, as the mode it takes for stride
 """
 import numpy as np
 
-from .arguments import INDEX_LIMIT, as_array_arg, is_static, needs_64bit_indices, static_key
-from .builtins import Constexpr
+from .arguments import (BY_VALUE, INDEX_LIMIT, STATIC_TYPES, as_array_arg, is_static,
+                        needs_64bit_indices, static_key)
 
 ENTRIES_LIMIT = 1024          # specializations kept per kernel and block for the fast path
 MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
@@ -79,9 +81,10 @@ def arg_kind(a, annotated):
 
 
 def _by_value(a):
-    """Whether a static argument can be compared as it is (else by static_key)."""
+    """Whether a static argument can be compared as it is, its == being
+    exact (else by static_key: a float's == takes -0.0 for 0.0)."""
     t = type(a)
-    return t.__hash__ is not None and t not in (tuple, list) and not issubclass(t, Constexpr)
+    return t in BY_VALUE or t.__name__ in STATIC_TYPES and t.__module__.startswith("moye.")
 
 
 class _Arg:
@@ -97,7 +100,7 @@ class _Arg:
         self.i, self.kind, self.name = i, kind, name
         self.steps, self.values, self.width = [], [], None
         if kind == "static":
-            self._part(*((x, "value") if _by_value(a) else (f"static_key({x})", "!=")))
+            self._part(*((x, "value") if _by_value(a) else (f"static_key({x}, {name!r})", "!=")))
             return
         if kind == "tma":
             self._part(f"{x}.spec", "!=")

@@ -30,6 +30,7 @@ from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F4
                         runtime_values, spec_text)
 from .builtins import Constexpr, register_allocate
 from .hopper import TMADescriptor
+from .identity import function_key
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, make_entry, make_key_reader
 from .memory import PointerEngine
 from .rewrite import rewrite_function
@@ -182,17 +183,25 @@ class KernelFunction:
         return launch
 
     def code_identity(self):
-        """What the kernel's code is: its name and the text of its file."""
+        """What the kernel's code is, for the disk cache: its name, the text
+        of its file (the control-flow rewrite reads the source) and
+        identity.function_key of its function (its code and, transitively,
+        every function and global it reads, in any module)."""
         if self._identity is None:
             import hashlib
+            h = hashlib.sha256(function_key(self.fn).encode())
             try:
                 with open(inspect.getsourcefile(self.fn), "rb") as f:
-                    text = f.read()
+                    h.update(f.read())
             except (OSError, TypeError):
-                text = inspect.getsource(self.fn).encode()
-            self._identity = f"{self.fn.__module__}.{self.fn.__qualname__}:" + \
-                hashlib.sha256(text).hexdigest()
+                pass                    # no file: the code object alone
+            self._identity = f"{self.fn.__module__}.{self.fn.__qualname__}:{h.hexdigest()}"
         return self._identity
+
+    def specialization_text(self, binding, block):
+        """The text that names a specialization in the disk cache: the
+        kernel's code identity, its arguments' key and the block."""
+        return f"{self.code_identity()}|{spec_text(binding.key)}|{block}"
 
     def _executable(self, backend, binding, block, arch=None):
         """The compiled specialization, from memory, the backend's disk cache,
@@ -201,7 +210,7 @@ class KernelFunction:
         exe = self._compiled.get(key)
         if exe is None:
             be = BACKENDS[backend]
-            spec = f"{self.code_identity()}|{spec_text(binding.key)}|{block}"
+            spec = self.specialization_text(binding, block)
             trace = lambda: self._trace_binding(binding, block)  # noqa: E731
             exe = self._compiled[key] = be.compile_specialization(spec, trace, block, arch)
         return exe

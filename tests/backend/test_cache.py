@@ -6,6 +6,7 @@ import pytest
 
 import moye
 from moye.backend.cuda import cache, nvrtc
+from moye.kernel import identity
 
 SRC = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }'
 
@@ -113,8 +114,24 @@ def test_keys_see_every_input(monkeypatch):
         assert cache.key(*changed) != k
     assert cache.key(*base, "more") != k
     assert cache.key("ab", "c", (), "") != cache.key("a", "bc", (), "")     # no ambiguity
-    monkeypatch.setattr(moye, "__version__", "99.0")
-    assert cache.key(*base) != k
+    monkeypatch.setitem(identity._state, "package", "another moye's source")
+    assert cache.key(*base) != k                      # moye's own files are in the key
+
+
+def test_the_package_key_is_a_hash_of_moyes_files(tmp_path, monkeypatch):
+    """Not the version string: an edit to any of moye's files changes it."""
+    import shutil
+    copy = tmp_path / "moye"
+    shutil.copytree(os.path.dirname(moye.__file__), copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(identity, "_PACKAGE", str(copy))
+    monkeypatch.delitem(identity._state, "package", raising=False)
+    first = identity.package_key()
+    assert identity.package_key() == first and len(first) == 64
+    helper = copy / "layout" / "layout.py"
+    helper.write_text(helper.read_text() + "\n# an edit\n")
+    monkeypatch.delitem(identity._state, "package")
+    assert identity.package_key() != first
 
 
 def test_clear_cache_removes_only_moye_files(cache_dir):
@@ -130,3 +147,47 @@ def test_default_folder(monkeypatch):
     monkeypatch.delenv("MOYE_CACHE_DIR")
     monkeypatch.setenv("HOME", "/somewhere")
     assert cache.directory() == "/somewhere/.cache/moye"
+
+
+@moye.kernel
+def twice(y, x):
+    y[moye.thread_idx.x] = x[moye.thread_idx.x] * 2
+
+
+def test_a_cached_cubin_the_driver_refuses_is_built_again(monkeypatch):
+    """compile_specialization loads the cubin build_specialization gives;
+    where the driver refuses one from the cache (checksum-valid, but not
+    for this device), the specialization is traced and compiled again. A
+    stand-in driver here: the cubin is only handed over, never run."""
+    import numpy as np
+    from moye.backend.cuda import backend, driver
+    from moye.kernel.arguments import bind_arguments
+    loaded = []
+
+    class Module:
+        def __init__(self, cubin):
+            if loaded and len(loaded) == 1:
+                loaded.append("refused")
+                raise moye.CudaError("cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE")
+            loaded.append(cubin)
+
+        def get_function(self, name):
+            return ("function", name)
+    monkeypatch.setattr(driver, "load_module", Module)
+    monkeypatch.setattr(driver, "device_arch", lambda: "sm_80")
+    x = np.ones(32, np.float32)
+    binding = bind_arguments(twice.signature, twice.constexpr_names, (x, x))
+    spec = twice.specialization_text(binding, (32, 1, 1))
+    traces = []
+
+    def trace():
+        traces.append(1)
+        return twice._trace_binding(binding, (32, 1, 1))
+    first = backend.CudaBackend().compile_specialization(spec, trace, (32, 1, 1))
+    assert len(traces) == 1 and first.function == ("function", "twice")
+    assert "twice" in first.source and first.cubin[:4] == b"\x7fELF"
+    cache.clear_memory()
+    again = backend.CudaBackend().compile_specialization(spec, trace, (32, 1, 1))
+    assert loaded[1] == "refused" and loaded[2] == first.cubin and len(traces) == 2
+    assert again.cubin == first.cubin and again.source == first.source
+    assert again.kernel.name == "twice"

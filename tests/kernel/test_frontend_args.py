@@ -527,3 +527,82 @@ def test_tma_copies_take_the_fast_path(fake_cuda):
     tma_kernel[13, 32](other, other_store, 0)
     assert fake_cuda.compiled[0] == 2
     assert fake_cuda.launches[-1]["values"][0] == other._cuda_tensor_map
+
+
+# -- static values are keyed exactly ------------------------------------------------------
+
+@moye.kernel
+def times_c(y, x, c: moye.Constexpr):
+    y[0] = x[0] * c
+
+
+@moye.kernel
+def pick(y, table: moye.Constexpr, i: moye.Constexpr):
+    y[0] = table[i]
+
+
+def test_constexpr_arrays_differing_in_one_element_are_two_kernels():
+    """NumPy abbreviates long arrays in repr(): the key reads their bytes."""
+    _fresh(pick)
+    a = rng.standard_normal(2000).astype(np.float32)
+    b = a.copy()
+    b[1234] += 1
+    y = np.full(1, np.nan, np.float32)
+    pick[1, 1](y, a, 1234)
+    assert y[0] == a[1234]
+    pick[1, 1](y, b, 1234)
+    assert y[0] == b[1234]
+    pick[1, 1](y, a, 1234)
+    assert y[0] == a[1234]
+    assert len(pick._compiled) == 2
+    a[1234] = 7.5                     # changed in place: another value, another kernel
+    pick[1, 1](y, a, 1234)
+    assert y[0] == 7.5 and len(pick._compiled) == 3
+
+
+def test_zero_and_negative_zero_are_two_kernels_on_the_cpu():
+    _fresh(times_c)
+    x = np.ones(1, np.float32)
+    for c in (0.0, -0.0, 0.0, -0.0):
+        y = np.full(1, np.nan, np.float32)
+        times_c[1, 1](y, x, c)
+        assert y[0] == 0 and np.signbit(y[0]) == np.signbit(c)
+    assert len(times_c._compiled) == 2
+
+
+@moye.kernel
+def times_pair(y, x, c: moye.Constexpr):
+    y[0] = x[0] * c[0] + c[1]
+
+
+@pytest.mark.parametrize("kernel, values", [
+    (times_c, (0.0, -0.0)), (times_c, (0.1, 0.1000000000000001)), (times_c, (1, 1.0, True)),
+    (times_pair, ((1, 2.0), (1, 2), (True, 2.0), [1, 2.0], (1, -0.0), (1, 0.0))),
+    (times_c, (moye.Constexpr(0.0), moye.Constexpr(-0.0), moye.Constexpr(np.float32(0.0))))])
+def test_statics_that_trace_differently_never_share_a_kernel(fake_cuda, kernel, values):
+    """Each value gets its own specialization, by binding and on the fast
+    path (launched twice in turn: the second round compiles nothing and
+    launches the same functions)."""
+    _fresh(kernel)
+    y, x = TorchLike(0x1000, (8,), (1,)), TorchLike(0x2000, (8,), (1,))
+    functions = []
+    for _ in range(2):
+        for v in values:
+            kernel[1, 1](y, x, v)
+            functions.append(fake_cuda.launches[-1]["function"])
+    n = len(values)
+    assert len(set(functions)) == n and functions[:n] == functions[n:]
+    assert fake_cuda.compiled[0] == n
+    keys = {bind_arguments(kernel.signature, kernel.constexpr_names, (y, x, v)).key
+            for v in values}
+    assert len(keys) == n
+
+
+def test_fast_path_keeps_zero_and_negative_zero_apart(fake_cuda):
+    _fresh(times_c)
+    y, x = TorchLike(0x1000, (8,), (1,)), TorchLike(0x2000, (8,), (1,))
+    for c in (0.0, -0.0, 0.0, -0.0, -0.0):
+        times_c[1, 1](y, x, c)
+    f = [r["function"] for r in fake_cuda.launches]
+    assert f[0] == f[2] and f[1] == f[3] == f[4] and f[0] != f[1]
+    assert fake_cuda.compiled[0] == 2

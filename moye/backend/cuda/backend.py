@@ -1,5 +1,6 @@
 """The CUDA backend: IR -> C++ (codegen) -> cubin (NVRTC, cached) -> launch."""
 import ctypes
+import json
 
 from ...errors import MoyeError
 from ...kernel import ir
@@ -114,6 +115,43 @@ class CudaExecutable:
         driver.relaunch(self.function, grid, block, smem, stream, params, err, cluster)
 
 
+class Specialization:
+    """A compiled specialization: the kernel's name, dynamic shared memory,
+    parameter types, cubin and CUDA source; `kernel` is its IR where it was
+    traced in this process, None where it came from the disk cache. Stored
+    as a JSON header, a zero byte, the cubin, then the source."""
+
+    def __init__(self, name, dynamic_smem, param_types, cubin, source, kernel=None):
+        self.name, self.dynamic_smem, self.param_types = name, dynamic_smem, param_types
+        self.cubin, self.source, self.kernel = cubin, source, kernel
+
+    def encode(self):
+        head = {"name": self.name, "dynamic_smem": self.dynamic_smem,
+                "params": [_type_name(t) for t in self.param_types], "cubin": len(self.cubin)}
+        return json.dumps(head).encode() + b"\0" + self.cubin + self.source.encode()
+
+    @classmethod
+    def decode(cls, blob):
+        """The Specialization in a cache payload; None for none, or for a
+        payload that is not one (damaged or foreign, if checksum-valid)."""
+        if blob is None:
+            return None
+        try:
+            head, body = blob.split(b"\0", 1)
+            meta = json.loads(head)
+            name, smem, n = meta["name"], meta["dynamic_smem"], meta["cubin"]
+            if not (isinstance(name, str) and name.isidentifier() and type(smem) is int and
+                    smem >= 0 and type(n) is int and 4 <= n <= len(body)):
+                return None
+            cubin, source = body[:n], body[n:].decode()
+            if cubin[:4] != b"\x7fELF":
+                return None
+            params = [_type(t) for t in meta["params"]]
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, MoyeError):
+            return None
+        return cls(name, smem, params, cubin, source)
+
+
 class _KernelInfo:
     """What a launch needs of a kernel loaded from the cache."""
 
@@ -207,25 +245,48 @@ class CudaBackend:
         return exe
 
     def compile_specialization(self, spec, trace, block, arch=None):
-        """A kernel's specialization: from the disk cache by `spec` (the
-        kernel's code and argument kinds) without tracing, or traced and compiled."""
-        import json
-        from . import cache, driver, nvrtc
+        """A kernel's specialization loaded on the device: built by
+        build_specialization (from the disk cache by `spec`, the kernel's
+        code and argument kinds, without tracing; or traced and compiled).
+        A cached cubin the driver refuses is built again."""
+        from . import driver
+        from ...errors import CudaError
         arch = arch or driver.device_arch()
-        key = cache.key(spec, arch, ("specialization",), "")
-        blob = cache.get(key)
-        if blob is not None:
-            head, cubin = blob.split(b"\0", 1)
-            meta = json.loads(head)
-            function = driver.load_module(cubin).get_function(meta["name"])
-            info = _KernelInfo(meta["name"], meta["dynamic_smem"])
-            return CudaExecutable(info, None, function, [_type(t) for t in meta["params"]])
-        kernel = trace()
-        exe = self.compile(kernel, block, arch)
-        meta = {"name": kernel.name, "dynamic_smem": kernel.dynamic_smem,
-                "params": [_type_name(p.type) for p in kernel.params]}
-        cache.put(key, json.dumps(meta).encode() + b"\0" + exe.cubin)
+        built = self.build_specialization(spec, trace, block, arch)
+        try:
+            function = driver.load_module(built.cubin).get_function(built.name)
+        except CudaError:
+            if built.kernel is not None:
+                raise
+            built = self.build_specialization(spec, trace, block, arch, fresh=True)
+            function = driver.load_module(built.cubin).get_function(built.name)
+        kernel = built.kernel or _KernelInfo(built.name, built.dynamic_smem)
+        exe = CudaExecutable(kernel, built.source, function, built.param_types)
+        exe.cubin = built.cubin
         return exe
+
+    def build_specialization(self, spec, trace, block, arch, fresh=False):
+        """A specialization's cubin and CUDA source for `arch`, with NVRTC
+        alone (no GPU needed): from the disk cache by `spec`, or traced by
+        `trace()`, compiled and stored (always so with `fresh`). The key
+        is `spec`, the architecture, NVRTC's options and identity (its
+        version, by its file) and moye's own source (cache.key)."""
+        from . import cache, nvrtc
+        key = cache.key(spec, arch, nvrtc.standard_options(arch), nvrtc.cache_identity(),
+                        "specialization")
+        if not fresh:
+            built = Specialization.decode(cache.get(key))
+            if built is not None:
+                return built
+        kernel = trace()
+        check_shared_memory(kernel, arch)
+        check_architecture(kernel, arch)
+        source = self.source(kernel, block)
+        module = nvrtc.compile_cuda(source, [kernel.name], arch)
+        built = Specialization(kernel.name, kernel.dynamic_smem,
+                               [p.type for p in kernel.params], module.cubin, source, kernel)
+        cache.put(key, built.encode())
+        return built
 
     def compile_only(self, kernel, block, arch):
         """NVRTC compilation without a GPU (for CI): the cubin bytes."""

@@ -7,15 +7,22 @@ file per key, named ``<sha256>.bin``, holding a header then the payload::
 
 Writes are atomic: a temporary file in the same folder, then os.replace, so
 a reader sees the old file, the new file or none, never half of one. A file
-that is short, has another magic or fails its checksum (a crash on a
-filesystem that reorders writes, a disk full, a hand edit) is ignored and
-the caller compiles again; a folder that cannot be written only costs
-recompilation. Nothing here raises on a bad cache.
+that is short, longer than its header says, has another magic or fails its
+checksum (a crash on a filesystem that reorders writes, a disk full, a hand
+edit) is ignored and the caller compiles again; so is an entry that is not a
+regular file (a folder, or a FIFO: it is opened without blocking and never
+read); a folder that cannot be written only costs recompilation. Nothing
+here raises on a bad cache, or waits on one. A payload that passes the
+checksum but is not what its reader expects is the reader's to refuse
+(nvrtc._decode, CudaBackend's specialization payload).
 """
 import hashlib
 import os
 import re
+import stat
 import tempfile
+
+from ...kernel.identity import package_key
 
 _MAGIC = b"MOYECACHE1\n"
 _HEADER = len(_MAGIC) + 8 + 32
@@ -31,10 +38,10 @@ def directory():
 
 def key(source, arch, options, compiler_version, *more):
     """The cache key (hex sha256) of a compilation: its source, target
-    architecture, options, the compiler's identity and moye's version."""
-    from ... import __version__
+    architecture, options, the compiler's identity and moye's own source
+    (identity.package_key: a hash of the package's files)."""
     h = hashlib.sha256()
-    for part in (source, arch, repr(tuple(options)), compiler_version, __version__) + more:
+    for part in (source, arch, repr(tuple(options)), compiler_version, package_key()) + more:
         data = part if isinstance(part, bytes) else str(part).encode()
         h.update(len(data).to_bytes(8, "little"))          # unambiguous concatenation
         h.update(data)
@@ -50,24 +57,42 @@ def get(k):
     hit = _memory.get(k)
     if hit is not None:
         return hit
-    try:
-        with open(_path(k), "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    payload = _unwrap(data)
+    payload = _read(_path(k))
     if payload is not None:
         _memory[k] = payload
     return payload
 
 
-def _unwrap(data):
-    if len(data) < _HEADER or not data.startswith(_MAGIC):
+def _read(path):
+    """The checked payload of the cache file at `path`, or None. Opened
+    without blocking (a plain open of a FIFO waits for a writer forever),
+    and read only if it is a regular file whose size is the one its header
+    states."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
         return None
-    n = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "little")
-    digest = data[len(_MAGIC) + 8:_HEADER]
-    payload = data[_HEADER:]
-    if len(payload) != n or hashlib.sha256(payload).digest() != digest:
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < _HEADER:
+            return None
+        head = os.read(fd, _HEADER)
+        n = int.from_bytes(head[len(_MAGIC):len(_MAGIC) + 8], "little")
+        if not head.startswith(_MAGIC) or st.st_size != _HEADER + n:
+            return None
+        chunks, left = [], n
+        while left:
+            chunk = os.read(fd, left)
+            if not chunk:
+                return None                 # shrunk while read
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    payload = b"".join(chunks)
+    if hashlib.sha256(payload).digest() != head[len(_MAGIC) + 8:]:
         return None
     return payload
 

@@ -28,7 +28,7 @@ from ...errors import CompileError, MoyeError
 from . import cache
 
 __all__ = ["CompiledModule", "CompileError", "compile_cuda", "include_dirs", "version",
-           "compiler_id", "describe", "standard_options"]
+           "compiler_id", "cache_identity", "describe", "standard_options"]
 
 
 @dataclass(frozen=True)
@@ -66,15 +66,22 @@ def _wheel_lib_dirs():
     return dirs, f"libnvrtc.so.{major}"
 
 
+def _library_file():
+    """The libnvrtc moye loads itself: $MOYE_NVRTC, or a wheel's on
+    sys.path; None where cuda.pathfinder is left to find one."""
+    path = os.environ.get("MOYE_NVRTC")
+    if not path and sys.platform.startswith("linux"):
+        dirs, soname = _wheel_lib_dirs()
+        path = os.path.join(dirs[0], soname) if dirs else None
+    return path
+
+
 def _preload():
     """Load libnvrtc (and its builtins) from $MOYE_NVRTC or a wheel on
     sys.path, so cuda.bindings uses it; None where neither exists."""
     if "preloaded" in _state:
         return _state["preloaded"]
-    path = os.environ.get("MOYE_NVRTC")
-    if not path and sys.platform.startswith("linux"):
-        dirs, soname = _wheel_lib_dirs()
-        path = os.path.join(dirs[0], soname) if dirs else None
+    path = _library_file()
     if path:
         folder = os.path.dirname(os.path.abspath(path))
         builtins = [p for p in glob.glob(os.path.join(folder, "libnvrtc-builtins.so.*"))
@@ -158,6 +165,22 @@ def compiler_id():
                 stamp = path
         _state["id"] = f"nvrtc-{version()}:{stamp}"
     return _state["id"]
+
+
+def cache_identity():
+    """NVRTC's identity in the specialization cache's keys, found without
+    loading it where moye knows its file (loading costs tens of ms, too
+    much for a warm start from the disk cache): the file's path, size and
+    mtime, which fix its version; else compiler_id() (version and file)."""
+    if "cache id" not in _state:
+        path = _library_file()
+        try:
+            st = os.stat(path) if path else None
+        except OSError:
+            st = None
+        _state["cache id"] = (f"nvrtc-file:{os.path.realpath(path)}:{st.st_size}:"
+                              f"{st.st_mtime_ns}" if st else compiler_id())
+    return _state["cache id"]
 
 
 def include_dirs():
