@@ -1,13 +1,16 @@
-"""Thread indices against the threads that a thread layout, a TiledCopy or a
-TiledMMA has: `parallelize` and `get_slice` check them here.
+"""Thread indices against the threads of a thread layout, a TiledCopy or a
+TiledMMA: `parallelize` and `get_slice` check them here.
 
-A static index must name one of the threads (a BoundsError otherwise: thread 7
-of a 4-thread layout would silently get thread 3's elements, or elements
-outside the tile). A dynamic index exists only inside a kernel being traced;
-the kernel layer, which knows the block, checks it through the function it
-registers with `on_dynamic_thread_index`.
+A thread layout maps coordinates to thread ids; a thread index must be one
+of the ids it reaches (a BoundsError otherwise: thread 7 of a 4-thread
+layout would silently get thread 3's elements). A dynamic index exists only
+inside a kernel being traced; the kernel layer, which knows the block, checks
+it through the function it registers with `on_dynamic_thread_index`, against
+the number of threads the layout spans (its cosize).
 """
 from ..errors import BoundsError
+from ..layout import cosize
+from ..layout import inttuple as T
 
 _dynamic_checks = []
 
@@ -19,18 +22,21 @@ def on_dynamic_thread_index(check):
     return check
 
 
-def check_thread_index(what, thr_idx, num_threads):
-    """`thr_idx` itself, checked against `num_threads` threads.
-        >>> check_thread_index("parallelize", 7, 4)
+def check_thread_index(what, thr_idx, thr_layout):
+    """`thr_idx` itself, checked to be a thread id of `thr_layout`.
+        >>> check_thread_index("parallelize", 7, Layout(4))
         Traceback (most recent call last):
         ...
-        moye.errors.BoundsError: parallelize: thread 7 is outside the 4 threads (0..3)
+        moye.errors.BoundsError: parallelize: thread 7 is not one of the threads 0..3 of the thread layout 4:1
     """
     if type(thr_idx) is int:
-        if type(num_threads) is int and not 0 <= thr_idx < num_threads:
-            raise BoundsError(f"{what}: thread {thr_idx} is outside the {num_threads} threads "
-                              f"(0..{num_threads - 1})")
+        shape, stride = thr_layout.shape, thr_layout.stride
+        n = cosize(thr_layout)
+        if type(n) is int and not (0 <= thr_idx < n and T.crd2idx(
+                T.index_to_coord(thr_idx, shape, stride), shape, stride) == thr_idx):
+            raise BoundsError(f"{what}: thread {thr_idx} is not one of the threads 0..{n - 1} "
+                              f"of the thread layout {thr_layout}")
     else:
         for check in _dynamic_checks:
-            check(what, thr_idx, num_threads)
+            check(what, thr_idx, cosize(thr_layout))
     return thr_idx

@@ -73,8 +73,7 @@ def parallelize(a, thr_layout, thr_idx, proj=None):
         >>> parallelize(A, Layout((4, 4)), 4, (1, None)).numpy().tolist()
         [[1, 5, 9, 13, 17, 21, 25, 29]]
     """
-    check_thread_index(f"parallelize over the thread layout {thr_layout}", thr_idx,
-                       T.product(thr_layout.shape))
+    check_thread_index("parallelize", thr_idx, thr_layout)
     if proj is not None:
         thr_layout = dice(proj, thr_layout)
     coord = _flat_coord(thr_layout, thr_idx)

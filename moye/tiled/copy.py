@@ -119,7 +119,7 @@ class TiledCopy:
     def get_slice(self, thr_idx):
         """Thread `thr_idx`'s view (0 <= thr_idx < size(self)). CuTe: get_slice."""
         check_thread_index(f"get_slice of a TiledCopy ({self.atom.op})", thr_idx,
-                           self.num_threads)
+                           Layout(self.num_threads))
         return ThrCopy(self, thr_idx)
 
     get_thread_slice = get_slice

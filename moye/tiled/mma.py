@@ -105,7 +105,7 @@ class TiledMMA:
     def get_slice(self, thr_idx):
         """Thread `thr_idx`'s view (0 <= thr_idx < size(self)). CuTe: get_slice."""
         check_thread_index(f"get_slice of a TiledMMA ({self.atom.op})", thr_idx,
-                           self.num_threads)
+                           self.thr_layout_vmnk)
         coord = _flat_coord(self.thr_layout_vmnk, thr_idx)
         return ThrMMA(self, thr_idx, coord)
 
