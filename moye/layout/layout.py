@@ -6,6 +6,8 @@
     >>> L(5), L(1, 2), L(1, (0, 1))
     (6, 6, 6)
 """
+import numbers
+
 from ..errors import BoundsError, LayoutError, MoyeTypeError
 from . import inttuple as T
 from . import scalar as S
@@ -226,6 +228,8 @@ def as_layout(x, what="layout"):
         return x
     if type(x) is int or type(x) is tuple or isinstance(x, list) or S.is_dynamic_scalar(x):
         return Layout(x)
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return Layout(int(x))
     raise MoyeTypeError(f"{what}: expected a Layout, an int or a shape, got {x!r} "
                         f"of type {type(x).__name__}")
 
