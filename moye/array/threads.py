@@ -24,10 +24,11 @@ def on_dynamic_thread_index(check):
 
 def check_thread_index(what, thr_idx, thr_layout):
     """`thr_idx` itself, checked to be a thread id of `thr_layout`.
-        >>> check_thread_index("parallelize", 7, Layout(4))
-        Traceback (most recent call last):
-        ...
-        moye.errors.BoundsError: parallelize: thread 7 is not one of the threads 0..3 of the thread layout 4:1
+        >>> try:
+        ...     check_thread_index("get_slice", 5, Layout((4, 2), (1, 16)))
+        ... except BoundsError as e:
+        ...     print(e)
+        get_slice: thread 5 is not one of the threads 0..19 of the thread layout (4,2):(1,16)
     """
     if type(thr_idx) is int:
         shape, stride = thr_layout.shape, thr_layout.stride

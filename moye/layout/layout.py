@@ -60,7 +60,8 @@ class Layout:
             try:
                 return _L(self.shape[i], self.stride[i])
             except IndexError:
-                raise BoundsError(f"layout {self} has no mode {i} (rank {len(self.shape)})") from None
+                raise BoundsError(f"layout {self} has no mode {i} "
+                                  f"(rank {len(self.shape)})") from None
         if i in (0, -1):
             return self
         raise BoundsError(f"layout {self} has no mode {i} (rank 1)")
@@ -189,7 +190,8 @@ def make_layout(*args):
         return Layout(args[0])
     if len(args) == 2:
         return Layout(args[0], args[1])
-    raise MoyeTypeError(f"make_layout takes a shape and an optional stride, or layouts; got {args!r}")
+    raise MoyeTypeError(f"make_layout takes a shape and an optional stride, or layouts; "
+                        f"got {args!r}")
 
 
 def _is_layout_like(x):

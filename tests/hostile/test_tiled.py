@@ -175,6 +175,7 @@ def test_a_host_gemm_of_the_atom_s_own_types_is_exact():
     c = rng.integers(-3, 4, (16, 8)).astype(np.float32)
     d = MoYeArray(np.full(16 * 8, np.nan, np.float32), Layout((16, 8)))
     gemm(make_tiled_mma(op), d, MoYeArray(a.ravel(order="F"), Layout((16, 16))),
-         MoYeArray(b.ravel(order="F"), Layout((8, 16))), MoYeArray(c.ravel(order="F"), Layout((16, 8))))
+         MoYeArray(b.ravel(order="F"), Layout((8, 16))),
+         MoYeArray(c.ravel(order="F"), Layout((16, 8))))
     want = a.astype(np.float64) @ b.astype(np.float64).T + c
     np.testing.assert_array_equal(d.numpy(), want.astype(np.float32))
