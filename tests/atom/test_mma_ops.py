@@ -373,7 +373,7 @@ def test_report_counts(request):
     ran to its end (counted), and prints how many were verified, by arch."""
     collected = Counter()
     for item in request.session.items:
-        if item.module is not request.module or not hasattr(item, "callspec"):
+        if getattr(item, "module", None) is not request.module or not hasattr(item, "callspec"):
             continue
         op = item.callspec.params.get("op")
         if item.originalname == "test_mma_sync_op_against_ptx":
