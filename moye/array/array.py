@@ -12,12 +12,12 @@
 """
 import numpy as np
 
-from ..errors import MoyeError
+from ..errors import BoundsError, MoyeError
 from ..layout import Layout, as_layout, cosize, slice_and_offset
 from ..layout import inttuple as T
 from ..layout.layout import _norm_coord
 from ..types import as_element_type
-from .engine import HostEngine, allocate
+from .engine import HostEngine, allocate, image_bounds
 
 
 class MoYeArray:
@@ -29,9 +29,14 @@ class MoYeArray:
          0.0  2.0  4.0
          1.0  3.0  5.0
     """
-    __slots__ = ("engine", "layout")
+    # `_inside`: None until an element is accessed, then True if the whole
+    # image of the layout lies in the engine's memory (element accesses need
+    # no further check) or False if it overhangs (each access is checked,
+    # so a predicated copy may still use the elements inside).
+    __slots__ = ("engine", "layout", "_inside")
 
     def __init__(self, data, layout=None):
+        self._inside = None
         if hasattr(data, "offset_by") and hasattr(data, "read"):
             if layout is None:
                 raise MoyeError("MoYeArray(engine, layout): an engine needs a layout")
@@ -46,18 +51,22 @@ class MoYeArray:
             self.engine, self.layout = _engine_with_strides(array)
             return
         layout = _as_layout(layout)
-        buffer = _linear_buffer(array)
-        need = cosize(layout)
-        if need > len(buffer):
-            raise MoyeError(f"MoYeArray: layout {layout} reaches {need} elements but the buffer "
-                            f"has only {len(buffer)}")
-        self.engine, self.layout = HostEngine(buffer), layout
+        self.engine, self.layout = HostEngine(_linear_buffer(array)), layout
+        lo, hi = image_bounds(layout)
+        n = len(self.engine.buffer)
+        if lo < 0:
+            raise BoundsError(f"MoYeArray: layout {layout} reaches offset {lo}, before the start "
+                              f"of the buffer (a negative stride needs the array to start "
+                              f"further in: pass the buffer from element {-lo} on)")
+        if hi >= n:
+            raise BoundsError(f"MoYeArray: layout {layout} reaches {hi + 1} elements but the "
+                              f"buffer has only {n}")
 
     @classmethod
     def view_of(cls, engine, layout):
-        """The array of `engine` seen through `layout` (no checks)."""
+        """The array of `engine` seen through `layout` (checked when accessed)."""
         a = object.__new__(cls)
-        a.engine, a.layout = engine, layout
+        a.engine, a.layout, a._inside = engine, layout, None
         return a
 
     # -- owning constructors ---------------------------------------------------
@@ -65,7 +74,9 @@ class MoYeArray:
     def empty(cls, dtype, layout):
         """A new host array of `dtype` over cosize(layout) uninitialized elements."""
         layout = _as_layout(layout)
-        return cls.view_of(allocate(dtype, cosize(layout)), layout)
+        engine = allocate(dtype, cosize(layout))
+        lo = _least_offset(layout)        # negative strides reach back from the start
+        return cls.view_of(engine.offset_by(-lo) if lo else engine, layout)
 
     @classmethod
     def zeros(cls, dtype, layout):
@@ -76,7 +87,7 @@ class MoYeArray:
              0.0  0.0
         """
         a = cls.empty(dtype, layout)
-        a.engine.write(Layout(cosize(a.layout)), 0)
+        _whole(a).write(Layout(cosize(a.layout)), 0)
         return a
 
     @classmethod
@@ -89,7 +100,7 @@ class MoYeArray:
         """
         dtype = as_element_type(type(value) if dtype is None else dtype)
         a = cls.empty(dtype, layout)
-        a.engine.write(Layout(cosize(a.layout)), value)
+        _whole(a).write(Layout(cosize(a.layout)), value)
         return a
 
     # -- queries -----------------------------------------------------------------
@@ -129,10 +140,10 @@ class MoYeArray:
             return self.engine.load(self._offset(coord))
         coord = _norm_coord(coord)
         if T.has_none(coord):
+            _check_coord(coord, self.layout.shape)
             sub, offset = slice_and_offset(coord, self.layout)
             return MoYeArray.view_of(self.engine.offset_by(offset), sub)
-        _check_coord(coord, self.layout.shape)
-        return self.engine.load(self.layout(coord))
+        return self.engine.load(self._offset(coord))
 
     def __setitem__(self, coord, value):
         if _plain(coord):
@@ -143,14 +154,30 @@ class MoYeArray:
             from .ops import copyto
             copyto(self[coord], value)
             return
-        _check_coord(coord, self.layout.shape)
-        self.engine.store(self.layout(coord), value)
+        self.engine.store(self._offset(coord), value)
 
     def _offset(self, coord):
-        """The offset of a coordinate of plain ints (checked against the shape)."""
+        """The offset of a coordinate, checked against the shape and, for a
+        host array, against the buffer."""
         layout = self.layout
         _check_coord(coord, layout.shape)
-        return T.crd2idx(coord, layout.shape, layout.stride) if type(layout) is Layout else layout(coord)
+        offset = T.crd2idx(coord, layout.shape, layout.stride) if type(layout) is Layout \
+            else layout(coord)
+        if self._inside is not True:
+            self._check_offset(coord, offset)
+        return offset
+
+    def _check_offset(self, coord, offset):
+        """Learn once whether the whole image lies in the buffer; if it does
+        not, check this one offset."""
+        engine = self.engine
+        if self._inside is None:
+            self._inside = engine.space != "host" or engine.holds(*image_bounds(self.layout))
+        if not self._inside and not engine.holds(offset, offset):
+            raise BoundsError(f"coordinate {T.fmt(coord)} of an array of shape "
+                              f"{T.fmt(self.layout.shape)} (layout {self.layout}) is element "
+                              f"{engine.start + offset} of a buffer of {len(engine.buffer)} "
+                              f"elements: the view overhangs its buffer")
 
     def __call__(self, *coord):
         """MoYe/CuTe spelling: a(i, j) is a[i, j]."""
@@ -221,6 +248,23 @@ def _as_layout(layout):
     return as_layout(layout, "MoYeArray layout")
 
 
+def _whole(a):
+    """The engine of a new array `a` from the start of its storage."""
+    lo = _least_offset(a.layout)
+    return a.engine.offset_by(lo) if lo else a.engine
+
+
+def _least_offset(layout):
+    """The (static) least offset of a Layout: 0 unless a stride is negative."""
+    if type(layout) is not Layout:
+        return 0
+    lo = 0
+    for n, d in zip(T.flatten_to_tuple(layout.shape), T.flatten_to_tuple(layout.stride)):
+        if type(d) is int and d < 0 and type(n) is int:
+            lo += (n - 1) * d
+    return lo
+
+
 def _linear_buffer(array):
     if array.ndim <= 1 and (array.ndim == 0 or array.strides[0] == array.itemsize
                             or array.size <= 1):
@@ -271,14 +315,14 @@ def _check_coord(coord, shape):
 def _check_coord_mode(c, s, coord, shape):
     if type(c) is tuple:
         if type(s) is not tuple or len(c) != len(s):
-            raise IndexError(f"coordinate {T.fmt(coord)} does not fit the array's shape "
+            raise BoundsError(f"coordinate {T.fmt(coord)} does not fit the array's shape "
                              f"{T.fmt(shape)}")
         for ci, si in zip(c, s):
             _check_coord_mode(ci, si, coord, shape)
         return
     n = T.product(s)
     if type(c) is int and type(n) is int and not 0 <= c < n:
-        raise IndexError(f"coordinate {T.fmt(coord)} is out of bounds for the array's shape "
+        raise BoundsError(f"coordinate {T.fmt(coord)} is out of bounds for the array's shape "
                          f"{T.fmt(shape)}")
 
 

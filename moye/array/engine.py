@@ -15,11 +15,17 @@ The interface (`HostEngine` is the reference):
     load(i) / store(i, v)          one element at offset i
     read(layout)        the elements at every offset of `layout`, in colex order
     write(layout, values)          store them (values broadcast)
+A host engine also answers `holds(lo, hi)`: whether offsets lo..hi lie in
+its buffer. Host reads and writes never touch memory outside the buffer: a
+whole-layout access checks the layout's image (its least and greatest
+offset, `image_bounds`, cached per layout) once, and MoYeArray checks
+element accesses against it the same way (see array.py).
 """
 import numpy as np
 
-from ..errors import MoyeError
+from ..errors import BoundsError, MoyeError
 from ..layout import Layout
+from ..layout import inttuple as T
 from ..layout.memo import memoized
 from ..types import UInt128, as_element_type
 
@@ -44,6 +50,16 @@ class HostEngine:
             return self
         return HostEngine(self.buffer, self.start + int(k), self.dtype)
 
+    def holds(self, lo, hi):
+        """True if offsets lo..hi (from `start`) all lie in the buffer."""
+        return self.start + lo >= 0 and self.start + hi < len(self.buffer)
+
+    def check(self, layout):
+        """A BoundsError if some offset of `layout` lies outside the buffer."""
+        bounds = image_bounds(layout)
+        if not self.holds(*bounds):
+            raise BoundsError(_outside_message(self, layout, bounds))
+
     def load(self, i):
         return self.buffer[self.start + i]
 
@@ -53,12 +69,14 @@ class HostEngine:
         self.buffer[self.start + i] = value
 
     def read(self, layout):
+        self.check(layout)
         view = _strided_view(self.buffer, self.start, layout)
         if view is not None:
             return view.flatten()
         return self.buffer[self.start + layout_offsets(layout)]
 
     def write(self, layout, values):
+        self.check(layout)
         if self.dtype is UInt128:
             values = _opaque(values)
         view = _strided_view(self.buffer, self.start, layout, for_write=True)
@@ -75,6 +93,8 @@ class HostEngine:
         (the caller then reads and writes)."""
         if not isinstance(src, HostEngine) or src.dtype.numpy != self.dtype.numpy:
             return False
+        self.check(layout)
+        src.check(src_layout)
         dst_view = _strided_view(self.buffer, self.start, layout, for_write=True)
         if dst_view is None:
             return False
@@ -100,6 +120,41 @@ class HostEngine:
 
     def __repr__(self):
         return f"HostEngine({self.dtype}, {len(self.buffer)} elements, start={self.start})"
+
+
+def image_bounds(layout):
+    """The least and the greatest offset of `layout` (a static Layout or a
+    swizzled one): its image lies in lo..hi.
+        >>> image_bounds(Layout((3, 4), (-1, 3)))
+        (-2, 9)
+    """
+    if type(layout) is Layout:
+        return _affine_bounds(layout)
+    offsets = layout_offsets(layout)
+    return int(offsets.min()), int(offsets.max())
+
+
+@memoized
+def _affine_bounds(layout):
+    lo = hi = 0
+    for s, d in zip(_flat(layout.shape), _flat(layout.stride)):
+        if d < 0:
+            lo += (s - 1) * d
+        else:
+            hi += (s - 1) * d
+    return lo, hi
+
+
+def _outside_message(engine, layout, bounds):
+    """Which coordinate of `layout` first falls outside `engine`'s buffer."""
+    offsets = engine.start + layout_offsets(layout)
+    bad = np.flatnonzero((offsets < 0) | (offsets >= len(engine.buffer)))
+    shape = layout.shape
+    coord = T.index_to_coord(int(bad[0]), shape) if bad.size else None
+    where = f"coordinate {T.fmt(coord)} is element {int(offsets[bad[0]])}" if bad.size else ""
+    return (f"an array of shape {T.fmt(shape)} with layout {layout} from element {engine.start} "
+            f"reaches elements {engine.start + bounds[0]}..{engine.start + bounds[1]}, outside "
+            f"its buffer of {len(engine.buffer)} elements (0..{len(engine.buffer) - 1}): {where}")
 
 
 def _element_type_of(dtype):

@@ -9,6 +9,7 @@ others: an int (any, e.g. 1) keeps the mode, ``None`` drops it. MoYe writes
 from ..layout import dice, zipped_divide
 from ..layout import inttuple as T
 from ..layout.layout import _norm_coord
+from .threads import check_thread_index
 
 
 def _rank_of(t):
@@ -72,6 +73,7 @@ def parallelize(a, thr_layout, thr_idx, proj=None):
         >>> parallelize(A, Layout((4, 4)), 4, (1, None)).numpy().tolist()
         [[1, 5, 9, 13, 17, 21, 25, 29]]
     """
+    check_thread_index("parallelize", thr_idx, thr_layout)
     if proj is not None:
         thr_layout = dice(proj, thr_layout)
     coord = _flat_coord(thr_layout, thr_idx)

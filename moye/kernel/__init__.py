@@ -9,6 +9,7 @@ from .pipeline import TmaPipeline
 from .control import range  # noqa: A004  (moye.range, not exported by *)
 from .frontend import CompiledKernel, KernelFunction, kernel
 from .tracer import KernelError
+from . import threads as _threads  # noqa: F401  (registers the thread-index check)
 
 __all__ = ["kernel", "KernelFunction", "CompiledKernel", "KernelError"] + _builtins_all + _hopper_all + \
     _wgmma_all + ["TmaPipeline"]

@@ -7,7 +7,7 @@ A *tiler* is a Layout, an int ``n`` (meaning ``n:1``), ``None`` (CuTe's
 Operations on a ComposedLayout (a swizzle or other function over a layout)
 act on its inner layout and keep the outer function, as in CuTe.
 """
-from ..errors import DynamicValueError, LayoutError
+from ..errors import DynamicValueError, LayoutError, MoyeTypeError
 from . import inttuple as T
 from . import scalar as S
 from .layout import Layout, _L, as_layout, make_ordered_layout
@@ -18,7 +18,8 @@ def _through(x, fn, *args):
     """Apply `fn` to the inner layout of a composed layout."""
     through = getattr(x, "__moye_through__", None)
     if through is None:
-        raise TypeError(f"{fn.__name__}: expected a Layout, got {x!r} of type {type(x).__name__}")
+        raise MoyeTypeError(f"{fn.__name__}: expected a Layout, got {x!r} of type "
+                            f"{type(x).__name__}")
     return through(fn, *args)
 
 
@@ -137,11 +138,13 @@ def composition(lhs, rhs):
     if rhs is None:
         return lhs
     if type(rhs) is int or S.is_dynamic_scalar(rhs):
+        S.require_positive(rhs, "composition: the tiler")
         return _compose(_coalesce_x(lhs), rhs, 1, lhs, rhs)
     if hasattr(rhs, "__moye_through__"):
         from .swizzle import compose_with_composed
         return compose_with_composed(lhs, rhs)
-    raise TypeError(f"composition: cannot compose {lhs} with {rhs!r}")
+    raise MoyeTypeError(f"composition: cannot compose {lhs} with {rhs!r} of type "
+                        f"{type(rhs).__name__}")
 
 
 def _compose(flat_lhs, rshape, rstride, lhs, rhs):
@@ -201,7 +204,7 @@ def complement(layout, cotarget=None):
     if type(layout) is not Layout:
         inner = getattr(layout, "inner", None)
         if inner is None:
-            raise TypeError(f"complement: expected a Layout, got {layout!r}")
+            raise MoyeTypeError(f"complement: expected a Layout, got {layout!r}")
         return complement(inner, cotarget if cotarget is not None else layout.__moye_cosize__())
     f = filter(layout)
     if cotarget is None:
@@ -210,7 +213,9 @@ def complement(layout, cotarget=None):
     elif type(cotarget) is Layout:
         cotarget = cotarget.shape
     else:
-        cotarget = T.as_int_tuple(cotarget, "complement cotarget")
+        cotarget = T.as_int_tuple(cotarget, "complement: the cotarget")
+    T.check_extents(cotarget, "complement: the cotarget")
+    _require_positive_strides(f, layout, "complement")
     shape, stride = f.shape, f.stride
     if type(stride) is int and stride == 0:
         return Layout(_coalesce_shape(cotarget))
@@ -257,6 +262,14 @@ def _coalesce_shape(shape):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def _require_positive_strides(f, layout, what):
+    """A LayoutError if the (filtered) layout `f` has a static negative stride."""
+    for d in T.flatten_to_tuple(f.stride):
+        if type(d) is int and d < 0:
+            raise LayoutError(f"{what}: layout {layout} has the negative stride {d}; "
+                              f"{what} needs positive strides")
+
+
 # -- inverses -------------------------------------------------------------------
 
 def _wrapped_coalesce(layout):
@@ -285,7 +298,7 @@ def right_inverse(layout):
     if type(layout) is not Layout:
         inverse = getattr(layout, "__moye_right_inverse__", None)
         if inverse is None:
-            raise TypeError(f"right_inverse: expected a Layout, got {layout!r}")
+            raise MoyeTypeError(f"right_inverse: expected a Layout, got {layout!r}")
         return inverse()
     lshape, lstride = _wrapped_coalesce(layout)
     preprod = _exclusive_prefix(lshape)
@@ -312,9 +325,10 @@ def left_inverse(layout):
     if type(layout) is not Layout:
         inverse = getattr(layout, "__moye_left_inverse__", None)
         if inverse is None:
-            raise TypeError(f"left_inverse: expected a Layout, got {layout!r}")
+            raise MoyeTypeError(f"left_inverse: expected a Layout, got {layout!r}")
         return inverse()
     lshape, lstride = _wrapped_coalesce(layout)
+    _require_positive_strides(_L(lshape, lstride), layout, "left_inverse")
     for d in lstride:
         if type(d) is not int:
             raise DynamicValueError(f"left_inverse: layout {layout} has dynamic strides; "
@@ -354,7 +368,8 @@ def logical_divide(layout, tiler):
         return _transform_layout(layout, tuple(tiler), logical_divide)
     if tiler is None:
         return layout
-    return logical_divide(layout, as_layout(tiler, "logical_divide tiler"))
+    S.require_positive(tiler, "logical_divide: the tiler")
+    return logical_divide(layout, as_layout(tiler, "logical_divide: the tiler"))
 
 
 def _zip2_by(t, guide):
@@ -441,7 +456,8 @@ def logical_product(block, tiler):
         return _transform_layout(block, tuple(tiler), logical_product)
     if tiler is None:
         return block
-    return logical_product(block, as_layout(tiler, "logical_product tiler"))
+    S.require_positive(tiler, "logical_product: the tiler")
+    return logical_product(block, as_layout(tiler, "logical_product: the tiler"))
 
 
 @memoized
@@ -521,7 +537,8 @@ def tile_to_shape(block, target_shape, order=T.GenColMajor):
     if type(block) is not Layout:
         return _through(block, tile_to_shape, target_shape, order)
     from .layout import append
-    target_shape = T.as_int_tuple(target_shape, "tile_to_shape target")
+    target_shape = T.check_extents(T.as_int_tuple(target_shape, "tile_to_shape: the target"),
+                                   "tile_to_shape: the target shape")
     r = T.rank(target_shape)
     if len(block) > r:
         raise LayoutError(f"tile_to_shape: block {block} has more modes than the target "
@@ -609,11 +626,11 @@ def upcast(layout, n):
         >>> upcast(Layout((4, 8), (1, 4)), 2)
         (2,8):(1,2)
     """
-    S.require_static(n, "upcast: the factor")
+    n = S.require_positive(S.require_static(n, "upcast: the factor"), "upcast: the factor")
     if type(layout) is not Layout:
         cast = getattr(layout, "__moye_upcast__", None)
         if cast is None:
-            raise TypeError(f"upcast: expected a layout, got {layout!r}")
+            raise MoyeTypeError(f"upcast: expected a layout, got {layout!r}")
         return cast(n)
     return _L(*_upcast(layout.shape, layout.stride, n, layout))
 
@@ -639,11 +656,11 @@ def downcast(layout, n):
         >>> downcast(Layout((2, 8), (1, 2)), 2)
         (4,8):(1,4)
     """
-    S.require_static(n, "downcast: the factor")
+    n = S.require_positive(S.require_static(n, "downcast: the factor"), "downcast: the factor")
     if type(layout) is not Layout:
         cast = getattr(layout, "__moye_downcast__", None)
         if cast is None:
-            raise TypeError(f"downcast: expected a layout, got {layout!r}")
+            raise MoyeTypeError(f"downcast: expected a layout, got {layout!r}")
         return cast(n)
     if not any(type(d) is int and abs(d) == 1 for d in T.flatten_to_tuple(layout.stride)):
         raise LayoutError(f"downcast: layout {layout} has no stride-1 mode, "
@@ -680,12 +697,10 @@ def recast_layout(layout, old_type, new_type):
 
 
 def _bits(t):
-    if type(t) is int:
-        return t
-    bits = getattr(t, "bits", None)
+    bits = t if type(t) is int else getattr(t, "bits", None)
     if type(bits) is int:
-        return bits
-    raise TypeError(f"recast_layout: expected an element type or a bit width, got {t!r}")
+        return S.require_positive(bits, "recast_layout: a bit width")
+    raise MoyeTypeError(f"recast_layout: expected an element type or a bit width, got {t!r}")
 
 
 def max_alignment(layout):
@@ -719,7 +734,7 @@ def make_fragment_like(layout):
             return Layout(layout)
         inner = getattr(layout, "inner", None)
         if inner is None:
-            raise TypeError(f"make_fragment_like: expected a layout or shape, got {layout!r}")
+            raise MoyeTypeError(f"make_fragment_like: expected a layout or shape, got {layout!r}")
         return make_fragment_like(inner)
     shape, stride = layout.shape, layout.stride
     if type(shape) is tuple and len(shape) > 1 and _is_static_tuple(shape):

@@ -20,6 +20,21 @@ def as_int_tuple(x, what="int tuple"):
     return S.as_scalar(x, what)
 
 
+def check_extents(shape, what="shape"):
+    """`shape` itself; a LayoutError if a static extent is below 1 (CuTe's
+    shapes are positive; a dynamic extent is checked where it is known)."""
+    for e in flatten_to_tuple(shape):
+        if type(e) is int and e < 1:
+            raise LayoutError(f"{what} {fmt(shape)} has the extent {e}; extents must be positive")
+    return shape
+
+
+def _check_divisor(b, what):
+    for e in flatten_to_tuple(b):
+        if type(e) is int and e < 1:
+            raise LayoutError(f"{what}: the divisor {fmt(b)} must be positive")
+
+
 def rank(t):
     """Number of top-level modes (1 for an int). CuTe: rank.
         >>> rank(((2, 3), 4))
@@ -478,7 +493,8 @@ def shape_div(a, b):
     if type(b) is tuple:
         return shape_div(a, product(b))
     if type(a) is int and type(b) is int:
-        if b == 0 or (a % b != 0 and b % a != 0):
+        _check_divisor(b, "shape_div")
+        if a < 0 or (a % b != 0 and b % a != 0):
             raise LayoutError(f"shape_div: divisibility condition fails for {a} and {b} "
                               "(one must divide the other)")
     return S.ceil_div(a, b)
@@ -503,6 +519,7 @@ def ceil_div(a, b):
         return tuple(out)
     if type(b) is tuple:
         return ceil_div(a, product(b))
+    _check_divisor(b, "ceil_div")
     return S.ceil_div(a, b)
 
 

@@ -6,7 +6,9 @@
     >>> L(5), L(1, 2), L(1, (0, 1))
     (6, 6, 6)
 """
-from ..errors import LayoutError
+import numbers
+
+from ..errors import BoundsError, LayoutError, MoyeTypeError
 from . import inttuple as T
 from . import scalar as S
 
@@ -21,9 +23,9 @@ class Layout:
 
     def __init__(self, shape, stride=None):
         if isinstance(shape, Layout):
-            raise TypeError("Layout(shape, stride): shape must be an int tuple, got a Layout; "
-                            "use make_layout to concatenate layouts")
-        shape = T.as_int_tuple(shape, "Layout shape")
+            raise MoyeTypeError("Layout(shape, stride): shape must be an int tuple, got a "
+                                "Layout; use make_layout to concatenate layouts")
+        shape = T.check_extents(T.as_int_tuple(shape, "Layout shape"), "Layout: shape")
         if stride is None or stride is T.GenColMajor:
             stride = T.compact_col_major(shape)
         elif stride is T.GenRowMajor:
@@ -58,10 +60,11 @@ class Layout:
             try:
                 return _L(self.shape[i], self.stride[i])
             except IndexError:
-                raise IndexError(f"layout {self} has no mode {i} (rank {len(self.shape)})") from None
+                raise BoundsError(f"layout {self} has no mode {i} "
+                                  f"(rank {len(self.shape)})") from None
         if i in (0, -1):
             return self
-        raise IndexError(f"layout {self} has no mode {i} (rank 1)")
+        raise BoundsError(f"layout {self} has no mode {i} (rank 1)")
 
     # -- evaluation and slicing ------------------------------------------
     def __call__(self, *coord):
@@ -70,7 +73,7 @@ class Layout:
         if len(coord) == 1:
             coord = coord[0]
         elif not coord:
-            raise TypeError("a layout is evaluated at a coordinate: L(i) or L(i, j, ...)")
+            raise MoyeTypeError("a layout is evaluated at a coordinate: L(i) or L(i, j, ...)")
         coord = _norm_coord(coord)
         if T.has_none(coord):
             return _L(T.slice_(coord, self.shape), T.slice_(coord, self.stride))
@@ -187,7 +190,8 @@ def make_layout(*args):
         return Layout(args[0])
     if len(args) == 2:
         return Layout(args[0], args[1])
-    raise TypeError(f"make_layout takes a shape and an optional stride, or layouts; got {args!r}")
+    raise MoyeTypeError(f"make_layout takes a shape and an optional stride, or layouts; "
+                        f"got {args!r}")
 
 
 def _is_layout_like(x):
@@ -200,7 +204,7 @@ def make_ordered_layout(shape, order):
         >>> make_ordered_layout((2, 2, 2, 2), (0, 2, 3, 1))
         (2,2,2,2):(1,4,8,2)
     """
-    shape = T.as_int_tuple(shape, "shape")
+    shape = T.check_extents(T.as_int_tuple(shape, "shape"), "make_ordered_layout: shape")
     return _L(shape, T.compact_order(shape, T.as_int_tuple(order, "order")))
 
 
@@ -226,7 +230,10 @@ def as_layout(x, what="layout"):
         return x
     if type(x) is int or type(x) is tuple or isinstance(x, list) or S.is_dynamic_scalar(x):
         return Layout(x)
-    raise TypeError(f"{what}: expected a Layout, an int or a shape, got {x!r}")
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return Layout(int(x))
+    raise MoyeTypeError(f"{what}: expected a Layout, an int or a shape, got {x!r} "
+                        f"of type {type(x).__name__}")
 
 
 # -- queries ----------------------------------------------------------------
@@ -250,7 +257,7 @@ def stride(layout, *modes):
 def _mode_of_int(v, m):
     if m in (0, -1):
         return v
-    raise IndexError(f"{T.fmt(v)} has no mode {m}")
+    raise BoundsError(f"{T.fmt(v)} has no mode {m}")
 
 
 def size(x, *modes):
@@ -345,7 +352,7 @@ def select(layout, *modes):
     s, d = _modes(layout)
     for m in modes:
         if not -len(s) <= m < len(s):
-            raise IndexError(f"select: layout {layout} has no mode {m} (rank {len(s)})")
+            raise BoundsError(f"select: layout {layout} has no mode {m} (rank {len(s)})")
     return _L(tuple(s[m] for m in modes), tuple(d[m] for m in modes))
 
 

@@ -1,7 +1,8 @@
 """Static and dynamic integers: the scalar protocol of the layout algebra.
 
-A *static* value is a Python ``int`` (anything with ``__index__`` is turned
-into one where layouts are built). A *dynamic* value is any other object with
+A *static* value is a Python ``int`` (a NumPy integer scalar is turned into
+one where layouts are built; a ``bool`` is refused, since ``Layout(True)`` is
+a mistake, not the layout 1:0). A *dynamic* value is any other object with
 integer arithmetic (``+ - * // %``, both sides, unary ``-``, ``abs``) and
 comparisons whose results behave as 0/1 in arithmetic, the way Python's bools
 do. Inside kernels the tracer's symbolic scalars are dynamic values; the
@@ -13,7 +14,7 @@ operand so results stay small.
 """
 import numbers
 
-from ..errors import DynamicValueError
+from ..errors import DynamicValueError, LayoutError, MoyeTypeError
 
 
 def is_static(x):
@@ -22,29 +23,57 @@ def is_static(x):
 
 
 def is_dynamic_scalar(x):
-    """True for an object that can stand for a run-time integer."""
-    return not isinstance(x, (int, tuple, float, complex, str, bytes)) and \
+    """True for an object that can stand for a run-time integer (not a
+    number, a string, a tuple or an array)."""
+    return not isinstance(x, (int, tuple, str, bytes, numbers.Number)) and \
+        not hasattr(x, "__array__") and \
         hasattr(x, "__add__") and hasattr(x, "__mul__") and hasattr(x, "__floordiv__")
 
 
 def as_scalar(x, what="value"):
-    """`x` as a static int (from anything with ``__index__``) or a dynamic value."""
+    """`x` as a static int (from a NumPy integer too) or a dynamic value; a
+    MoyeTypeError for anything else (a float, a bool, an array).
+        >>> as_scalar(np.int64(4)), type(as_scalar(np.int64(4)))
+        (4, <class 'int'>)
+    """
     if type(x) is int:
         return x
-    if isinstance(x, numbers.Integral):
+    if isinstance(x, numbers.Integral) and not _is_bool(x):
         return int(x)
     if is_dynamic_scalar(x):
         return x
-    raise TypeError(f"{what}: expected an integer or a dynamic integer, got {x!r} "
-                    f"of type {type(x).__name__}")
+    raise not_an_int(x, what)
+
+
+def _is_bool(x):
+    return isinstance(x, bool) or type(x).__name__ == "bool_"
+
+
+def not_an_int(x, what):
+    """The MoyeTypeError for a value `x` given where an int is due."""
+    kind = type(x).__name__
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        kind = f"{kind} of shape {tuple(x.shape)}"
+    return MoyeTypeError(f"{what}: expected an integer, got {x!r} of type {kind}")
 
 
 def require_static(x, what):
-    """`x` itself if static, else a DynamicValueError naming `what`."""
+    """`x` as a static int, else a DynamicValueError naming `what` (a
+    MoyeTypeError if it is no integer at all)."""
     if type(x) is int:
         return x
-    raise DynamicValueError(f"{what} must be static (known while tracing), "
-                            f"got the dynamic value {x!r}")
+    if is_dynamic_scalar(x):
+        raise DynamicValueError(f"{what} must be static (known while tracing), "
+                                f"got the dynamic value {x!r}")
+    return as_scalar(x, what)
+
+
+def require_positive(x, what):
+    """`x` itself, a LayoutError if it is a static int below 1 (a dynamic
+    value passes: it cannot be checked while tracing)."""
+    if type(x) is int and x < 1:
+        raise LayoutError(f"{what} must be positive, got {x}")
+    return x
 
 
 def known_divisor(x):

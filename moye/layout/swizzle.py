@@ -10,7 +10,7 @@ function of offsets such as a swizzle. Its shape is the inner layout's;
 composition, divides, products, slicing and the mode functions act on the
 inner layout and keep the outer function and the offset, as in CuTe.
 """
-from ..errors import LayoutError
+from ..errors import LayoutError, MoyeTypeError
 from . import inttuple as T
 from . import scalar as S
 from .layout import Layout, _norm_coord, as_layout, cosize, make_layout, slice_and_offset
@@ -26,8 +26,8 @@ class Swizzle:
 
     def __init__(self, bits, base, shift=None):
         shift = bits if shift is None else shift
-        for name, v in (("B", bits), ("M", base), ("S", shift)):
-            S.require_static(v, f"Swizzle: {name}")
+        bits, base, shift = (S.require_static(v, f"Swizzle: {name}")
+                             for name, v in (("B", bits), ("M", base), ("S", shift)))
         if bits < 0 or base < 0:
             raise LayoutError(f"Swizzle({bits},{base},{shift}): B and M must be >= 0")
         if abs(shift) < bits:
@@ -206,7 +206,7 @@ def compose_function(fn, rhs):
     """composition(fn, rhs) for a function of offsets `fn` (a Swizzle):
     the ComposedLayout fn o 0 o rhs."""
     if not callable(fn):
-        raise TypeError(f"composition: cannot compose {fn!r} with {rhs!r}")
+        raise MoyeTypeError(f"composition: cannot compose {fn!r} with {rhs!r}")
     if isinstance(fn, Swizzle) and fn.bits == 0 and isinstance(rhs, Layout):
         return rhs                       # the identity swizzle, dropped as CuTe does
     if isinstance(rhs, (Layout, ComposedLayout)):

@@ -6,7 +6,7 @@ from ..array import MoYeArray
 from ..array import copyto as _copy_arrays
 from ..atom.copy import CopyAtom
 from ..atom.mma import MMAAtom, mma_reference
-from ..errors import MoyeError
+from ..errors import MoyeError, MoyeTypeError
 from ..layout import size
 from ..layout import inttuple as T
 from .copy import TiledCopy
@@ -65,6 +65,8 @@ def gemm(mma, *operands):
     atom = atom.atom if isinstance(atom, TiledMMA) else atom
     if not isinstance(atom, MMAAtom):
         raise TypeError(f"gemm: expected a TiledMMA, ThrMMA or MMAAtom first, got {mma!r}")
+    if d.engine.space == "host":
+        _check_types(atom, d, a, b, c)
     if size(atom.thr_id) == 1:
         return _gemm_thread(atom, d, a, b, c)
     kernel_mma = getattr(d.engine, "atom_mma", None)
@@ -72,6 +74,21 @@ def gemm(mma, *operands):
         kernel_mma(atom, _as3(d, "D"), _as3(a, "A"), _as3(b, "B"), _as3(c, "C"))
         return d
     return _gemm_tiles(atom, d, a, b, c)
+
+
+def _check_types(atom, d, a, b, c):
+    """A MoyeTypeError unless each host operand holds the
+    element type the atom takes (the same storage: TFloat32 reads float32)."""
+    wanted = (("D", d, atom.d_type), ("A", a, atom.a_type), ("B", b, atom.b_type),
+              ("C", c, atom.c_type))
+    for name, x, want in wanted:
+        if not isinstance(x, MoYeArray):
+            raise MoyeTypeError(f"gemm: {name} must be a MoYeArray, got {type(x).__name__}")
+    bad = [(name, x.dtype, want) for name, x, want in wanted if x.dtype.numpy != want.numpy]
+    if bad:
+        got = ", ".join(f"{name} is {have}" for name, have, _ in bad)
+        raise MoyeTypeError(f"gemm: {atom.op} takes D={atom.d_type}, A={atom.a_type}, "
+                            f"B={atom.b_type}, C={atom.c_type}, but {got}")
 
 
 def _as3(x, what):

@@ -5,6 +5,7 @@ index) within the tile `tiler_mn`. Partitioning an array by a TiledCopy
 gives each thread ((atom values, atom repeats), rest modes...): CuTe's
 (CPY, CPY_M, CPY_N, ...).
 """
+from ..array.threads import check_thread_index
 from ..atom.copy import CopyAtom
 from ..errors import MoyeError
 from ..layout import (Layout, coalesce, composition, logical_product, product_each, raked_product,
@@ -116,6 +117,9 @@ class TiledCopy:
                                          self._ref2(self.atom.val_layout_dst)), (None, None, 0))
 
     def get_slice(self, thr_idx):
+        """Thread `thr_idx`'s view (0 <= thr_idx < size(self)). CuTe: get_slice."""
+        check_thread_index(f"get_slice of a TiledCopy ({self.atom.op})", thr_idx,
+                           Layout(self.num_threads))
         return ThrCopy(self, thr_idx)
 
     get_thread_slice = get_slice

@@ -2,6 +2,7 @@
 permuted to cover an (M, N, K) tile; its thread slices partition A, B and C
 into (MMA, MMA_M, MMA_K) fragments and the like.
 """
+from ..array.threads import check_thread_index
 from ..atom.mma import MMAAtom, MMAOp
 from ..errors import MoyeError
 from ..layout import (Layout, append, complement, composition, logical_divide, make_layout,
@@ -102,6 +103,9 @@ class TiledMMA:
         return composition(tv, (self._thridx_to_thrid(), None))
 
     def get_slice(self, thr_idx):
+        """Thread `thr_idx`'s view (0 <= thr_idx < size(self)). CuTe: get_slice."""
+        check_thread_index(f"get_slice of a TiledMMA ({self.atom.op})", thr_idx,
+                           self.thr_layout_vmnk)
         coord = _flat_coord(self.thr_layout_vmnk, thr_idx)
         return ThrMMA(self, thr_idx, coord)
 
