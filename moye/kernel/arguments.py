@@ -182,7 +182,10 @@ CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
 def _from_dlpack(a, name):
     """A DLPack producer's array: on a CUDA device read from its capsule,
     on the CPU through np.from_dlpack (the CPU backend runs on NumPy)."""
-    device = dlpack.device_of(a)
+    try:
+        device = dlpack.device_of(a)
+    except MoyeTypeError as e:
+        raise MoyeTypeError(f"argument '{name}': {e}") from None
     if device is not None and device[0] == dlpack.KDL_CPU:
         try:
             host = np.from_dlpack(a)
@@ -193,15 +196,27 @@ def _from_dlpack(a, name):
     if device is not None and device[0] not in CUDA_DEVICES:
         raise MoyeError(f"argument '{name}': a DLPack array on {dlpack.device_name(device[0])}; "
                         "moye takes arrays on kDLCUDA (or kDLCUDAManaged) and kDLCPU")
-    view = dlpack.view(a)
+    try:
+        view = dlpack.view(a)
+    except MoyeError as e:
+        raise type(e)(f"argument '{name}': {e}") from None
+    except Exception as e:  # noqa: BLE001 - the producer's own refusal, whatever its class
+        raise LaunchError(f"argument '{name}': its __dlpack__() failed "
+                          f"({type(e).__name__}: {e})") from None
     if view.device_type not in CUDA_DEVICES:
         raise MoyeError(f"argument '{name}': a DLPack array on "
                         f"{dlpack.device_name(view.device_type)}; moye takes arrays on kDLCUDA "
                         "(or kDLCUDAManaged), and kDLCPU ones with __dlpack_device__")
     if view.dtype is None:
-        raise MoyeError(f"argument '{name}': a DLPack array of {view.dtype_text}, which moye "
-                        "does not support (supported: int8-64, uint8-64, float16/32/64, "
-                        "bfloat16, bool, float8_e4m3fn, float8_e5m2)")
+        raise MoyeTypeError(f"argument '{name}': a DLPack array of {view.dtype_text}, which moye "
+                            "does not support (supported: int8-64, uint8-64, float16/32/64, "
+                            "bfloat16, bool, float8_e4m3fn, float8_e5m2)")
+    if any(n < 0 for n in view.shape):
+        raise LaunchError(f"argument '{name}': a DLPack array of shape {view.shape}, with a "
+                          "negative extent")
+    if not view.ptr and 0 not in view.shape:
+        raise LaunchError(f"argument '{name}': a DLPack array of shape {view.shape} at the null "
+                          "address")
     arr = ArrayArg(a, view.ptr, view.shape, view.strides, view.dtype, "cuda")
     arr.capsule = view.capsule          # the DLManagedTensor stays valid while arr lives
     return arr
