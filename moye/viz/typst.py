@@ -266,10 +266,11 @@ def typst_source(obj):
                             "expected a Layout, ComposedLayout, TiledCopy or TiledMMA")
     n = cells(obj)
     if type(n) is int and n > MAX_CELLS:
-        raise LayoutError(f"print_typst: the picture of {type(obj).__name__} "
-                          f"{str(obj).splitlines()[0]} would have {n} cells; pictures have at "
-                          f"most {MAX_CELLS} (moye.viz.typst.MAX_CELLS): draw a tile of it, or "
-                          "print_layout it (which elides large layouts)")
+        what = f"layout {obj}" if isinstance(obj, (Layout, ComposedLayout)) else \
+            f"this {type(obj).__name__}"
+        raise LayoutError(f"print_typst: the picture of {what} would have {n} cells; pictures "
+                          f"have at most {MAX_CELLS} (moye.viz.typst.MAX_CELLS): draw a tile "
+                          "of it, or print_layout it (which elides large layouts)")
     if isinstance(obj, (Layout, ComposedLayout)):
         return _layout_source(obj)
     if isinstance(obj, TiledCopy):
