@@ -12,6 +12,8 @@ opaque 16-byte vector) and its CUDA C++ spelling.
 import ml_dtypes
 import numpy as np
 
+from .errors import MoyeTypeError
+
 
 class ElementType:
     """An element type (MoYe/CuTe: the `T` of an array or atom)."""
@@ -36,8 +38,11 @@ class ElementType:
     def __call__(self, value):
         """`value` converted to this type, as a NumPy scalar."""
         if self.numpy is None or self.kind == "opaque":
-            raise TypeError(f"{self.name} has no scalar values on the host")
-        return self.numpy.type(value)
+            raise MoyeTypeError(f"{self.name} has no scalar values on the host")
+        try:
+            return self.numpy.type(value)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise MoyeTypeError(f"{self.name}({value!r}): {e}") from None
 
     def __repr__(self):
         return self.name
@@ -106,17 +111,21 @@ def as_element_type(x):
     if isinstance(x, str):
         t = _BY_NAME.get(x.lower().removeprefix("torch."))
         if t is None:
-            raise TypeError(f"unknown element type name {x!r}")
+            raise MoyeTypeError(f"unknown element type name {x!r}; the names are "
+                                + ", ".join(sorted(_BY_NAME)))
         return t
     if type(x).__module__ == "torch" or type(x).__name__ == "dtype" and "torch" in str(x):
         return as_element_type(str(x))
     try:
         dt = np.dtype(x)
-    except TypeError:
-        raise TypeError(f"cannot use {x!r} as an element type") from None
+    except (TypeError, ValueError):
+        raise MoyeTypeError(f"cannot use {x!r} as an element type: give an ElementType "
+                            "(moye.Float32, ...), a name ('float16'), a NumPy or torch "
+                            "dtype") from None
     t = _BY_DTYPE.get(dt)
     if t is None:
-        raise TypeError(f"no moye element type stores as the NumPy dtype {dt}")
+        raise MoyeTypeError(f"no moye element type stores as the NumPy dtype {dt} "
+                            "(complex, object, string and datetime arrays have none)")
     return t
 
 
@@ -128,4 +137,4 @@ def uint_of_bits(bits):
     for t in (UInt8, UInt16, UInt32, UInt64, UInt128):
         if t.bits == bits:
             return t
-    raise TypeError(f"no unsigned integer type has {bits} bits")
+    raise MoyeTypeError(f"no unsigned integer type has {bits} bits (8, 16, 32, 64 or 128)")

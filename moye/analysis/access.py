@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import MoyeError
+from ..errors import MoyeError, MoyeTypeError
 from ..layout import ComposedLayout, Layout, size
 from ..layout import inttuple as T
 from ..tiled.copy import TiledCopy
@@ -184,7 +184,7 @@ def analyze(tiled_copy, src_layout, dst_layout, dtype=None, *, src_space=None, d
           16 sectors/request (ideal 16), 4 lines/request (ideal 4): coalesced
     """
     if not isinstance(tiled_copy, TiledCopy):
-        raise TypeError(f"analyze: expected a TiledCopy, got {tiled_copy!r}")
+        raise MoyeTypeError(f"analyze: expected a TiledCopy, got {tiled_copy!r}")
     atom = tiled_copy.atom
     dtype = atom.dtype if dtype is None else as_element_type(dtype)
     defaults = _DEFAULT_SPACES.get(atom.op.kind, ("global", "shared"))
@@ -192,6 +192,9 @@ def analyze(tiled_copy, src_layout, dst_layout, dtype=None, *, src_space=None, d
     for side, layout, space, default in (("src", src_layout, src_space, defaults[0]),
                                          ("dst", dst_layout, dst_space, defaults[1])):
         layout = getattr(layout, "layout", layout)          # an array: its layout
+        if not (layout is None or isinstance(layout, (Layout, ComposedLayout))):
+            raise MoyeTypeError(f"analyze: {side}_layout must be a layout, an array or None "
+                                f"(registers), got {type(layout).__name__} {layout!r}")
         space = "register" if layout is None else (space or default)
         if space not in _SPACES:
             raise MoyeError(f"analyze: {side}_space must be one of {_SPACES}, got {space!r}")

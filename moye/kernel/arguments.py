@@ -13,7 +13,7 @@ import inspect
 import numpy as np
 
 from .. import types as T
-from ..errors import MoyeError
+from ..errors import LaunchError, MoyeError, MoyeTypeError
 from . import dlpack
 from .builtins import Constexpr
 from .identity import content_key
@@ -67,7 +67,7 @@ def _element_type(x, name, what):
     try:
         return T.as_element_type(x)
     except TypeError:
-        raise MoyeError(f"argument '{name}': {what} has element type {x}, which moye does not "
+        raise MoyeTypeError(f"argument '{name}': {what} has element type {x}, which moye does not "
                         "support (supported: " + ", ".join(t.name for t in T.ALL_TYPES) + ")"
                         ) from None
 
@@ -104,21 +104,77 @@ _CAI_TYPES = {}                 # typestr -> element type
 
 
 def _from_cuda_array_interface(a, cai, name):
-    typestr = cai["typestr"]
+    try:
+        typestr, shape, (ptr, _) = cai["typestr"], tuple(cai["shape"]), cai["data"]
+        version, strides = cai["version"], cai.get("strides")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        _bad_interface(cai, name)
+    if version not in (0, 1, 2, 3) or cai.get("mask") is not None:
+        _bad_interface(cai, name)
     dtype = _CAI_TYPES.get(typestr)
     if dtype is None:
-        dtype = _CAI_TYPES[typestr] = _element_type(np.dtype(typestr), name,
+        try:
+            numpy_type = np.dtype(typestr) if isinstance(typestr, str) else None
+        except (TypeError, ValueError):
+            numpy_type = None
+        if numpy_type is None:
+            raise LaunchError(f"argument '{name}': its __cuda_array_interface__ has typestr "
+                              f"{typestr!r}, not a NumPy type string such as '<f4' or '<i8'")
+        dtype = _CAI_TYPES[typestr] = _element_type(numpy_type, name,
                                                     "a __cuda_array_interface__ array")
-    shape = tuple(cai["shape"])
+    _check_extents(shape, name, "shape")
     item = dtype.bits // 8
-    if cai.get("strides") is None:
+    if strides is None:
         strides = dlpack.compact_strides(shape)
     else:
-        if any(s % item for s in cai["strides"]):
-            raise MoyeError(f"argument '{name}': strides {tuple(cai['strides'])} bytes are not "
-                            f"multiples of the {item}-byte element")
-        strides = tuple(s // item for s in cai["strides"])
-    return ArrayArg(a, cai["data"][0] or 0, shape, strides, dtype, "cuda")
+        strides = tuple(strides)
+        _check_extents(strides, name, "strides", len(shape))
+        if any(s % item for s in strides):
+            raise LaunchError(f"argument '{name}': strides {strides} bytes are not "
+                              f"multiples of the {item}-byte element")
+        strides = tuple(s // item for s in strides)
+    if not (ptr is None or isinstance(ptr, (int, np.integer))):
+        raise MoyeTypeError(f"argument '{name}': its __cuda_array_interface__ data is "
+                            f"({ptr!r}, ...); the address must be an int")
+    if not ptr and 0 not in shape:
+        raise LaunchError(f"argument '{name}': its __cuda_array_interface__ gives the null "
+                          f"address {ptr!r} for an array of shape {shape}")
+    return ArrayArg(a, int(ptr or 0), shape, strides, dtype, "cuda")
+
+
+def _check_extents(values, name, what, rank=None):
+    """`values` must be ints (extents: not negative), `rank` of them if given."""
+    if not all(type(n) is int or isinstance(n, np.integer) for n in values):
+        raise MoyeTypeError(f"argument '{name}': its __cuda_array_interface__ {what} "
+                            f"{values} holds a value that is not an int")
+    if rank is not None and len(values) != rank:
+        raise LaunchError(f"argument '{name}': its __cuda_array_interface__ has {rank} "
+                          f"extents but {len(values)} strides {values}")
+    if what == "shape" and any(n < 0 for n in values):
+        raise LaunchError(f"argument '{name}': its __cuda_array_interface__ shape {values} "
+                          "has a negative extent")
+
+
+def _bad_interface(cai, name):
+    """The error of a __cuda_array_interface__ that is not a dict of the
+    keys and values the interface defines."""
+    if not isinstance(cai, dict):
+        why = f"is {type(cai).__name__} {cai!r}, not a dict"
+    elif any(k not in cai for k in ("shape", "typestr", "data", "version")):
+        missing = [k for k in ("shape", "typestr", "data", "version") if k not in cai]
+        why = f"has no {', '.join(map(repr, missing))}"
+    elif cai["version"] not in (0, 1, 2, 3):
+        why = f"has version {cai['version']!r}"
+    elif cai.get("mask") is not None:
+        why = "has a mask (masked arrays are not supported)"
+    elif not isinstance(cai["shape"], (tuple, list)):
+        why = f"has shape {cai['shape']!r}, not a tuple"
+    else:
+        why = f"has data {cai['data']!r}, not (address, read_only)"
+    raise LaunchError(f"argument '{name}': its __cuda_array_interface__ {why}; moye reads a "
+                      "dict with 'shape' (a tuple of ints), 'typestr' ('<f4', ...), 'data' "
+                      "((address, read_only)), 'strides' (bytes, or None) and 'version' 0-3 "
+                      "(the CUDA Array Interface)")
 
 
 CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
@@ -127,7 +183,10 @@ CUDA_DEVICES = (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED)
 def _from_dlpack(a, name):
     """A DLPack producer's array: on a CUDA device read from its capsule,
     on the CPU through np.from_dlpack (the CPU backend runs on NumPy)."""
-    device = dlpack.device_of(a)
+    try:
+        device = dlpack.device_of(a)
+    except MoyeTypeError as e:
+        raise MoyeTypeError(f"argument '{name}': {e}") from None
     if device is not None and device[0] == dlpack.KDL_CPU:
         try:
             host = np.from_dlpack(a)
@@ -138,15 +197,27 @@ def _from_dlpack(a, name):
     if device is not None and device[0] not in CUDA_DEVICES:
         raise MoyeError(f"argument '{name}': a DLPack array on {dlpack.device_name(device[0])}; "
                         "moye takes arrays on kDLCUDA (or kDLCUDAManaged) and kDLCPU")
-    view = dlpack.view(a)
+    try:
+        view = dlpack.view(a)
+    except MoyeError as e:
+        raise type(e)(f"argument '{name}': {e}") from None
+    except Exception as e:  # noqa: BLE001 - the producer's own refusal, whatever its class
+        raise LaunchError(f"argument '{name}': its __dlpack__() failed "
+                          f"({type(e).__name__}: {e})") from None
     if view.device_type not in CUDA_DEVICES:
         raise MoyeError(f"argument '{name}': a DLPack array on "
                         f"{dlpack.device_name(view.device_type)}; moye takes arrays on kDLCUDA "
                         "(or kDLCUDAManaged), and kDLCPU ones with __dlpack_device__")
     if view.dtype is None:
-        raise MoyeError(f"argument '{name}': a DLPack array of {view.dtype_text}, which moye "
-                        "does not support (supported: int8-64, uint8-64, float16/32/64, "
-                        "bfloat16, bool, float8_e4m3fn, float8_e5m2)")
+        raise MoyeTypeError(f"argument '{name}': a DLPack array of {view.dtype_text}, which moye "
+                            "does not support (supported: int8-64, uint8-64, float16/32/64, "
+                            "bfloat16, bool, float8_e4m3fn, float8_e5m2)")
+    if any(n < 0 for n in view.shape):
+        raise LaunchError(f"argument '{name}': a DLPack array of shape {view.shape}, with a "
+                          "negative extent")
+    if not view.ptr and 0 not in view.shape:
+        raise LaunchError(f"argument '{name}': a DLPack array of shape {view.shape} at the null "
+                          "address")
     arr = ArrayArg(a, view.ptr, view.shape, view.strides, view.dtype, "cuda")
     arr.capsule = view.capsule          # the DLManagedTensor stays valid while arr lives
     return arr
@@ -256,8 +327,10 @@ def bind_arguments(fn_sig, constexpr_names, args):
     args = complete_arguments(fn_sig, args)
     names = list(fn_sig.parameters)
     if len(args) != len(names):
-        raise MoyeError(f"the kernel takes {len(names)} arguments ({', '.join(names)}), "
-                        f"got {len(args)}")
+        which = f"missing {', '.join(names[len(args):])}" if len(args) < len(names) else \
+            f"{len(args) - len(names)} too many"
+        raise LaunchError(f"the kernel takes {len(names)} arguments ({', '.join(names)}), "
+                          f"got {len(args)} ({which})")
     kinds, key, scalars = [], [], {}
     for name, a in zip(names, args):
         if is_static(a, name in constexpr_names):
@@ -280,10 +353,32 @@ def bind_arguments(fn_sig, constexpr_names, args):
             key.append(("scalar", t.name))
             scalars[name] = a
             continue
-        raise MoyeError(f"argument '{name}': {type(a).__name__} is not an array, a number or a "
-                        "static value (layouts, atoms, tiled copies/MMAs, element types, "
-                        "moye.Constexpr)")
+        hint = " (a Python list is not an array: pass np.asarray(...) or a torch tensor)" \
+            if isinstance(a, list) else ""
+        raise MoyeTypeError(f"argument '{name}': {type(a).__name__} is not an array, a number or "
+                            "a static value (layouts, atoms, tiled copies/MMAs, element types, "
+                            f"moye.Constexpr){hint}")
     return Binding(kinds, tuple(key), scalars)
+
+
+def describe_argument(kind, info):
+    """What a bound argument is, in words (for errors)."""
+    if kind == "array":
+        return (f"a {info.dtype} array on the {info.device} of shape {tuple(info.shape)} "
+                f"and strides {tuple(info.strides)}")
+    if kind == "scalar":
+        return f"a {info} scalar"
+    if kind == "static":
+        return f"the static value {info!r}"
+    return f"a {type(info).__name__}"
+
+
+def keyword_arguments_error(names, keywords, allowed="smem=, stream= and backend="):
+    """The LaunchError of a launch given kernel arguments by keyword."""
+    raise LaunchError(f"a kernel's arguments are passed by position, in order "
+                      f"({', '.join(names)}); got the keyword argument"
+                      f"{'s' * (len(keywords) > 1)} {', '.join(keywords)}. "
+                      f"The launch's own keywords are {allowed}")
 
 
 def runtime_values(binding, plan=None):

@@ -42,7 +42,7 @@ stride-1 mode): that kernel is still right, as the mode it takes for stride
 import numpy as np
 
 from .arguments import (BY_VALUE, INDEX_LIMIT, STATIC_TYPES, as_array_arg, is_static,
-                        needs_64bit_indices, static_key)
+                        keyword_arguments_error, needs_64bit_indices, static_key)
 
 ENTRIES_LIMIT = 1024          # specializations kept per kernel and block for the fast path
 MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
@@ -280,6 +280,7 @@ def make_entry(names, defaults, constexpr_names, args, key, binding, backend_cod
     spec = _arguments(names, defaults, constexpr_names, args)
     n = len(args)
     env = _env()
+    env.update(keyword_arguments_error=keyword_arguments_error, names=tuple(names))
     params = []
     for i, name in enumerate(names):
         if i < n or name not in defaults:
@@ -353,7 +354,9 @@ def make_entry(names, defaults, constexpr_names, args, key, binding, backend_cod
     lines = ["def make(grid, fallback):",
              "    gx, gy, gz, *cluster = grid",
              "    cluster = tuple(cluster) or None",
-             f"    def launch({sig}*rest, smem=0, stream=None, backend=None):",
+             f"    def launch({sig}*rest, smem=0, stream=None, backend=None, **keywords):",
+             "        if keywords:",
+             "            keyword_arguments_error(names, keywords)",
              "        if " + " or ".join(head) + ":"] + miss + body
     lines += ["        " + line for line in code]
     lines.append("    return launch")

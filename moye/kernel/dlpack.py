@@ -11,7 +11,7 @@ them in its ArrayArg).
 import ctypes
 
 from .. import types as T
-from ..errors import MoyeError
+from ..errors import MoyeError, MoyeTypeError
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 
@@ -78,6 +78,9 @@ class DLPackView:
     tensor alive."""
 
     def __init__(self, capsule):
+        if type(capsule).__name__ != "PyCapsule":
+            raise MoyeTypeError(f"__dlpack__() returned {type(capsule).__name__} {capsule!r}, "
+                                "not a DLPack capsule")
         name = _capsule_name(capsule)
         managed = _MANAGED.get(name)
         if managed is None:
@@ -116,8 +119,13 @@ def device_of(obj):
     where it has one."""
     dev = getattr(obj, "__dlpack_device__", None)
     if dev is not None:
-        kind, index = dev()
-        return int(kind), int(index)
+        device = dev()
+        try:
+            kind, index = device
+            return int(kind), int(index)
+        except (TypeError, ValueError):
+            raise MoyeTypeError(f"__dlpack_device__() returned {device!r}, not (device type, "
+                                "device id) such as (2, 0)") from None
     return None
 
 

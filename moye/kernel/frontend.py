@@ -16,6 +16,7 @@ specialization has been launched it is one written for that specialization
 """
 import functools
 import inspect
+import re
 import traceback
 
 import numpy as np
@@ -23,11 +24,11 @@ import numpy as np
 from .. import types as T
 from ..array import MoYeArray
 from ..array.engine import allocator
-from ..errors import MoyeError
+from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout import Layout
 from . import ir
 from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F401
-                        runtime_values, spec_text)
+                        describe_argument, keyword_arguments_error, runtime_values, spec_text)
 from .builtins import Constexpr, register_allocate
 from .hopper import TMADescriptor
 from .identity import function_key
@@ -38,6 +39,15 @@ from .tracer import Builder, KernelError, Sym, tracing_context
 
 BACKENDS = {}
 STATIC_SMEM_LIMIT = 48 * 1024        # above this, shared arrays move to dynamic shared memory
+
+
+def _backend_named(backend):
+    """`backend` if it names a backend (or is None); a LaunchError saying
+    which do otherwise."""
+    if backend is None or (isinstance(backend, str) and backend in BACKENDS):
+        return backend
+    raise LaunchError(f"backend must be one of {', '.join(map(repr, sorted(BACKENDS)))} "
+                      f"(or None: by the arrays' device), got {backend!r}")
 
 
 def default_backend():
@@ -111,7 +121,7 @@ class KernelFunction:
         self.constexpr_names = {n for n, p in self.signature.parameters.items()
                                 if p.annotation is Constexpr or p.annotation == "Constexpr"
                                 or p.annotation == "moye.Constexpr"}
-        self._backend = backend
+        self._backend = _backend_named(backend)
         self._rewritten = None
         self._traces = {}
         self._compiled = {}
@@ -137,11 +147,16 @@ class KernelFunction:
 
     @backend.setter
     def backend(self, value):
-        self._backend = value
+        self._backend = _backend_named(value)
         self._entries.clear()           # they chose a backend without asking
         self._launches.clear()
         self._recent.clear()
         self._streak.clear()
+
+    def __call__(self, *args, **kwargs):
+        raise LaunchError(f"a kernel is launched with a grid and a block: "
+                          f"{self.name}[grid, block](*args), e.g. {self.name}[1, 32](...); "
+                          f"{self.name}.compile(*args, grid=..., block=...) gives a reusable one")
 
     def __getitem__(self, config):
         """The launch function of `config` = (grid, block) or (grid, block,
@@ -165,9 +180,9 @@ class KernelFunction:
 
     def _new_launch(self, config):
         if not isinstance(config, tuple) or len(config) not in (2, 3):
-            raise MoyeError(f"launch a kernel as {self.name}[grid, block](*args) or "
-                            f"{self.name}[grid, block, cluster](*args); got "
-                            f"{self.name}[{config!r}]")
+            raise LaunchError(f"launch a kernel as {self.name}[grid, block](*args) or "
+                              f"{self.name}[grid, block, cluster](*args); got "
+                              f"{self.name}[{config!r}]")
         grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
         cluster = check_cluster(grid, config[2]) if len(config) == 3 else None
         try:
@@ -269,12 +284,15 @@ class KernelFunction:
 
     def compile(self, *args, grid=1, block=1, backend=None, arch=None):
         """A compiled kernel for these arguments' specialization, callable
-        with new arguments of the same kinds: `ck(*args, grid=, block=)`."""
-        backend = backend or self.backend or default_backend()
+        with new arguments of the same kinds: `ck(*args, grid=, block=)`.
+        `arch` is an NVRTC target such as "sm_80" or "sm_90a" (by default
+        the device's)."""
+        backend = _backend_named(backend) or self.backend or default_backend()
+        _check_arch(arch)
         block = _dim3(block, "block")
         binding = bind_arguments(self.signature, self.constexpr_names, args)
         exe = self._executable(backend, binding, block, arch)
-        return CompiledKernel(self, exe, binding.key, block)
+        return CompiledKernel(self, exe, binding, block)
 
     def launch(self, grid, block, args, smem=0, stream=None, backend=None, cluster=None):
         """`self[grid, block](*args, smem=smem, stream=stream, backend=backend)`,
@@ -313,7 +331,8 @@ class KernelFunction:
                     entry.probe(config, grid)(*args, smem=smem, stream=stream) is not NOT_MINE:
                 return self._served(config, grid, block, entry)
         binding = bind_arguments(self.signature, self.constexpr_names, args)
-        backend = backend or self._backend or _backend_of(binding) or default_backend()
+        backend = _backend_named(backend) or self._backend or _backend_of(binding) or \
+            default_backend()
         _check_devices(binding, backend)
         exe = self._executable(backend, binding, block)
         more = {"cluster": grid[3:]} if len(grid) > 3 else {}     # (grid, cluster) in clusters
@@ -370,7 +389,9 @@ def _dispatching_launch(kernel, config, grid, block):
     its own, through that one (for callers who kept this one)."""
     launches = kernel._launches
 
-    def launch(*args, smem=0, stream=None, backend=None):
+    def launch(*args, smem=0, stream=None, backend=None, **keywords):
+        if keywords:
+            keyword_arguments_error(kernel._param_names, keywords)
         f = launches.get(config)
         if f is not None and f is not launch:
             if not smem and stream is None and backend is None:
@@ -418,18 +439,39 @@ def _backend_of(binding):
 class CompiledKernel:
     """A compiled specialization: call it with arguments of the same kinds."""
 
-    def __init__(self, kernel, exe, key, block):
-        self.kernel, self.exe, self.key, self.block = kernel, exe, key, block
+    def __init__(self, kernel, exe, binding, block):
+        self.kernel, self.exe, self.block = kernel, exe, block
+        self.key, self._kinds = binding.key, binding.kinds
 
-    def __call__(self, *args, grid, block=None, smem=0, stream=None, cluster=None):
+    def __call__(self, *args, grid=None, block=None, smem=0, stream=None, cluster=None,
+                 **keywords):
+        name = self.kernel.name
+        if keywords:
+            keyword_arguments_error(self.kernel._param_names, keywords)
+        if grid is None:
+            raise LaunchError(f"a compiled {name} is launched as ck(*args, grid=..., "
+                              "block=...): grid is missing")
         binding = bind_arguments(self.kernel.signature, self.kernel.constexpr_names, args)
         if binding.key != self.key:
-            raise MoyeError(f"{self.kernel.name}: these arguments need another specialization "
-                            "than the compiled one; call .compile with them")
+            raise LaunchError(f"these arguments select another specialization of {name} than "
+                              f"the compiled one{self._difference(binding)}; call "
+                              f"{name}.compile with them (or launch {name}[grid, block](...))")
         grid = _dim3(grid, "grid")
         more = {} if cluster is None else {"cluster": check_cluster(grid, cluster)}
         self.exe.launch(grid, self.block if block is None else _dim3(block, "block"),
                         runtime_values(binding), binding, smem=smem, stream=stream, **more)
+
+    def _difference(self, binding):
+        """': argument 'x' is ..., compiled for ...' naming the first argument
+        whose part of the key differs (one part per argument)."""
+        if len(binding.key) != len(binding.kinds) or len(self.key) != len(self._kinds):
+            return ""
+        for new, old, (kind, name, info), (old_kind, _, old_info) in \
+                zip(binding.key, self.key, binding.kinds, self._kinds):
+            if new != old:
+                return (f": argument '{name}' is {describe_argument(kind, info)}, compiled for "
+                        f"{describe_argument(old_kind, old_info)}")
+        return ""
 
     def max_active_clusters(self, cluster, smem=0):
         """How many clusters of `cluster` blocks of this kernel can run at once
@@ -445,12 +487,28 @@ class CompiledKernel:
 
 
 def _dim3(x, what):
-    if isinstance(x, (int, np.integer)):
+    """`x` (a positive int, or a tuple of 1-3) as an (x, y, z) tuple."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
         x = (int(x),)
     if not isinstance(x, tuple) or not 1 <= len(x) <= 3 or \
-            not all(isinstance(n, (int, np.integer)) and n > 0 for n in x):
-        raise MoyeError(f"{what} must be a positive int or a tuple of 1-3 of them, got {x!r}")
+            not all(isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_))
+                    and n > 0 for n in x):
+        raise LaunchError(f"{what} must be a positive int or a tuple of 1-3 of them "
+                          f"(x, y, z), got {x!r}")
     return tuple(int(n) for n in x) + (1,) * (3 - len(x))
+
+
+_ARCH = re.compile(r"^sm_\d+[af]?$")
+
+
+def _check_arch(arch):
+    """A clear error for an `arch` that is not an NVRTC target name."""
+    if arch is None or isinstance(arch, str) and _ARCH.match(arch):
+        return
+    if isinstance(arch, (int, np.integer)) and not isinstance(arch, bool):
+        raise MoyeTypeError(f"arch must be a string such as 'sm_80' or 'sm_90a', got the int "
+                            f"{arch} (did you mean 'sm_{arch}'?)")
+    raise LaunchError(f"arch must be a string such as 'sm_80' or 'sm_90a', got {arch!r}")
 
 
 NO_SOURCE = ("\n  (the kernel's source cannot be read: it was made by exec or typed at an "
@@ -478,7 +536,13 @@ def _located(e, kernel, no_source=False):
 
 
 def kernel(fn=None, *, backend=None):
-    """Decorate a Python function as a moye kernel (see the module doc)."""
+    """Decorate a Python function as a moye kernel (see the module doc):
+    `@moye.kernel`, or `@moye.kernel(backend="cpu")`."""
+    _backend_named(backend)
     if fn is None:
-        return lambda f: KernelFunction(f, backend)
+        return lambda f: kernel(f, backend=backend)
+    if not inspect.isfunction(fn):
+        raise MoyeTypeError(f"moye.kernel decorates a Python function (def ...), got "
+                            f"{type(fn).__name__} {fn!r}: write @moye.kernel above a def, or "
+                            "@moye.kernel(backend=...) to choose a backend")
     return KernelFunction(fn, backend)

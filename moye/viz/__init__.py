@@ -7,10 +7,10 @@ notebooks (`_repr_svg_`). Only rendering needs the `typst` package, and
 imports it when first used.
 """
 from ..errors import MoyeError
-from ..layout import ComposedLayout, Layout, size
+from ..layout import ComposedLayout, Layout
 from ..tiled import TiledCopy, TiledMMA
 from .render import render, svg
-from .typst import print_typst, thread_color, typst_source
+from .typst import cells, print_typst, thread_color, typst_source
 
 __all__ = ["print_typst", "typst_source", "render", "svg", "thread_color"]
 
@@ -19,20 +19,11 @@ __all__ = ["print_typst", "typst_source", "render", "svg", "thread_color"]
 REPR_MAX_CELLS = 4096
 
 
-def _cells(obj):
-    if isinstance(obj, TiledCopy):
-        return 2 * size(obj.tiler_mn)
-    if isinstance(obj, TiledMMA):
-        m, n, k = obj.tile_shape
-        return m * n + (m + n) * k
-    return size(obj)
-
-
 def _repr_svg_(self):
     """The notebook picture; None (the text repr) where it cannot or should not be drawn."""
     try:
-        cells = _cells(self)
-        if type(cells) is not int or cells > REPR_MAX_CELLS:
+        n = cells(self)
+        if type(n) is not int or n > REPR_MAX_CELLS:
             return None
         return svg(self)
     except (ImportError, MoyeError, TypeError):

@@ -1,8 +1,10 @@
 """Compile moye's Typst pictures to SVG, PNG or PDF with the `typst` package
 (the Typst compiler's Python binding), imported only when a picture is drawn."""
+import os
 import re
 from pathlib import Path
 
+from ..errors import LayoutError, MoyeError, MoyeTypeError
 from .typst import typst_source
 
 FORMATS = ("svg", "png", "pdf")
@@ -36,15 +38,28 @@ def render(obj, path, *, ppi=None):
     """Draw `obj` (a layout, TiledCopy or TiledMMA) into `path`; the suffix
     (.svg, .png or .pdf) picks the format, `ppi` the resolution of a PNG
     (Typst's default: 144). Returns the path written."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise MoyeTypeError(f"render: path must be a file name (a str or a Path), got "
+                            f"{type(path).__name__} {path!r}")
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
-        raise ValueError(f"render: cannot tell the format of {str(path)!r}; "
-                         f"use a .svg, .png or .pdf file name")
+        raise LayoutError(f"render: cannot tell the format of {str(path)!r}; "
+                          f"use a .svg, .png or .pdf file name")
     if ppi is not None and fmt != "png":
-        raise ValueError(f"render: ppi applies to .png files, not .{fmt}")
+        raise LayoutError(f"render: ppi applies to .png files, not .{fmt}")
+    if ppi is not None and (isinstance(ppi, bool) or not isinstance(ppi, (int, float))
+                            or not ppi > 0):
+        raise MoyeTypeError(f"render: ppi must be a positive number (pixels per inch), "
+                            f"got {ppi!r}")
+    if not path.parent.is_dir():
+        raise MoyeError(f"render: cannot write {str(path)!r}: the folder "
+                        f"{str(path.parent)!r} does not exist")
     data = _compile(typst_source(obj), fmt, ppi)
-    path.write_bytes(_shorten(data) if fmt == "svg" else data)
+    try:
+        path.write_bytes(_shorten(data) if fmt == "svg" else data)
+    except OSError as e:
+        raise MoyeError(f"render: cannot write {str(path)!r}: {e.strerror or e}") from e
     return path
 
 

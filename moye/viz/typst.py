@@ -22,11 +22,15 @@ N, for instance) the cell shows the lowest thread id, as CuTe does.
 import json
 import math
 
-from ..errors import LayoutError, MoyeError
+from ..errors import LayoutError, MoyeError, MoyeTypeError
 from ..layout import ComposedLayout, Layout, size
 from ..tiled import TiledCopy, TiledMMA
 
-__all__ = ["typst_source", "print_typst", "thread_color"]
+__all__ = ["typst_source", "print_typst", "thread_color", "MAX_CELLS"]
+
+# The largest picture drawn, in cells (a 256x256 layout; Typst takes seconds
+# to lay it out). Larger ones raise a LayoutError rather than run for minutes.
+MAX_CELLS = 65536
 
 # -- colors --------------------------------------------------------------------
 
@@ -240,20 +244,38 @@ def _mma_source(tiled_mma):
 
 # -- entry points --------------------------------------------------------------
 
+def cells(obj):
+    """How many cells the picture of `obj` has (an int, or a dynamic value)."""
+    if isinstance(obj, TiledCopy):
+        return 2 * size(obj.tiler_mn)
+    if isinstance(obj, TiledMMA):
+        m, n, k = obj.tile_shape
+        return m * n + (m + n) * k
+    return size(obj)
+
+
 def typst_source(obj):
     """A standalone Typst document drawing `obj`: a rank-1/2 Layout or
-    ComposedLayout, a TiledCopy or a TiledMMA. (MoYe: print_typst.)
+    ComposedLayout, a TiledCopy or a TiledMMA, of at most MAX_CELLS cells.
+    (MoYe: print_typst.)
         >>> typst_source(Layout((2, 3), (3, 1))).splitlines()[0]
         '// (2,3):(3,1)'
     """
+    if not isinstance(obj, (Layout, ComposedLayout, TiledCopy, TiledMMA)):
+        raise MoyeTypeError(f"print_typst: cannot draw {type(obj).__name__} {obj!r}; "
+                            "expected a Layout, ComposedLayout, TiledCopy or TiledMMA")
+    n = cells(obj)
+    if type(n) is int and n > MAX_CELLS:
+        what = f"layout {obj}" if isinstance(obj, (Layout, ComposedLayout)) else \
+            f"this {type(obj).__name__}"
+        raise LayoutError(f"print_typst: the picture of {what} would have {n} cells; pictures "
+                          f"have at most {MAX_CELLS} (moye.viz.typst.MAX_CELLS): draw a tile "
+                          "of it, or print_layout it (which elides large layouts)")
     if isinstance(obj, (Layout, ComposedLayout)):
         return _layout_source(obj)
     if isinstance(obj, TiledCopy):
         return _copy_source(obj)
-    if isinstance(obj, TiledMMA):
-        return _mma_source(obj)
-    raise TypeError(f"print_typst: cannot draw {type(obj).__name__} {obj!r}; "
-                    "expected a Layout, ComposedLayout, TiledCopy or TiledMMA")
+    return _mma_source(obj)
 
 
 def print_typst(obj):

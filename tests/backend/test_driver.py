@@ -3,7 +3,9 @@ GPU the hand-written kernels load, launch and compute the right values:
 every parameter kind, fp16/bf16/fp8, cp.async + mma.sync, more than 48 KB
 of dynamic shared memory, clusters, a TMA descriptor passed by value."""
 import ctypes
+import os
 import struct
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -117,8 +119,44 @@ def test_pack_holders():
     assert C.c_uint64.from_address(params[0]).value == 9
 
 
-def test_device_count_never_raises():
-    assert driver.device_count() >= 0
+class CountingDriver:
+    """cuda.bindings' driver as device_count sees it: cuInit's error (or an
+    exception: no libcuda.so), then cuDeviceGetCount's (error, count)."""
+
+    def __init__(self, init=0, count=(0, 2)):
+        self.init, self.count = init, count
+
+    def cuInit(self, flags):
+        if isinstance(self.init, Exception):
+            raise self.init
+        return (self.init,)
+
+    def cuDeviceGetCount(self):
+        return self.count
+
+
+@pytest.mark.parametrize("cu, expected", [
+    (CountingDriver(), 2),
+    (CountingDriver(count=(0, 1)), 1),
+    (CountingDriver(init=100), 0),                                  # CUDA_ERROR_NO_DEVICE
+    (CountingDriver(init=RuntimeError("libcuda.so not found")), 0),   # no driver at all
+    (CountingDriver(count=(3, 7)), 0),                              # cuDeviceGetCount failed
+], ids=["two GPUs", "one GPU", "cuInit fails", "no libcuda", "count fails"])
+def test_device_count_is_the_drivers_answer_or_0(monkeypatch, cu, expected):
+    monkeypatch.setitem(driver._state, "cu", cu)
+    assert driver.device_count() == expected
+
+
+def test_device_count_without_cuda_bindings_is_0(monkeypatch):
+    monkeypatch.delitem(driver._state, "cu", raising=False)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)        # import fails
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", None)
+    assert driver.device_count() == 0
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="a GPU driver is present")
+def test_device_count_is_0_on_a_machine_without_a_gpu():
+    assert driver.device_count() == 0
 
 
 @pytest.mark.skipif(driver.device_count() > 0, reason="a GPU is present")

@@ -207,3 +207,12 @@ def test_render_png_resolution(typst, tmp_path):
 def test_render_rejects_unknown_suffix(tmp_path):
     with pytest.raises(ValueError, match=".svg, .png or .pdf"):
         render(Layout(2), tmp_path / "x.jpg")
+
+
+def test_pictures_up_to_max_cells_are_drawn_and_larger_ones_refused():
+    from moye.viz.typst import MAX_CELLS
+    assert MAX_CELLS == 256 * 256
+    source = typst_source(Layout((256, 256)))
+    assert source.count("c(") - 1 == 256 * 256         # one cell each (and c's definition)
+    with pytest.raises(LayoutError, match=r"\(256,257\):\(1,256\) would have 65792 cells"):
+        typst_source(Layout((256, 257)))
