@@ -23,7 +23,7 @@ import numpy as np
 from .. import types as T
 from ..array import MoYeArray
 from ..array.engine import allocator
-from ..errors import MoyeError
+from ..errors import LaunchError, MoyeError
 from ..layout import Layout
 from . import ir
 from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F401
@@ -31,6 +31,7 @@ from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F4
 from .builtins import Constexpr, register_allocate
 from .hopper import TMADescriptor
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, make_entry, make_key_reader
+from .limits import check_block, check_grid, check_smem, check_stream
 from .memory import PointerEngine
 from .rewrite import rewrite_function
 from .tracer import Builder, KernelError, Sym, tracing_context
@@ -164,10 +165,10 @@ class KernelFunction:
 
     def _new_launch(self, config):
         if not isinstance(config, tuple) or len(config) not in (2, 3):
-            raise MoyeError(f"launch a kernel as {self.name}[grid, block](*args) or "
-                            f"{self.name}[grid, block, cluster](*args); got "
-                            f"{self.name}[{config!r}]")
-        grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
+            raise LaunchError(f"launch a kernel as {self.name}[grid, block](*args) or "
+                              f"{self.name}[grid, block, cluster](*args); got "
+                              f"{self.name}[{config!r}]")
+        grid, block = _launch_dims(config[0], config[1])
         cluster = check_cluster(grid, config[2]) if len(config) == 3 else None
         try:
             hash(config)
@@ -263,6 +264,7 @@ class KernelFunction:
         with new arguments of the same kinds: `ck(*args, grid=, block=)`."""
         backend = backend or self.backend or default_backend()
         block = _dim3(block, "block")
+        check_block(block)
         binding = bind_arguments(self.signature, self.constexpr_names, args)
         exe = self._executable(backend, binding, block, arch)
         return CompiledKernel(self, exe, binding.key, block)
@@ -270,7 +272,7 @@ class KernelFunction:
     def launch(self, grid, block, args, smem=0, stream=None, backend=None, cluster=None):
         """`self[grid, block](*args, smem=smem, stream=stream, backend=backend)`,
         or self[grid, block, cluster](...) with a cluster."""
-        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        grid, block = _launch_dims(grid, block)
         if cluster is not None:
             grid += check_cluster(grid, cluster)
         self._dispatch(None, grid, block, None, tuple(args), smem, stream, backend)
@@ -284,6 +286,8 @@ class KernelFunction:
         function `config` then maps to)."""
         while args and args[-1] is MISSING:       # from a launch function's defaults
             args = args[:-1]
+        check_smem(smem)
+        check_stream(stream)
         key = key_of = None
         if backend is None:
             for entry in self._recent.get(config, ()):
@@ -379,12 +383,12 @@ def check_cluster(grid, cluster):
     """The cluster shape as a 3-tuple, checked against the grid (x, y, z)."""
     cluster = _dim3(cluster, "cluster")
     if any(g % c for g, c in zip(grid, cluster)):
-        raise MoyeError(f"the grid {grid} is not divisible by the cluster {cluster}: each grid "
-                        "dimension must be a multiple of the cluster's")
+        raise LaunchError(f"the grid {grid} is not divisible by the cluster {cluster}: each grid "
+                          "dimension must be a multiple of the cluster's")
     n = cluster[0] * cluster[1] * cluster[2]
     if n > MAX_CLUSTER_BLOCKS:
-        raise MoyeError(f"the cluster {cluster} has {n} blocks; a cluster has at most "
-                        f"{MAX_CLUSTER_BLOCKS} (the portable size)")
+        raise LaunchError(f"the cluster {cluster} has {n} blocks; a cluster has at most "
+                          f"{MAX_CLUSTER_BLOCKS} (the portable size)")
     return cluster
 
 
@@ -417,10 +421,12 @@ class CompiledKernel:
         if binding.key != self.key:
             raise MoyeError(f"{self.kernel.name}: these arguments need another specialization "
                             "than the compiled one; call .compile with them")
-        grid = _dim3(grid, "grid")
+        grid, block = _launch_dims(grid, self.block if block is None else block)
+        check_smem(smem)
+        check_stream(stream)
         more = {} if cluster is None else {"cluster": check_cluster(grid, cluster)}
-        self.exe.launch(grid, self.block if block is None else _dim3(block, "block"),
-                        runtime_values(binding), binding, smem=smem, stream=stream, **more)
+        self.exe.launch(grid, block, runtime_values(binding), binding, smem=smem, stream=stream,
+                        **more)
 
     def max_active_clusters(self, cluster, smem=0):
         """How many clusters of `cluster` blocks of this kernel can run at once
@@ -435,12 +441,20 @@ class CompiledKernel:
         return getattr(self.exe, "source", None)
 
 
+def _launch_dims(grid, block):
+    """A launch's grid and block as 3-tuples, within the driver's limits."""
+    grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+    check_grid(grid)
+    check_block(block)
+    return grid, block
+
+
 def _dim3(x, what):
     if isinstance(x, (int, np.integer)):
         x = (int(x),)
     if not isinstance(x, tuple) or not 1 <= len(x) <= 3 or \
             not all(isinstance(n, (int, np.integer)) and n > 0 for n in x):
-        raise MoyeError(f"{what} must be a positive int or a tuple of 1-3 of them, got {x!r}")
+        raise LaunchError(f"{what} must be a positive int or a tuple of 1-3 of them, got {x!r}")
     return tuple(int(n) for n in x) + (1,) * (3 - len(x))
 
 

@@ -3,15 +3,18 @@ import ctypes
 
 from ...errors import MoyeError
 from ...kernel import ir
+from ...kernel.limits import (SMEM_LIMIT, check_architecture,  # noqa: F401
+                              check_launch_smem, check_shared_memory, check_smem, check_stream)
 from .codegen import generate
 
 
 class CudaExecutable:
     """A compiled kernel on the current device."""
 
-    def __init__(self, kernel, source, function, param_types):
+    def __init__(self, kernel, source, function, param_types, arch=None, shared=0):
         self.kernel, self.source, self.function = kernel, source, function
         self.param_types = param_types
+        self.arch, self.shared = arch, shared     # the target; bytes of its shared arrays
         self.smem_limit_set = 0
 
     def max_active_clusters(self, block, cluster, smem=0):
@@ -23,7 +26,7 @@ class CudaExecutable:
         from . import driver
         if stream is None:
             stream = current_stream_getter()()
-        smem = self._more_smem(smem + self.kernel.dynamic_smem)
+        smem = self._launch_smem(smem) if smem else self._more_smem(self.kernel.dynamic_smem)
         args = [(_ctype(t), v if kind != "tma" else driver.tensor_map_bytes(v))
                 for t, (kind, v) in zip(self.param_types, values)]
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream,
@@ -71,7 +74,7 @@ class CudaExecutable:
         env = {"_cu_pack": first.pack_into, "_cu_free": [first.slot()],
                "_cu_new_slot": lambda: driver.ParamPack(kinds).slot(),
                "_cu_current_stream": current_stream_getter(),
-               "_cu_stream_handle": driver.stream_handle, "_cu_more_smem": self._more_smem,
+               "_cu_stream_handle": _stream_handle, "_cu_launch_smem": self._launch_smem,
                "_cu_launch": cu.cuLaunchKernel, "_cu_OK": cu.CUresult.CUDA_SUCCESS,
                "_cu_function": self.function.handle, "_cu_failed": self._launch_failed,
                "_cu_tensor_map": driver.tensor_map_bytes, "_cu_launch_ex": cu.cuLaunchKernelEx,
@@ -88,7 +91,7 @@ class CudaExecutable:
             "    stream = _cu_current_stream()",
             "elif type(stream) is not int:",
             "    stream = _cu_stream_handle(stream)",
-            f"smem = _cu_more_smem(smem + {dyn}) if smem else {dyn}",
+            f"smem = _cu_launch_smem(smem) if smem else {dyn}",
             "if cluster is None:",
             f"    _cu_err = _cu_launch(_cu_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
             "stream or None, _cu_params, 0)[0]",
@@ -99,6 +102,14 @@ class CudaExecutable:
             f"    _cu_failed(_cu_err, (gx, gy, gz), {block}, smem, stream, _cu_params, cluster)",
             "_cu_free.append(_cu_slot)"]
         return lines, env
+
+    def _launch_smem(self, smem):
+        """The dynamic shared memory of a launch asking `smem` more bytes,
+        checked (an int >= 0, within the target's limit beside the kernel's
+        own) and allowed."""
+        check_smem(smem)
+        check_launch_smem(self.kernel.name, self.shared, smem, self.arch)
+        return self._more_smem(smem + self.kernel.dynamic_smem)
 
     def _more_smem(self, total):
         """`total` bytes of dynamic shared memory, allowed first if above 48 KB."""
@@ -112,6 +123,13 @@ class CudaExecutable:
         context (CUDA_ERROR_INVALID_CONTEXT), else the CudaError."""
         from . import driver
         driver.relaunch(self.function, grid, block, smem, stream, params, err, cluster)
+
+
+def _stream_handle(stream):
+    """A launch's `stream=` (not None, not an int) as its handle, or a LaunchError."""
+    from . import driver
+    check_stream(stream)
+    return driver.stream_handle(stream)
 
 
 class _KernelInfo:
@@ -202,7 +220,7 @@ class CudaBackend:
         module = nvrtc.compile_cuda(source, [kernel.name], arch)
         function = driver.load_module(module.cubin).get_function(kernel.name)
         types = [p.type for p in kernel.params]
-        exe = CudaExecutable(kernel, source, function, types)
+        exe = CudaExecutable(kernel, source, function, types, arch, ir.shared_bytes(kernel))
         exe.cubin = module.cubin
         return exe
 
@@ -219,10 +237,12 @@ class CudaBackend:
             meta = json.loads(head)
             function = driver.load_module(cubin).get_function(meta["name"])
             info = _KernelInfo(meta["name"], meta["dynamic_smem"])
-            return CudaExecutable(info, None, function, [_type(t) for t in meta["params"]])
+            return CudaExecutable(info, None, function, [_type(t) for t in meta["params"]],
+                                  arch, meta.get("shared", meta["dynamic_smem"]))
         kernel = trace()
         exe = self.compile(kernel, block, arch)
         meta = {"name": kernel.name, "dynamic_smem": kernel.dynamic_smem,
+                "shared": ir.shared_bytes(kernel),
                 "params": [_type_name(p.type) for p in kernel.params]}
         cache.put(key, json.dumps(meta).encode() + b"\0" + exe.cubin)
         return exe
@@ -232,48 +252,3 @@ class CudaBackend:
         from . import nvrtc
         check_architecture(kernel, arch)
         return nvrtc.compile_cuda(self.source(kernel, block), [kernel.name], arch)
-
-
-# Shared memory a block may use, by architecture (bytes; the opt-in maximum).
-SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
-              "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
-              "sm_90a": 227 * 1024, "sm_100a": 227 * 1024}
-
-
-def check_shared_memory(kernel, arch):
-    """A clear error, naming the shared arrays' lines, when a kernel needs
-    more shared memory than the architecture gives a block."""
-    limit = SMEM_LIMIT.get(arch)
-    total = ir.shared_bytes(kernel)
-    if limit is None or total <= limit:
-        return
-    lines = []
-    for a in kernel.arrays:
-        if a.space == "shared":
-            loc = kernel.array_locs.get(a.id)
-            where = f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}" if loc else "?"
-            lines.append(f"  {a.size * a.elem.bits // 8} bytes at {where}")
-    raise MoyeError(f"kernel '{kernel.name}' needs {total} bytes of shared memory, more than "
-                    f"the {limit} an {arch} block may use:\n" + "\n".join(lines))
-
-
-def check_architecture(kernel, arch):
-    """A clear error when a kernel uses instructions its target lacks (TMA,
-    mbarrier transactions, the async-proxy fences and the cluster
-    instructions need sm_90; wgmma and setmaxnreg sm_90a)."""
-    digits = "".join(c for c in arch if c.isdigit())
-    if not digits or int(digits) >= 90:
-        if digits and int(digits) == 90 and not arch.endswith("a"):
-            for s in ir.instructions(kernel.body):
-                if s.op in ir.SM90A_OPS:
-                    raise MoyeError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, which "
-                                    f"needs the arch-specific target sm_90a, not {arch}")
-        return
-    for s in ir.instructions(kernel.body):
-        if s.op in ir.SM90_OPS:
-            raise MoyeError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, a Hopper instruction, "
-                            f"but compiles for {arch}; it needs sm_90 or later (arch='sm_90a')")
-
-
-def _where(s):
-    return f" ({s.loc.file.rsplit('/', 1)[-1]}:{s.loc.line}: {s.loc.text})" if s.loc else ""
