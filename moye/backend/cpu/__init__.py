@@ -9,6 +9,7 @@ from ...kernel.limits import (CPU_ARCH, check_arch, check_architecture, check_la
                               check_shared_memory)
 from .errors import ArgumentName
 from .interpreter import KernelRuntimeError, _Ptr, run_kernel
+from .outputs import check_writable, written_params
 from .tma import TensorMap
 
 
@@ -30,11 +31,15 @@ class CpuExecutable:
     def __init__(self, kernel, arch=CPU_ARCH):
         self.kernel, self.arch = kernel, arch
         self.race_check = False
+        self.written = written_params(kernel)
 
     def launch(self, grid, block, values, binding, smem=0, stream=None, race_check=None,
                cluster=None):
         if smem:
             check_launch_smem(self.kernel.name, ir.shared_bytes(self.kernel), smem, self.arch)
+        for kind, name, info in binding.kinds:
+            if name in self.written:
+                check_writable(self.kernel.name, name, info.array.obj if kind == "tma" else info.obj)
         params = {}
         it = iter(self.kernel.params)
         for kind, name, info in binding.kinds:
