@@ -33,6 +33,7 @@ from .builtins import Constexpr, register_allocate
 from .hopper import TMADescriptor
 from .identity import function_key
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, make_entry, make_key_reader
+from .limits import check_block, check_grid, check_smem, check_stream
 from .memory import PointerEngine
 from .rewrite import rewrite_function
 from .tracer import Builder, KernelError, Sym, tracing_context
@@ -183,7 +184,7 @@ class KernelFunction:
             raise LaunchError(f"launch a kernel as {self.name}[grid, block](*args) or "
                               f"{self.name}[grid, block, cluster](*args); got "
                               f"{self.name}[{config!r}]")
-        grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
+        grid, block = _launch_dims(config[0], config[1])
         cluster = check_cluster(grid, config[2]) if len(config) == 3 else None
         try:
             hash(config)
@@ -290,6 +291,7 @@ class KernelFunction:
         backend = _backend_named(backend) or self.backend or default_backend()
         _check_arch(arch)
         block = _dim3(block, "block")
+        check_block(block)
         binding = bind_arguments(self.signature, self.constexpr_names, args)
         exe = self._executable(backend, binding, block, arch)
         return CompiledKernel(self, exe, binding, block)
@@ -297,7 +299,7 @@ class KernelFunction:
     def launch(self, grid, block, args, smem=0, stream=None, backend=None, cluster=None):
         """`self[grid, block](*args, smem=smem, stream=stream, backend=backend)`,
         or self[grid, block, cluster](...) with a cluster."""
-        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        grid, block = _launch_dims(grid, block)
         if cluster is not None:
             grid += check_cluster(grid, cluster)
         self._dispatch(None, grid, block, None, tuple(args), smem, stream, backend)
@@ -311,6 +313,8 @@ class KernelFunction:
         function `config` then maps to)."""
         while args and args[-1] is MISSING:       # from a launch function's defaults
             args = args[:-1]
+        check_smem(smem)
+        check_stream(stream)
         key = key_of = None
         if backend is None:
             for entry in self._recent.get(config, ()):
@@ -409,12 +413,12 @@ def check_cluster(grid, cluster):
     """The cluster shape as a 3-tuple, checked against the grid (x, y, z)."""
     cluster = _dim3(cluster, "cluster")
     if any(g % c for g, c in zip(grid, cluster)):
-        raise MoyeError(f"the grid {grid} is not divisible by the cluster {cluster}: each grid "
-                        "dimension must be a multiple of the cluster's")
+        raise LaunchError(f"the grid {grid} is not divisible by the cluster {cluster}: each grid "
+                          "dimension must be a multiple of the cluster's")
     n = cluster[0] * cluster[1] * cluster[2]
     if n > MAX_CLUSTER_BLOCKS:
-        raise MoyeError(f"the cluster {cluster} has {n} blocks; a cluster has at most "
-                        f"{MAX_CLUSTER_BLOCKS} (the portable size)")
+        raise LaunchError(f"the cluster {cluster} has {n} blocks; a cluster has at most "
+                          f"{MAX_CLUSTER_BLOCKS} (the portable size)")
     return cluster
 
 
@@ -456,10 +460,12 @@ class CompiledKernel:
             raise LaunchError(f"these arguments select another specialization of {name} than "
                               f"the compiled one{self._difference(binding)}; call "
                               f"{name}.compile with them (or launch {name}[grid, block](...))")
-        grid = _dim3(grid, "grid")
+        grid, block = _launch_dims(grid, self.block if block is None else block)
+        check_smem(smem)
+        check_stream(stream)
         more = {} if cluster is None else {"cluster": check_cluster(grid, cluster)}
-        self.exe.launch(grid, self.block if block is None else _dim3(block, "block"),
-                        runtime_values(binding), binding, smem=smem, stream=stream, **more)
+        self.exe.launch(grid, block, runtime_values(binding), binding, smem=smem, stream=stream,
+                        **more)
 
     def _difference(self, binding):
         """': argument 'x' is ..., compiled for ...' naming the first argument
@@ -484,6 +490,14 @@ class CompiledKernel:
     @property
     def source(self):
         return getattr(self.exe, "source", None)
+
+
+def _launch_dims(grid, block):
+    """A launch's grid and block as 3-tuples, within the driver's limits."""
+    grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+    check_grid(grid)
+    check_block(block)
+    return grid, block
 
 
 def _dim3(x, what):

@@ -43,7 +43,11 @@ def test_names_the_then_branch_assigns_are_restored_for_the_else_branch():
     K.roles[1, 32](out, 4)
     np.testing.assert_array_equal(out, np.where(np.arange(32) < 16, 16, 13))
     from moye.backend.cuda import nvrtc                 # the else-branch's C++ sees k too
-    assert nvrtc.compile_cuda(K.roles.cuda_source(out, 4, block=32), ["roles"], "sm_80").cubin
+    src = K.roles.cuda_source(out, 4, block=32)
+    then, orelse = src.split("} else {", 1)             # each branch starts k from 1
+    assert re.search(r"int k_\d+ = 1;", then) and re.search(r"int k_\d+ = 1;", orelse)
+    module = nvrtc.compile_cuda(src, ["roles"], "sm_80")
+    assert module.cubin[:4] == b"\x7fELF" and module.lowered_names["roles"].encode() in module.cubin
 
 
 def test_dynamic_while():

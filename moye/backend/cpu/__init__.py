@@ -4,8 +4,12 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...errors import MoyeError
+from ...kernel import ir
+from ...kernel.limits import (CPU_ARCH, check_arch, check_architecture, check_launch_smem,
+                              check_shared_memory)
 from .errors import ArgumentName
 from .interpreter import KernelRuntimeError, _Ptr, run_kernel
+from .outputs import check_writable, written_params
 from .tma import TensorMap
 
 
@@ -24,12 +28,18 @@ def _linear_view(arr, name):
 
 
 class CpuExecutable:
-    def __init__(self, kernel):
-        self.kernel = kernel
+    def __init__(self, kernel, arch=CPU_ARCH):
+        self.kernel, self.arch = kernel, arch
         self.race_check = False
+        self.written = written_params(kernel)
 
     def launch(self, grid, block, values, binding, smem=0, stream=None, race_check=None,
                cluster=None):
+        if smem:
+            check_launch_smem(self.kernel.name, ir.shared_bytes(self.kernel), smem, self.arch)
+        for kind, name, info in binding.kinds:
+            if name in self.written:
+                check_writable(self.kernel.name, name, info.array.obj if kind == "tma" else info.obj)
         params = {}
         it = iter(self.kernel.params)
         for kind, name, info in binding.kinds:
@@ -78,16 +88,29 @@ def values_of(binding, name):
 
 
 class CpuBackend:
+    """Runs kernels on the CPU as they would run on a GPU of architecture
+    `arch` (by default sm_90a, which has every instruction moye emits): a
+    kernel that needs more shared memory than `arch` gives a block, or an
+    instruction `arch` lacks, is refused as the CUDA backend refuses it.
+    `kern.compile(..., backend="cpu", arch="sm_80")` targets another one."""
     name = "cpu"
+
+    def __init__(self, arch=CPU_ARCH):
+        check_arch(arch)
+        self.arch = arch
 
     def available(self):
         return True
 
     def compile(self, kernel, block, arch=None):
-        return CpuExecutable(kernel)
+        arch = arch or self.arch
+        check_arch(arch)
+        check_shared_memory(kernel, arch)
+        check_architecture(kernel, arch)
+        return CpuExecutable(kernel, arch)
 
     def compile_specialization(self, spec, trace, block, arch=None):
-        return CpuExecutable(trace())
+        return self.compile(trace(), block, arch)
 
     def source(self, kernel, block):
         from ...kernel.ir import format_kernel

@@ -106,7 +106,7 @@ def _matrix_rows(b, s, base, idx, lanes, count, write):
     if b.race is not None:
         flat = giving.ravel()
         b.race.access(s, arr, flat, b.block_of_lane[flat], byte.ravel(), 16, buf.itemsize,
-                      write)
+                      write, prefetch=True)
     start = np.zeros(lanes.shape, np.int64)
     start[:, :8 * count] = byte // 2
     return buf.view(np.uint16), rows, start

@@ -37,7 +37,7 @@ class Context:
     """Lanes running one side of the kernel: `body` under `mask` (None for the
     root, which runs in the caller's thread)."""
     __slots__ = ("body", "mask", "thread", "sem", "ready", "what", "loc", "done", "joining",
-                 "at_sync", "released")
+                 "at_sync", "released", "sync_mask")
 
     def __init__(self, body=None, mask=None):
         self.body, self.mask = body, mask
@@ -50,6 +50,7 @@ class Context:
         self.joining = False        # blocked at the end of an `if`, for its other side
         self.at_sync = False        # blocked at sync_threads
         self.released = False
+        self.sync_mask = None       # at sync_threads: its lanes there
 
 
 def _always():
@@ -193,23 +194,46 @@ class Scheduler:
 
     # -- sync_threads -----------------------------------------------------------------------
     def sync_threads(self, s, mask):
-        """bar.sync 0 with every thread: with one live context, the lanes are
-        all there (lock-step); otherwise wait until every other live context
-        (not waiting for an `if`'s other side) is at a sync_threads too."""
+        """bar.sync 0 with every thread of the block. With one live context,
+        the lanes of `mask` must be every lane (lock-step). Otherwise wait
+        until every other context has started (a pending side of an `if`
+        runs until it reaches a barrier or ends) and every live one is at a
+        sync_threads or waiting for an `if`'s other side; then the lanes at
+        sync_threads must be every lane.
+
+        The rule, from PTX's bar.sync: a barrier over the whole block
+        completes when every thread of the block that has not exited has
+        arrived; moye kernels have no early exit (a `return` under a dynamic
+        condition is refused while tracing), so every thread must arrive,
+        and as often as the others. A thread that takes another path (the
+        side of an `if` without the barrier, fewer trips of a loop around
+        it) hangs or corrupts the block on the GPU (bar.sync is .aligned);
+        here it raises KernelRuntimeError naming the line and the threads
+        that arrived and those that did not."""
         race = self.block.race
         if not self.concurrent:
+            if not mask.all():
+                raise self._partial_sync(s, mask)
             if race is not None:
                 race.barrier()
             return
         me = self.current
-        me.at_sync, me.released = True, False
+        me.at_sync, me.released, me.sync_mask = True, False, mask
 
         def complete():
             if me.released:
                 return True
-            live = [c for c in self.contexts if c.thread is not None]
+            if any(c.thread is None for c in self.contexts):
+                return False                # a pending side: start it
+            live = self.contexts
             if not all(c.at_sync or c.joining for c in live):
                 return False
+            arrived = np.zeros(self.block.n, bool)
+            for c in live:
+                if c.at_sync:
+                    arrived |= c.sync_mask
+            if not arrived.all():
+                raise self._partial_sync(s, arrived)
             for c in live:
                 if c.at_sync:
                     c.at_sync, c.released = False, True
@@ -225,6 +249,19 @@ class Scheduler:
                             and not c.at_sync and not c.joining)
                 + " have not reached"))
         me.at_sync = me.released = False
+
+    def _partial_sync(self, s, arrived):
+        """The error of a sync_threads that the lanes not in `arrived` do not reach."""
+        b = self.block
+        first = int(np.nonzero(~arrived)[0][0])
+        mine = b.block_of_lane == b.block_of_lane[first]        # that lane's block only
+        came = int((arrived & mine).sum())
+        return KernelRuntimeError(
+            f"{where(s.loc)}\n  sync_threads is not reached by every thread of block "
+            f"{b._bid(first)}: {came} of its {b.threads} threads arrived"
+            + (f" ({self._lanes(arrived & mine)})" if came else "")
+            + f", {self._lanes(~arrived & mine)} did not (a barrier over the block must be "
+            "reached by all its threads, as many times each)")
 
     # -- messages -------------------------------------------------------------------------
     def _lanes(self, mask):

@@ -192,6 +192,18 @@ class _Block:
             self.run(s.body, active)
             iv = (iv + step).astype(t)
 
+    def _check_divisor(self, s, y, mask):
+        """Integer division or remainder by zero is undefined on the GPU: an
+        error here, for the active threads that divide."""
+        zero = mask & (y == 0)
+        if zero.any():
+            lane = int(np.nonzero(zero)[0][0])
+            more = int(zero.sum()) - 1
+            raise KernelRuntimeError(
+                f"{_where(s.loc)}\n  integer {'division' if s.op == 'div' else 'remainder'} by "
+                f"zero by thread {self._tid(lane)} of block {self._bid(lane)}"
+                + (f" (and {more} more threads)" if more else ""))
+
     def _masked_set(self, value, data, mask, t):
         old = self.env.get(id(value))
         data = np.asarray(data)
@@ -209,6 +221,8 @@ class _Block:
         t = _np(r.type) if r is not None and not isinstance(r.type, ir.PtrType) else None
         if op in _BIN:
             x, y = self.vec(a[0]), self.vec(a[1])
+            if op in ("div", "mod") and np.dtype(t).kind in "iu":
+                self._check_divisor(s, y, mask)
             with np.errstate(all="ignore"):
                 out = _BIN[op](x.astype(t) if t is not None and op not in _CMP else x,
                                y.astype(t) if t is not None and op not in _CMP else y)

@@ -26,6 +26,13 @@ store is reading until a tma_store_wait (writing them is an error). A TMA
 store reading bytes that a thread wrote with ordinary stores and did not
 then fence with fence_proxy_async is an error too: the async proxy may not
 see them.
+
+A read (a load, ldmatrix, a TMA store's) of shared memory that nothing
+wrote in this launch (a store, stmatrix, a cp.async or a TMA load that has
+landed) is an error: shared memory starts uninitialized on the GPU.
+ldmatrix is the exception: CuTe's mainloops (examples/gemm.py) prefetch
+registers one k-block ahead, past the last tile, into registers the MMA
+never uses.
 """
 import numpy as np
 
@@ -48,6 +55,7 @@ class _Shadow:
         self.async_lane, self.async_clock, self.async_loc = lanes(), zeros(), zeros()
         self.bulk_lane, self.bulk_loc = lanes(), zeros()       # a TMA store reading it
         self.dirty_lane, self.dirty_loc = lanes(), zeros()     # not fenced for the async proxy
+        self.written = np.zeros(shape, bool)    # by any write of this launch (kept at barriers)
 
 
 class RaceCheck:
@@ -138,12 +146,15 @@ class RaceCheck:
         return (np.repeat(lanes, nbytes), np.repeat(rows, nbytes),
                 (np.asarray(start)[:, None] + k).ravel())
 
-    def access(self, s, arr, lanes, rows, start, nbytes, itemsize, write):
+    def access(self, s, arr, lanes, rows, start, nbytes, itemsize, write, prefetch=False):
         """Check and record an access by `lanes` to bytes start..start+nbytes of
-        `arr` in block rows `rows`."""
+        `arr` in block rows `rows`; a `prefetch` read may read bytes not yet
+        written (see _not_uninitialized)."""
         lane, row, byte = self._bytes(lanes, rows, start, nbytes)
         sh = self._shadow(arr)
         self._not_pending(s, sh, lane, row, byte, itemsize, write)
+        if not write and not prefetch:
+            self._not_uninitialized(s, arr, sh, lane, row, byte, itemsize)
         self._conflicts(s, sh, lane, row, byte, itemsize, write)
         loc = self._loc(s.loc)
         clock = self._clock(lane)
@@ -152,6 +163,7 @@ class RaceCheck:
             sh.w_lane[row, byte], sh.w_clock[row, byte], sh.w_loc[row, byte] = lane, clock, loc
             sh.r_lane[row, byte] = -1
             sh.dirty_lane[row, byte], sh.dirty_loc[row, byte] = lane, loc
+            sh.written[row, byte] = True
         else:
             prev = sh.r_lane[row, byte]
             keep = (prev >= 0) & (prev != lane) & ~self._ordered(lane, prev,
@@ -172,6 +184,7 @@ class RaceCheck:
         lane, row, byte = self._bytes(lanes, rows, start, nbytes)
         sh = self._shadow(arr)
         sh.async_lane[row, byte] = -1
+        sh.written[row, byte] = True
         sh.w_lane[row, byte], sh.w_clock[row, byte] = lane, self._clock(lane)
         sh.w_loc[row, byte] = self._loc(loc)
         sh.r_lane[row, byte] = -1
@@ -205,6 +218,7 @@ class RaceCheck:
         sh.r_lane[row, byte] = -1
         sh.async_lane[row, byte] = -1
         sh.dirty_lane[row, byte] = -1
+        sh.written[row, byte] = True
 
     def bulk_read(self, s, arr, lane, row, byte, itemsize):
         """A TMA store by `lane` reads these bytes until a tma_store_wait retires it."""
@@ -212,6 +226,7 @@ class RaceCheck:
         lanes, rows = np.full(n, lane, np.int64), np.full(n, row, np.int64)
         sh = self._shadow(arr)
         self._not_pending(s, sh, lanes, rows, byte, itemsize, False)
+        self._not_uninitialized(s, arr, sh, lanes, rows, byte, itemsize)
         self._conflicts(s, sh, lanes, rows, byte, itemsize, False)
         hit = np.nonzero(sh.dirty_lane[row, byte] >= 0)[0]
         if hit.size:
@@ -247,6 +262,19 @@ class RaceCheck:
                 f"{b._tid(blane)} at {where(self.locs[sh.bulk_loc[row[i], byte[i]]])} may still "
                 "be reading: tma_store_wait first (and sync_threads when another thread "
                 "issued it)")
+
+    def _not_uninitialized(self, s, arr, sh, lane, row, byte, itemsize):
+        """A read of shared memory that nothing (a store, a cp.async, a TMA load,
+        stmatrix) wrote in this launch reads garbage on the GPU: an error."""
+        hit = np.nonzero(~sh.written[row, byte])[0]
+        if hit.size:
+            i = hit[0]
+            b = self.block
+            loc = b.kernel.array_locs.get(arr.id) if arr is not None else None
+            raise KernelRuntimeError(
+                f"{where(s.loc)}\n  thread {b._tid(lane[i])} of block {b._bid(lane[i])} reads "
+                f"element {byte[i] // itemsize} of the shared array at {where(loc)}, which no "
+                "thread wrote in this launch (shared memory starts uninitialized)")
 
     def _not_pending(self, s, sh, lane, row, byte, itemsize, write):
         hit = np.nonzero(sh.async_lane[row, byte] >= 0)[0]

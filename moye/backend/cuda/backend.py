@@ -4,15 +4,18 @@ import json
 
 from ...errors import MoyeError
 from ...kernel import ir
+from ...kernel.limits import (SMEM_LIMIT, check_architecture,  # noqa: F401
+                              check_launch_smem, check_shared_memory, check_smem, check_stream)
 from .codegen import generate
 
 
 class CudaExecutable:
     """A compiled kernel on the current device."""
 
-    def __init__(self, kernel, source, function, param_types):
+    def __init__(self, kernel, source, function, param_types, arch=None, shared=0):
         self.kernel, self.source, self.function = kernel, source, function
         self.param_types = param_types
+        self.arch, self.shared = arch, shared     # the target; bytes of its shared arrays
         self.smem_limit_set = 0
 
     def max_active_clusters(self, block, cluster, smem=0):
@@ -24,7 +27,7 @@ class CudaExecutable:
         from . import driver
         if stream is None:
             stream = current_stream_getter()()
-        smem = self._more_smem(smem + self.kernel.dynamic_smem)
+        smem = self._launch_smem(smem) if smem else self._more_smem(self.kernel.dynamic_smem)
         args = [(_ctype(t), v if kind != "tma" else driver.tensor_map_bytes(v))
                 for t, (kind, v) in zip(self.param_types, values)]
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream,
@@ -72,7 +75,7 @@ class CudaExecutable:
         env = {"_cu_pack": first.pack_into, "_cu_free": [first.slot()],
                "_cu_new_slot": lambda: driver.ParamPack(kinds).slot(),
                "_cu_current_stream": current_stream_getter(),
-               "_cu_stream_handle": driver.stream_handle, "_cu_more_smem": self._more_smem,
+               "_cu_stream_handle": _stream_handle, "_cu_launch_smem": self._launch_smem,
                "_cu_launch": cu.cuLaunchKernel, "_cu_OK": cu.CUresult.CUDA_SUCCESS,
                "_cu_function": self.function.handle, "_cu_failed": self._launch_failed,
                "_cu_tensor_map": driver.tensor_map_bytes, "_cu_launch_ex": cu.cuLaunchKernelEx,
@@ -89,7 +92,7 @@ class CudaExecutable:
             "    stream = _cu_current_stream()",
             "elif type(stream) is not int:",
             "    stream = _cu_stream_handle(stream)",
-            f"smem = _cu_more_smem(smem + {dyn}) if smem else {dyn}",
+            f"smem = _cu_launch_smem(smem) if smem else {dyn}",
             "if cluster is None:",
             f"    _cu_err = _cu_launch(_cu_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
             "stream or None, _cu_params, 0)[0]",
@@ -100,6 +103,14 @@ class CudaExecutable:
             f"    _cu_failed(_cu_err, (gx, gy, gz), {block}, smem, stream, _cu_params, cluster)",
             "_cu_free.append(_cu_slot)"]
         return lines, env
+
+    def _launch_smem(self, smem):
+        """The dynamic shared memory of a launch asking `smem` more bytes,
+        checked (an int >= 0, within the target's limit beside the kernel's
+        own) and allowed."""
+        check_smem(smem)
+        check_launch_smem(self.kernel.name, self.shared, smem, self.arch)
+        return self._more_smem(smem + self.kernel.dynamic_smem)
 
     def _more_smem(self, total):
         """`total` bytes of dynamic shared memory, allowed first if above 48 KB."""
@@ -117,16 +128,18 @@ class CudaExecutable:
 
 class Specialization:
     """A compiled specialization: the kernel's name, dynamic shared memory,
-    parameter types, cubin and CUDA source; `kernel` is its IR where it was
+    bytes of its shared arrays, parameter types, cubin and CUDA source;
+    `kernel` is its IR where it was
     traced in this process, None where it came from the disk cache. Stored
     as a JSON header, a zero byte, the cubin, then the source."""
 
-    def __init__(self, name, dynamic_smem, param_types, cubin, source, kernel=None):
-        self.name, self.dynamic_smem, self.param_types = name, dynamic_smem, param_types
+    def __init__(self, name, dynamic_smem, shared, param_types, cubin, source, kernel=None):
+        self.name, self.dynamic_smem, self.shared = name, dynamic_smem, shared
+        self.param_types = param_types
         self.cubin, self.source, self.kernel = cubin, source, kernel
 
     def encode(self):
-        head = {"name": self.name, "dynamic_smem": self.dynamic_smem,
+        head = {"name": self.name, "dynamic_smem": self.dynamic_smem, "shared": self.shared,
                 "params": [_type_name(t) for t in self.param_types], "cubin": len(self.cubin)}
         return json.dumps(head).encode() + b"\0" + self.cubin + self.source.encode()
 
@@ -140,8 +153,10 @@ class Specialization:
             head, body = blob.split(b"\0", 1)
             meta = json.loads(head)
             name, smem, n = meta["name"], meta["dynamic_smem"], meta["cubin"]
+            shared = meta["shared"]
             if not (isinstance(name, str) and name.isidentifier() and type(smem) is int and
-                    smem >= 0 and type(n) is int and 4 <= n <= len(body)):
+                    smem >= 0 and type(shared) is int and shared >= 0 and type(n) is int and
+                    4 <= n <= len(body)):
                 return None
             cubin, source = body[:n], body[n:].decode()
             if cubin[:4] != b"\x7fELF":
@@ -149,7 +164,14 @@ class Specialization:
             params = [_type(t) for t in meta["params"]]
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, MoyeError):
             return None
-        return cls(name, smem, params, cubin, source)
+        return cls(name, smem, shared, params, cubin, source)
+
+
+def _stream_handle(stream):
+    """A launch's `stream=` (not None, not an int) as its handle, or a LaunchError."""
+    from . import driver
+    check_stream(stream)
+    return driver.stream_handle(stream)
 
 
 class _KernelInfo:
@@ -240,7 +262,7 @@ class CudaBackend:
         module = nvrtc.compile_cuda(source, [kernel.name], arch)
         function = driver.load_module(module.cubin).get_function(kernel.name)
         types = [p.type for p in kernel.params]
-        exe = CudaExecutable(kernel, source, function, types)
+        exe = CudaExecutable(kernel, source, function, types, arch, ir.shared_bytes(kernel))
         exe.cubin = module.cubin
         return exe
 
@@ -261,7 +283,7 @@ class CudaBackend:
             built = self.build_specialization(spec, trace, block, arch, fresh=True)
             function = driver.load_module(built.cubin).get_function(built.name)
         kernel = built.kernel or _KernelInfo(built.name, built.dynamic_smem)
-        exe = CudaExecutable(kernel, built.source, function, built.param_types)
+        exe = CudaExecutable(kernel, built.source, function, built.param_types, arch, built.shared)
         exe.cubin = built.cubin
         return exe
 
@@ -283,7 +305,7 @@ class CudaBackend:
         check_architecture(kernel, arch)
         source = self.source(kernel, block)
         module = nvrtc.compile_cuda(source, [kernel.name], arch)
-        built = Specialization(kernel.name, kernel.dynamic_smem,
+        built = Specialization(kernel.name, kernel.dynamic_smem, ir.shared_bytes(kernel),
                                [p.type for p in kernel.params], module.cubin, source, kernel)
         cache.put(key, built.encode())
         return built
@@ -293,48 +315,3 @@ class CudaBackend:
         from . import nvrtc
         check_architecture(kernel, arch)
         return nvrtc.compile_cuda(self.source(kernel, block), [kernel.name], arch)
-
-
-# Shared memory a block may use, by architecture (bytes; the opt-in maximum).
-SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
-              "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
-              "sm_90a": 227 * 1024, "sm_100a": 227 * 1024}
-
-
-def check_shared_memory(kernel, arch):
-    """A clear error, naming the shared arrays' lines, when a kernel needs
-    more shared memory than the architecture gives a block."""
-    limit = SMEM_LIMIT.get(arch)
-    total = ir.shared_bytes(kernel)
-    if limit is None or total <= limit:
-        return
-    lines = []
-    for a in kernel.arrays:
-        if a.space == "shared":
-            loc = kernel.array_locs.get(a.id)
-            where = f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}" if loc else "?"
-            lines.append(f"  {a.size * a.elem.bits // 8} bytes at {where}")
-    raise MoyeError(f"kernel '{kernel.name}' needs {total} bytes of shared memory, more than "
-                    f"the {limit} an {arch} block may use:\n" + "\n".join(lines))
-
-
-def check_architecture(kernel, arch):
-    """A clear error when a kernel uses instructions its target lacks (TMA,
-    mbarrier transactions, the async-proxy fences and the cluster
-    instructions need sm_90; wgmma and setmaxnreg sm_90a)."""
-    digits = "".join(c for c in arch if c.isdigit())
-    if not digits or int(digits) >= 90:
-        if digits and int(digits) == 90 and not arch.endswith("a"):
-            for s in ir.instructions(kernel.body):
-                if s.op in ir.SM90A_OPS:
-                    raise MoyeError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, which "
-                                    f"needs the arch-specific target sm_90a, not {arch}")
-        return
-    for s in ir.instructions(kernel.body):
-        if s.op in ir.SM90_OPS:
-            raise MoyeError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, a Hopper instruction, "
-                            f"but compiles for {arch}; it needs sm_90 or later (arch='sm_90a')")
-
-
-def _where(s):
-    return f" ({s.loc.file.rsplit('/', 1)[-1]}:{s.loc.line}: {s.loc.text})" if s.loc else ""

@@ -1,0 +1,142 @@
+"""What a launch may ask of the GPU, in one place for the frontend and both
+backends: the grid and block limits the CUDA driver checks, the shared
+memory a block may use per architecture, the instructions each
+architecture has, and the types `smem=` and `stream=` take.
+
+The CPU backend targets an architecture too (by default `CPU_ARCH`, which
+has every instruction moye emits) and applies the same limits, so a kernel
+the GPU would refuse fails on the CPU first.
+
+    >>> check_block((32, 32, 2))
+    Traceback (most recent call last):
+    ...
+    moye.errors.LaunchError: block (32, 32, 2) has 2048 threads; a block has at most 1024
+"""
+import numbers
+
+from ..errors import KernelError, LaunchError
+from . import ir
+
+MAX_BLOCK_THREADS = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2 ** 31 - 1, 65535, 65535)
+
+# Shared memory a block may use, by architecture (bytes; the opt-in maximum).
+SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
+              "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
+              "sm_90a": 227 * 1024, "sm_100a": 227 * 1024}
+CPU_ARCH = "sm_90a"         # the CPU backend's default target: every instruction moye emits
+
+_XYZ = "xyz"
+
+
+def check_block(block):
+    """Refuse a block (x, y, z) the driver would: more than 1024 threads, or
+    a dimension beyond (1024, 1024, 64)."""
+    for n, most, axis in zip(block, MAX_BLOCK, _XYZ):
+        if n > most:
+            raise LaunchError(f"block {block} has {n} threads along {axis}; a block has at "
+                              f"most {MAX_BLOCK} per dimension")
+    n = block[0] * block[1] * block[2]
+    if n > MAX_BLOCK_THREADS:
+        raise LaunchError(f"block {block} has {n} threads; a block has at most "
+                          f"{MAX_BLOCK_THREADS}")
+
+
+def check_grid(grid):
+    """Refuse a grid (x, y, z) beyond (2**31 - 1, 65535, 65535) blocks.
+
+        >>> check_grid((1, 70000, 1))
+        Traceback (most recent call last):
+        ...
+        moye.errors.LaunchError: grid (1, 70000, 1) has 70000 blocks along y; a grid has at most (2147483647, 65535, 65535)
+    """
+    for n, most, axis in zip(grid, MAX_GRID, _XYZ):
+        if n > most:
+            raise LaunchError(f"grid {grid} has {n} blocks along {axis}; a grid has at most "
+                              f"{MAX_GRID}")
+
+
+def check_smem(smem):
+    """Refuse a `smem=` (bytes of dynamic shared memory) that is not an int >= 0."""
+    if isinstance(smem, bool) or not isinstance(smem, numbers.Integral):
+        raise LaunchError(f"smem must be an int (bytes of dynamic shared memory), got "
+                          f"{type(smem).__name__} {smem!r}")
+    if smem < 0:
+        raise LaunchError(f"smem must be >= 0 (bytes of dynamic shared memory), got {smem}")
+
+
+def check_stream(stream):
+    """Refuse a `stream=` that is none of: None, an int handle, a torch or
+    CuPy stream (`cuda_stream`, `ptr`), an object with `__cuda_stream__`, a
+    cuda.bindings CUstream (`getPtr`)."""
+    if stream is None or type(stream) is int:
+        return
+    if isinstance(stream, numbers.Integral) and not isinstance(stream, bool):
+        return
+    if any(hasattr(stream, a) for a in ("__cuda_stream__", "cuda_stream", "ptr", "getPtr")):
+        return
+    raise LaunchError(f"stream must be None, an int handle, a torch/CuPy stream or a CUstream, "
+                      f"got {type(stream).__name__} {stream!r}")
+
+
+def check_arch(arch):
+    """Refuse an architecture moye has no limits for."""
+    if arch not in SMEM_LIMIT:
+        raise LaunchError(f"arch {arch!r} is not one moye knows; it knows "
+                          f"{', '.join(SMEM_LIMIT)}")
+
+
+def check_shared_memory(kernel, arch, smem=0):
+    """Refuse a kernel whose shared arrays plus `smem` more bytes of dynamic
+    shared memory exceed what `arch` gives a block; the message names the
+    shared arrays' lines."""
+    limit = SMEM_LIMIT.get(arch)
+    static = ir.shared_bytes(kernel)
+    total = static + smem
+    if limit is None or total <= limit:
+        return
+    lines = []
+    for a in kernel.arrays:
+        if a.space == "shared":
+            loc = kernel.array_locs.get(a.id)
+            where = f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}" if loc else "?"
+            lines.append(f"  {a.size * a.elem.bits // 8} bytes at {where}")
+    more = f" ({static} in its shared arrays + smem={smem})" if smem else ""
+    raise LaunchError(f"kernel '{kernel.name}' needs {total} bytes of shared memory{more}, more "
+                      f"than the {limit} an {arch} block may use" +
+                      ("".join("\n" + s for s in lines)))
+
+
+def check_launch_smem(name, static, smem, arch):
+    """Refuse `smem` more bytes beside a kernel's `static` ones where they
+    exceed what `arch` gives a block (a launch's check; the kernel IR may
+    not be at hand)."""
+    limit = SMEM_LIMIT.get(arch)
+    if limit is not None and static + smem > limit:
+        raise LaunchError(f"kernel '{name}' needs {static + smem} bytes of shared memory "
+                          f"({static} in its shared arrays + smem={smem}), more than the "
+                          f"{limit} an {arch} block may use")
+
+
+def check_architecture(kernel, arch):
+    """Refuse a kernel that uses instructions its target lacks (TMA,
+    mbarrier transactions, the async-proxy fences and the cluster
+    instructions need sm_90; wgmma and setmaxnreg sm_90a)."""
+    digits = "".join(c for c in arch if c.isdigit())
+    if not digits or int(digits) >= 90:
+        if digits and int(digits) == 90 and not arch.endswith("a"):
+            for s in ir.instructions(kernel.body):
+                if s.op in ir.SM90A_OPS:
+                    raise KernelError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, which "
+                                      f"needs the arch-specific target sm_90a, not {arch}")
+        return
+    for s in ir.instructions(kernel.body):
+        if s.op in ir.SM90_OPS:
+            raise KernelError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, a Hopper "
+                              f"instruction, but compiles for {arch}; it needs sm_90 or later "
+                              f"(arch='sm_90a')")
+
+
+def _where(s):
+    return f" ({s.loc.file.rsplit('/', 1)[-1]}:{s.loc.line}: {s.loc.text})" if s.loc else ""
