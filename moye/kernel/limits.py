@@ -100,8 +100,7 @@ def check_shared_memory(kernel, arch, smem=0):
     for a in kernel.arrays:
         if a.space == "shared":
             loc = kernel.array_locs.get(a.id)
-            where = f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}" if loc else "?"
-            lines.append(f"  {a.size * a.elem.bits // 8} bytes at {where}")
+            lines.append(f"  {a.size * a.elem.bits // 8} bytes at {ir.where(loc) if loc else '?'}")
     more = f" ({static} in its shared arrays + smem={smem})" if smem else ""
     raise LaunchError(f"kernel '{kernel.name}' needs {total} bytes of shared memory{more}, more "
                       f"than the {limit} an {arch} block may use" +
@@ -139,4 +138,4 @@ def check_architecture(kernel, arch):
 
 
 def _where(s):
-    return f" ({s.loc.file.rsplit('/', 1)[-1]}:{s.loc.line}: {s.loc.text})" if s.loc else ""
+    return f" ({ir.where(s.loc)})" if s.loc else ""
