@@ -87,24 +87,19 @@ def check_arch(arch):
                           f"{', '.join(SMEM_LIMIT)}")
 
 
-def check_shared_memory(kernel, arch, smem=0):
-    """Refuse a kernel whose shared arrays plus `smem` more bytes of dynamic
-    shared memory exceed what `arch` gives a block; the message names the
-    shared arrays' lines."""
-    limit = SMEM_LIMIT.get(arch)
-    static = ir.shared_bytes(kernel)
-    total = static + smem
-    if limit is None or total <= limit:
-        return
-    lines = []
-    for a in kernel.arrays:
-        if a.space == "shared":
-            loc = kernel.array_locs.get(a.id)
-            lines.append(f"  {a.size * a.elem.bits // 8} bytes at {ir.where(loc) if loc else '?'}")
-    more = f" ({static} in its shared arrays + smem={smem})" if smem else ""
-    raise LaunchError(f"kernel '{kernel.name}' needs {total} bytes of shared memory{more}, more "
-                      f"than the {limit} an {arch} block may use" +
-                      ("".join("\n" + s for s in lines)))
+def check_shared_memory(kernel, arch):
+    """Refuse a kernel whose shared arrays exceed what `arch` gives a block;
+    the message names the shared arrays' lines."""
+    try:
+        check_launch_smem(kernel.name, ir.shared_bytes(kernel), 0, arch)
+    except LaunchError as e:
+        lines = []
+        for a in kernel.arrays:
+            if a.space == "shared":
+                loc = kernel.array_locs.get(a.id)
+                lines.append(f"  {a.size * a.elem.bits // 8} bytes at "
+                             f"{ir.where(loc) if loc else '?'}")
+        raise LaunchError(str(e) + "".join("\n" + s for s in lines)) from None
 
 
 def check_launch_smem(name, static, smem, arch):
@@ -113,9 +108,9 @@ def check_launch_smem(name, static, smem, arch):
     not be at hand)."""
     limit = SMEM_LIMIT.get(arch)
     if limit is not None and static + smem > limit:
-        raise LaunchError(f"kernel '{name}' needs {static + smem} bytes of shared memory "
-                          f"({static} in its shared arrays + smem={smem}), more than the "
-                          f"{limit} an {arch} block may use")
+        more = f" ({static} in its shared arrays + smem={smem})" if smem else ""
+        raise LaunchError(f"kernel '{name}' needs {static + smem} bytes of shared memory{more}, "
+                          f"more than the {limit} an {arch} block may use")
 
 
 def check_architecture(kernel, arch):
