@@ -13,8 +13,11 @@ the GPU would refuse fails on the CPU first.
     moye.errors.LaunchError: block (32, 32, 2) has 2048 threads; a block has at most 1024
 """
 import numbers
+import re
 
-from ..errors import KernelError, LaunchError
+import numpy as np
+
+from ..errors import KernelError, LaunchError, MoyeTypeError
 from . import ir
 
 MAX_BLOCK_THREADS = 1024
@@ -26,6 +29,8 @@ SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
               "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
               "sm_90a": 227 * 1024, "sm_100a": 227 * 1024}
 CPU_ARCH = "sm_90a"         # the CPU backend's default target: every instruction moye emits
+
+ARCH_NAME = re.compile(r"^sm_(\d+)([af]?)$")     # an NVRTC target: sm_80, sm_90a, sm_100f
 
 _XYZ = "xyz"
 
@@ -78,6 +83,16 @@ def check_stream(stream):
         return
     raise LaunchError(f"stream must be None, an int handle, a torch/CuPy stream or a CUstream, "
                       f"got {type(stream).__name__} {stream!r}")
+
+
+def check_arch_name(arch):
+    """Refuse an `arch` that is not an NVRTC target name (None: the device's)."""
+    if arch is None or isinstance(arch, str) and ARCH_NAME.match(arch):
+        return
+    if isinstance(arch, (int, np.integer)) and not isinstance(arch, bool):
+        raise MoyeTypeError(f"arch must be a string such as 'sm_80' or 'sm_90a', got the int "
+                            f"{arch} (did you mean 'sm_{arch}'?)")
+    raise LaunchError(f"arch must be a string such as 'sm_80' or 'sm_90a', got {arch!r}")
 
 
 def check_arch(arch):
