@@ -255,14 +255,8 @@ def _whole(a):
 
 
 def _least_offset(layout):
-    """The (static) least offset of a Layout: 0 unless a stride is negative."""
-    if type(layout) is not Layout:
-        return 0
-    lo = 0
-    for n, d in zip(T.flatten_to_tuple(layout.shape), T.flatten_to_tuple(layout.stride)):
-        if type(d) is int and d < 0 and type(n) is int:
-            lo += (n - 1) * d
-    return lo
+    """The least offset of a Layout (image_bounds'): 0 unless a stride is negative."""
+    return image_bounds(layout)[0] if type(layout) is Layout else 0
 
 
 def _linear_buffer(array):

@@ -232,6 +232,14 @@ STATIC_TYPES = ("Layout", "ComposedLayout", "Swizzle", "TiledCopy", "TiledMMA", 
 BY_VALUE = (int, bool, str, type(None))     # types whose == is exact
 
 
+def keyed_as_is(v):
+    """Whether static value `v` is its own key (with its type's name): its
+    == is exact, as for ints, bools, strings, None and moye's layouts,
+    atoms and tiled copies (by op, element type and layouts)."""
+    t = type(v)
+    return t in BY_VALUE or t.__name__ in STATIC_TYPES and t.__module__.startswith("moye.")
+
+
 def static_key(v, name="?"):
     """The exact, hashable specialization key of a static argument `v`:
     values that may trace differently never share one (1, 1.0 and True
@@ -243,19 +251,16 @@ def static_key(v, name="?"):
         >>> static_key(0.5), static_key((1, True))
         (('float', '0x1.0000000000000p-1'), ('tuple', ('int', 1), ('bool', True)))
     """
-    t = type(v)
-    if t in BY_VALUE:
-        return (t.__name__, v)
     try:
         return _static_key(v, name)
     except RecursionError:
-        raise MoyeError(f"argument '{name}': a {t.__name__} nested too deeply to be keyed as a "
-                        "static value") from None
+        raise MoyeError(f"argument '{name}': a {type(v).__name__} nested too deeply to be keyed "
+                        "as a static value") from None
 
 
 def _static_key(v, name):
     t = type(v)
-    if t in BY_VALUE:
+    if keyed_as_is(v):
         return (t.__name__, v)
     if t is float:
         return ("float", v.hex())
@@ -263,8 +268,6 @@ def _static_key(v, name):
         return _static_key(v.value, name)
     if t is tuple or t is list:
         return (t.__name__,) + tuple(_static_key(e, name) for e in v)
-    if t.__name__ in STATIC_TYPES and t.__module__.startswith("moye."):
-        return (t.__name__, v)
     return (f"{t.__module__}.{t.__qualname__}", content_key(v, f"argument '{name}'"))
 
 

@@ -41,7 +41,7 @@ stride-1 mode): that kernel is still right, as the mode it takes for stride
 """
 import numpy as np
 
-from .arguments import (BY_VALUE, INDEX_LIMIT, STATIC_TYPES, as_array_arg, is_static,
+from .arguments import (INDEX_LIMIT, as_array_arg, is_static, keyed_as_is,
                         keyword_arguments_error, needs_64bit_indices, static_key)
 
 ENTRIES_LIMIT = 1024          # specializations kept per kernel and block for the fast path
@@ -80,13 +80,6 @@ def arg_kind(a, annotated):
     return None
 
 
-def _by_value(a):
-    """Whether a static argument can be compared as it is, its == being
-    exact (else by static_key: a float's == takes -0.0 for 0.0)."""
-    t = type(a)
-    return t in BY_VALUE or t.__name__ in STATIC_TYPES and t.__module__.startswith("moye.")
-
-
 class _Arg:
     """How to read argument `i` of a kind: `steps`, in order, are ("read",
     line), ("none", variable) (as_array_arg found no array) and ("part",
@@ -100,7 +93,7 @@ class _Arg:
         self.i, self.kind, self.name = i, kind, name
         self.steps, self.values, self.width = [], [], None
         if kind == "static":
-            self._part(*((x, "value") if _by_value(a) else (f"static_key({x}, {name!r})", "!=")))
+            self._part(*((x, "value") if keyed_as_is(a) else (f"static_key({x}, {name!r})", "!=")))
             return
         if kind == "tma":
             self._part(f"{x}.spec", "!=")

@@ -16,7 +16,6 @@ specialization has been launched it is one written for that specialization
 """
 import functools
 import inspect
-import re
 import traceback
 
 import numpy as np
@@ -33,7 +32,7 @@ from .builtins import Constexpr, register_allocate
 from .hopper import TMADescriptor
 from .identity import function_key
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, make_entry, make_key_reader
-from .limits import check_block, check_grid, check_smem, check_stream
+from .limits import check_arch_name, check_block, check_grid, check_smem, check_stream
 from .memory import PointerEngine
 from .rewrite import rewrite_function
 from .tracer import Builder, KernelError, Sym, tracing_context
@@ -289,7 +288,7 @@ class KernelFunction:
         `arch` is an NVRTC target such as "sm_80" or "sm_90a" (by default
         the device's)."""
         backend = _backend_named(backend) or self.backend or default_backend()
-        _check_arch(arch)
+        check_arch_name(arch)
         block = _dim3(block, "block")
         check_block(block)
         binding = bind_arguments(self.signature, self.constexpr_names, args)
@@ -510,19 +509,6 @@ def _dim3(x, what):
         raise LaunchError(f"{what} must be a positive int or a tuple of 1-3 of them "
                           f"(x, y, z), got {x!r}")
     return tuple(int(n) for n in x) + (1,) * (3 - len(x))
-
-
-_ARCH = re.compile(r"^sm_\d+[af]?$")
-
-
-def _check_arch(arch):
-    """A clear error for an `arch` that is not an NVRTC target name."""
-    if arch is None or isinstance(arch, str) and _ARCH.match(arch):
-        return
-    if isinstance(arch, (int, np.integer)) and not isinstance(arch, bool):
-        raise MoyeTypeError(f"arch must be a string such as 'sm_80' or 'sm_90a', got the int "
-                            f"{arch} (did you mean 'sm_{arch}'?)")
-    raise LaunchError(f"arch must be a string such as 'sm_80' or 'sm_90a', got {arch!r}")
 
 
 NO_SOURCE = ("\n  (the kernel's source cannot be read: it was made by exec or typed at an "

@@ -96,6 +96,14 @@ class Loc:
     text: str = ""
 
 
+def where(loc):
+    """`file:line: text` of a statement's source location, as errors name a
+    kernel's line ("the kernel" where there is none)."""
+    if loc is None:
+        return "the kernel"
+    return f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}"
+
+
 @dataclass
 class Instr:
     """`result = op(args...)`; attrs hold static details (e.g. the vector width)."""

@@ -13,8 +13,11 @@ the GPU would refuse fails on the CPU first.
     moye.errors.LaunchError: block (32, 32, 2) has 2048 threads; a block has at most 1024
 """
 import numbers
+import re
 
-from ..errors import KernelError, LaunchError
+import numpy as np
+
+from ..errors import KernelError, LaunchError, MoyeTypeError
 from . import ir
 
 MAX_BLOCK_THREADS = 1024
@@ -26,6 +29,8 @@ SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
               "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
               "sm_90a": 227 * 1024, "sm_100a": 227 * 1024}
 CPU_ARCH = "sm_90a"         # the CPU backend's default target: every instruction moye emits
+
+ARCH_NAME = re.compile(r"^sm_(\d+)([af]?)$")     # an NVRTC target: sm_80, sm_90a, sm_100f
 
 _XYZ = "xyz"
 
@@ -80,6 +85,16 @@ def check_stream(stream):
                       f"got {type(stream).__name__} {stream!r}")
 
 
+def check_arch_name(arch):
+    """Refuse an `arch` that is not an NVRTC target name (None: the device's)."""
+    if arch is None or isinstance(arch, str) and ARCH_NAME.match(arch):
+        return
+    if isinstance(arch, (int, np.integer)) and not isinstance(arch, bool):
+        raise MoyeTypeError(f"arch must be a string such as 'sm_80' or 'sm_90a', got the int "
+                            f"{arch} (did you mean 'sm_{arch}'?)")
+    raise LaunchError(f"arch must be a string such as 'sm_80' or 'sm_90a', got {arch!r}")
+
+
 def check_arch(arch):
     """Refuse an architecture moye has no limits for."""
     if arch not in SMEM_LIMIT:
@@ -87,25 +102,19 @@ def check_arch(arch):
                           f"{', '.join(SMEM_LIMIT)}")
 
 
-def check_shared_memory(kernel, arch, smem=0):
-    """Refuse a kernel whose shared arrays plus `smem` more bytes of dynamic
-    shared memory exceed what `arch` gives a block; the message names the
-    shared arrays' lines."""
-    limit = SMEM_LIMIT.get(arch)
-    static = ir.shared_bytes(kernel)
-    total = static + smem
-    if limit is None or total <= limit:
-        return
-    lines = []
-    for a in kernel.arrays:
-        if a.space == "shared":
-            loc = kernel.array_locs.get(a.id)
-            where = f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}" if loc else "?"
-            lines.append(f"  {a.size * a.elem.bits // 8} bytes at {where}")
-    more = f" ({static} in its shared arrays + smem={smem})" if smem else ""
-    raise LaunchError(f"kernel '{kernel.name}' needs {total} bytes of shared memory{more}, more "
-                      f"than the {limit} an {arch} block may use" +
-                      ("".join("\n" + s for s in lines)))
+def check_shared_memory(kernel, arch):
+    """Refuse a kernel whose shared arrays exceed what `arch` gives a block;
+    the message names the shared arrays' lines."""
+    try:
+        check_launch_smem(kernel.name, ir.shared_bytes(kernel), 0, arch)
+    except LaunchError as e:
+        lines = []
+        for a in kernel.arrays:
+            if a.space == "shared":
+                loc = kernel.array_locs.get(a.id)
+                lines.append(f"  {a.size * a.elem.bits // 8} bytes at "
+                             f"{ir.where(loc) if loc else '?'}")
+        raise LaunchError(str(e) + "".join("\n" + s for s in lines)) from None
 
 
 def check_launch_smem(name, static, smem, arch):
@@ -114,9 +123,9 @@ def check_launch_smem(name, static, smem, arch):
     not be at hand)."""
     limit = SMEM_LIMIT.get(arch)
     if limit is not None and static + smem > limit:
-        raise LaunchError(f"kernel '{name}' needs {static + smem} bytes of shared memory "
-                          f"({static} in its shared arrays + smem={smem}), more than the "
-                          f"{limit} an {arch} block may use")
+        more = f" ({static} in its shared arrays + smem={smem})" if smem else ""
+        raise LaunchError(f"kernel '{name}' needs {static + smem} bytes of shared memory{more}, "
+                          f"more than the {limit} an {arch} block may use")
 
 
 def check_architecture(kernel, arch):
@@ -139,4 +148,4 @@ def check_architecture(kernel, arch):
 
 
 def _where(s):
-    return f" ({s.loc.file.rsplit('/', 1)[-1]}:{s.loc.line}: {s.loc.text})" if s.loc else ""
+    return f" ({ir.where(s.loc)})" if s.loc else ""

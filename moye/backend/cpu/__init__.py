@@ -30,13 +30,14 @@ def _linear_view(arr, name):
 class CpuExecutable:
     def __init__(self, kernel, arch=CPU_ARCH):
         self.kernel, self.arch = kernel, arch
+        self.shared = ir.shared_bytes(kernel)       # bytes of its shared arrays
         self.race_check = False
         self.written = written_params(kernel)
 
     def launch(self, grid, block, values, binding, smem=0, stream=None, race_check=None,
                cluster=None):
         if smem:
-            check_launch_smem(self.kernel.name, ir.shared_bytes(self.kernel), smem, self.arch)
+            check_launch_smem(self.kernel.name, self.shared, smem, self.arch)
         for kind, name, info in binding.kinds:
             if name in self.written:
                 check_writable(self.kernel.name, name, info.array.obj if kind == "tma" else info.obj)

@@ -1,13 +1,7 @@
 """The CPU backend's runtime error and how it names a kernel's source line
 and the array an access falls in."""
 from ...errors import KernelRuntimeError  # noqa: F401  (the backends' modules import it here)
-
-
-def where(loc):
-    """`file:line: text` of an IR statement's source location."""
-    if loc is None:
-        return "the kernel"
-    return f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.text}"
+from ...kernel.ir import where  # noqa: F401  (likewise)
 
 
 class ArgumentName:

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ...errors import CompileError, MoyeError
+from ...kernel.limits import ARCH_NAME
 from . import cache
 
 __all__ = ["CompiledModule", "CompileError", "compile_cuda", "include_dirs", "version",
@@ -212,11 +213,8 @@ def supported_archs():
     return _state["archs"]
 
 
-_ARCH = re.compile(r"^sm_(\d+)([af]?)$")
-
-
 def _check_arch(arch):
-    m = _ARCH.match(arch)
+    m = ARCH_NAME.match(arch)
     if m is None:
         raise MoyeError(f"compile_cuda: arch must look like 'sm_80' or 'sm_90a', got {arch!r}")
     if int(m.group(1)) not in supported_archs():
