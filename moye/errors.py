@@ -52,7 +52,8 @@ class MoyeTypeError(MoyeError, TypeError):
 
 class LaunchError(MoyeError, ValueError):
     """A kernel launch the driver would refuse (grid, block, shared memory,
-    stream), or one spelled wrong."""
+    stream), one spelled wrong, or one with an argument it cannot take (an
+    array on a device the backend cannot reach, a read-only output)."""
 
 
 class KernelError(MoyeError):

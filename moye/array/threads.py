@@ -11,6 +11,7 @@ the number of threads the layout spans (its cosize).
 from ..errors import BoundsError
 from ..layout import cosize
 from ..layout import inttuple as T
+from ..layout.scalar import is_int
 
 _dynamic_checks = []
 
@@ -30,7 +31,8 @@ def check_thread_index(what, thr_idx, thr_layout):
         ...     print(e)
         get_slice: thread 5 is not one of the threads 0..19 of the thread layout (4,2):(1,16)
     """
-    if type(thr_idx) is int:
+    if is_int(thr_idx):
+        thr_idx = int(thr_idx)
         shape, stride = thr_layout.shape, thr_layout.stride
         n = cosize(thr_layout)
         if type(n) is int and not (0 <= thr_idx < n and T.crd2idx(

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import types as T
 from ..errors import LaunchError, MoyeError, MoyeTypeError
+from ..layout.scalar import is_int
 from . import dlpack
 from .builtins import Constexpr
 from .identity import content_key
@@ -84,7 +85,7 @@ def as_array_arg(a, name="?"):
         elif a.device.type == "cpu":
             device = "cpu"
         else:
-            raise MoyeError(f"argument '{name}': a torch tensor on {a.device}; moye takes CUDA "
+            raise LaunchError(f"argument '{name}': a torch tensor on {a.device}; moye takes CUDA "
                             "and CPU tensors")
         return ArrayArg(a, a.data_ptr(), tuple(a.shape), tuple(a.stride()), dtype, device)
     cai = getattr(a, "__cuda_array_interface__", None)
@@ -144,7 +145,7 @@ def _from_cuda_array_interface(a, cai, name):
 
 def _check_extents(values, name, what, rank=None):
     """`values` must be ints (extents: not negative), `rank` of them if given."""
-    if not all(type(n) is int or isinstance(n, np.integer) for n in values):
+    if not all(is_int(n) for n in values):
         raise MoyeTypeError(f"argument '{name}': its __cuda_array_interface__ {what} "
                             f"{values} holds a value that is not an int")
     if rank is not None and len(values) != rank:
@@ -191,11 +192,11 @@ def _from_dlpack(a, name):
         try:
             host = np.from_dlpack(a)
         except (BufferError, TypeError, ValueError, RuntimeError) as e:
-            raise MoyeError(f"argument '{name}': NumPy cannot take this CPU DLPack array "
+            raise LaunchError(f"argument '{name}': NumPy cannot take this CPU DLPack array "
                             f"({type(a).__name__}): {e}") from None
         return as_array_arg(host, name)
     if device is not None and device[0] not in CUDA_DEVICES:
-        raise MoyeError(f"argument '{name}': a DLPack array on {dlpack.device_name(device[0])}; "
+        raise LaunchError(f"argument '{name}': a DLPack array on {dlpack.device_name(device[0])}; "
                         "moye takes arrays on kDLCUDA (or kDLCUDAManaged) and kDLCPU")
     try:
         view = dlpack.view(a)
@@ -205,7 +206,7 @@ def _from_dlpack(a, name):
         raise LaunchError(f"argument '{name}': its __dlpack__() failed "
                           f"({type(e).__name__}: {e})") from None
     if view.device_type not in CUDA_DEVICES:
-        raise MoyeError(f"argument '{name}': a DLPack array on "
+        raise LaunchError(f"argument '{name}': a DLPack array on "
                         f"{dlpack.device_name(view.device_type)}; moye takes arrays on kDLCUDA "
                         "(or kDLCUDAManaged), and kDLCPU ones with __dlpack_device__")
     if view.dtype is None:
@@ -254,8 +255,8 @@ def static_key(v, name="?"):
     try:
         return _static_key(v, name)
     except RecursionError:
-        raise MoyeError(f"argument '{name}': a {type(v).__name__} nested too deeply to be keyed "
-                        "as a static value") from None
+        raise MoyeTypeError(f"argument '{name}': a {type(v).__name__} nested too deeply to be "
+                            "keyed as a static value") from None
 
 
 def _static_key(v, name):

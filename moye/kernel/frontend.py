@@ -18,13 +18,12 @@ import functools
 import inspect
 import traceback
 
-import numpy as np
-
 from .. import types as T
 from ..array import MoYeArray
 from ..array.engine import allocator
 from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout import Layout
+from ..layout.scalar import is_int
 from . import ir
 from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F401
                         describe_argument, keyword_arguments_error, runtime_values, spec_text)
@@ -427,7 +426,7 @@ def _check_devices(binding, backend):
     for kind, name, info in binding.kinds:
         if kind in ("array", "tma") and info.device != want:
             where = "on the GPU" if info.device == "cuda" else "in host memory"
-            raise MoyeError(f"argument '{name}' is {where}, but this launch runs on the "
+            raise LaunchError(f"argument '{name}' is {where}, but this launch runs on the "
                             f"{backend} backend")
 
 
@@ -501,11 +500,10 @@ def _launch_dims(grid, block):
 
 def _dim3(x, what):
     """`x` (a positive int, or a tuple of 1-3) as an (x, y, z) tuple."""
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+    if is_int(x):
         x = (int(x),)
     if not isinstance(x, tuple) or not 1 <= len(x) <= 3 or \
-            not all(isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_))
-                    and n > 0 for n in x):
+            not all(is_int(n) and n > 0 for n in x):
         raise LaunchError(f"{what} must be a positive int or a tuple of 1-3 of them "
                           f"(x, y, z), got {x!r}")
     return tuple(int(n) for n in x) + (1,) * (3 - len(x))

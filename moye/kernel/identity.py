@@ -31,7 +31,7 @@ import types
 
 import numpy as np
 
-from ..errors import MoyeError
+from ..errors import MoyeTypeError
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _state = {}
@@ -48,7 +48,7 @@ def content_key(value, what="the value"):
     try:
         h.feed(value)
     except RecursionError:
-        raise MoyeError(f"{what}: a {type(value).__name__} nested too deeply to be keyed") \
+        raise MoyeTypeError(f"{what}: a {type(value).__name__} nested too deeply to be keyed") \
             from None
     return h.hexdigest()
 
@@ -329,7 +329,7 @@ class _Hasher:
             data = pickle.dumps(v, protocol=4)
         except Exception:
             if self.strict:
-                raise MoyeError(f"{self.what}: a {type(v).__qualname__} cannot be keyed: moye "
+                raise MoyeTypeError(f"{self.what}: a {type(v).__qualname__} cannot be keyed: moye "
                                 "keys a static value by its content (numbers, strings, tuples, "
                                 "lists, dicts, NumPy arrays, layouts, atoms, functions, objects "
                                 "that pickle), and this one has none it can read") from None

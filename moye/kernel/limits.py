@@ -12,12 +12,10 @@ the GPU would refuse fails on the CPU first.
     ...
     moye.errors.LaunchError: block (32, 32, 2) has 2048 threads; a block has at most 1024
 """
-import numbers
 import re
 
-import numpy as np
-
 from ..errors import KernelError, LaunchError, MoyeTypeError
+from ..layout.scalar import is_int
 from . import ir
 
 MAX_BLOCK_THREADS = 1024
@@ -51,10 +49,10 @@ def check_block(block):
 def check_grid(grid):
     """Refuse a grid (x, y, z) beyond (2**31 - 1, 65535, 65535) blocks.
 
-        >>> check_grid((1, 70000, 1))
+        >>> check_grid((1, 70000, 1))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        moye.errors.LaunchError: grid (1, 70000, 1) has 70000 blocks along y; a grid has at most (2147483647, 65535, 65535)
+        moye.errors.LaunchError: grid (1, 70000, 1) has 70000 blocks along y; a grid has ...
     """
     for n, most, axis in zip(grid, MAX_GRID, _XYZ):
         if n > most:
@@ -64,7 +62,7 @@ def check_grid(grid):
 
 def check_smem(smem):
     """Refuse a `smem=` (bytes of dynamic shared memory) that is not an int >= 0."""
-    if isinstance(smem, bool) or not isinstance(smem, numbers.Integral):
+    if not is_int(smem):
         raise LaunchError(f"smem must be an int (bytes of dynamic shared memory), got "
                           f"{type(smem).__name__} {smem!r}")
     if smem < 0:
@@ -75,9 +73,7 @@ def check_stream(stream):
     """Refuse a `stream=` that is none of: None, an int handle, a torch or
     CuPy stream (`cuda_stream`, `ptr`), an object with `__cuda_stream__`, a
     cuda.bindings CUstream (`getPtr`)."""
-    if stream is None or type(stream) is int:
-        return
-    if isinstance(stream, numbers.Integral) and not isinstance(stream, bool):
+    if stream is None or is_int(stream):
         return
     if any(hasattr(stream, a) for a in ("__cuda_stream__", "cuda_stream", "ptr", "getPtr")):
         return
@@ -89,7 +85,7 @@ def check_arch_name(arch):
     """Refuse an `arch` that is not an NVRTC target name (None: the device's)."""
     if arch is None or isinstance(arch, str) and ARCH_NAME.match(arch):
         return
-    if isinstance(arch, (int, np.integer)) and not isinstance(arch, bool):
+    if is_int(arch):
         raise MoyeTypeError(f"arch must be a string such as 'sm_80' or 'sm_90a', got the int "
                             f"{arch} (did you mean 'sm_{arch}'?)")
     raise LaunchError(f"arch must be a string such as 'sm_80' or 'sm_90a', got {arch!r}")
@@ -97,6 +93,7 @@ def check_arch_name(arch):
 
 def check_arch(arch):
     """Refuse an architecture moye has no limits for."""
+    check_arch_name(arch)
     if arch not in SMEM_LIMIT:
         raise LaunchError(f"arch {arch!r} is not one moye knows; it knows "
                           f"{', '.join(SMEM_LIMIT)}")

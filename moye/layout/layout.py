@@ -6,7 +6,6 @@
     >>> L(5), L(1, 2), L(1, (0, 1))
     (6, 6, 6)
 """
-import numbers
 
 from ..errors import BoundsError, LayoutError, MoyeTypeError
 from . import inttuple as T
@@ -230,7 +229,7 @@ def as_layout(x, what="layout"):
         return x
     if type(x) is int or type(x) is tuple or isinstance(x, list) or S.is_dynamic_scalar(x):
         return Layout(x)
-    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+    if S.is_int(x):
         return Layout(int(x))
     raise MoyeTypeError(f"{what}: expected a Layout, an int or a shape, got {x!r} "
                         f"of type {type(x).__name__}")

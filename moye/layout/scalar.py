@@ -17,6 +17,14 @@ import numbers
 from ..errors import DynamicValueError, LayoutError, MoyeTypeError
 
 
+def is_int(x):
+    """True for an integer value: a Python int or a NumPy integer, not a bool.
+        >>> is_int(3), is_int(np.int8(3)), is_int(True), is_int(3.0)
+        (True, True, False, False)
+    """
+    return type(x) is int or isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
 def is_static(x):
     """True for a static integer (a Python int)."""
     return type(x) is int or isinstance(x, int)
@@ -38,15 +46,11 @@ def as_scalar(x, what="value"):
     """
     if type(x) is int:
         return x
-    if isinstance(x, numbers.Integral) and not _is_bool(x):
+    if is_int(x):
         return int(x)
     if is_dynamic_scalar(x):
         return x
     raise not_an_int(x, what)
-
-
-def _is_bool(x):
-    return isinstance(x, bool) or type(x).__name__ == "bool_"
 
 
 def not_an_int(x, what):

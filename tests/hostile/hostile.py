@@ -36,7 +36,8 @@ def _alarm(signum, frame):
 
 
 def check(case):
-    """Run one case: the exact error class, ours, and its message."""
+    """Run one case: the exact error class (not a subclass of it), ours, and
+    its message."""
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(case.seconds)
     try:
@@ -46,6 +47,8 @@ def check(case):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert isinstance(info.value, MoyeError), f"{type(info.value).__name__} is not a MoyeError"
+    assert type(info.value) is case.error, \
+        f"raised {type(info.value).__name__}, not exactly {case.error.__name__}"
     assert re.search(case.match, str(info.value)), \
         f"message {str(info.value)!r} does not match {case.match!r}"
 

@@ -132,3 +132,11 @@ def test_elements_of_an_overhanging_view_inside_the_buffer_stay_usable():
     assert (t[0], t[1]) == (8.0, 9.0)
     t[1] = -1.0
     assert buf[9] == -1.0
+
+
+def test_a_numpy_integer_thread_index_is_checked_like_an_int():
+    a = MoYeArray(np.arange(16.0), Layout(16))
+    with pytest.raises(BoundsError, match="thread 7 is not one of the threads 0..3"):
+        parallelize(a, Layout(4), np.int64(7))
+    np.testing.assert_array_equal(parallelize(a, Layout(4), np.int32(3)).numpy(),
+                                  np.arange(3.0, 16.0, 4))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import moye
-from moye import MoyeError
+from moye import LaunchError, MoyeTypeError
 from moye.kernel.arguments import bind_arguments
 
 from .hostile import Hostile, check, ids
@@ -103,44 +103,44 @@ def _build_for_unknown_arch():
 
 LOCK = r"argument 'c': a lock cannot be keyed"
 CASES = [
-    Hostile("Constexpr generator", lambda: _launch(_generator()), MoyeError,
+    Hostile("Constexpr generator", lambda: _launch(_generator()), MoyeTypeError,
             r"argument 'c'.*generator.*cannot be keyed"),
-    Hostile("Constexpr lock", lambda: _launch(threading.Lock()), MoyeError, LOCK),
-    Hostile("Constexpr open file", lambda: _launch(open(os.devnull)), MoyeError,
+    Hostile("Constexpr lock", lambda: _launch(threading.Lock()), MoyeTypeError, LOCK),
+    Hostile("Constexpr open file", lambda: _launch(open(os.devnull)), MoyeTypeError,
             r"argument 'c'.*TextIOWrapper.*cannot be keyed"),
-    Hostile("a lock inside a tuple", lambda: _launch((1, threading.Lock())), MoyeError, LOCK),
-    Hostile("a generator inside a dict", lambda: _launch({"g": _generator()}), MoyeError,
+    Hostile("a lock inside a tuple", lambda: _launch((1, threading.Lock())), MoyeTypeError, LOCK),
+    Hostile("a generator inside a dict", lambda: _launch({"g": _generator()}), MoyeTypeError,
             r"argument 'c'.*generator"),
-    Hostile("a generator inside a set", lambda: _launch({1, _generator()}), MoyeError,
+    Hostile("a generator inside a set", lambda: _launch({1, _generator()}), MoyeTypeError,
             r"argument 'c'.*generator"),
     Hostile("an object array holding a lock",
-            lambda: _launch(np.array([threading.Lock(), 1], dtype=object)), MoyeError, LOCK),
-    Hostile("a lambda closing over a lock", lambda: _launch(_closure_over_lock()), MoyeError,
+            lambda: _launch(np.array([threading.Lock(), 1], dtype=object)), MoyeTypeError, LOCK),
+    Hostile("a lambda closing over a lock", lambda: _launch(_closure_over_lock()), MoyeTypeError,
             LOCK),
     Hostile("an object with a lock attribute", lambda: _launch(_Holder(threading.Lock())),
-            MoyeError, r"argument 'c'.*_Holder.*cannot be keyed"),
-    Hostile("an object whose __reduce__ raises", lambda: _launch(_Refuses()), MoyeError,
+            MoyeTypeError, r"argument 'c'.*_Holder.*cannot be keyed"),
+    Hostile("an object whose __reduce__ raises", lambda: _launch(_Refuses()), MoyeTypeError,
             r"argument 'c'.*_Refuses.*cannot be keyed"),
-    Hostile("a weak reference", lambda: _launch(weakref.ref(_Holder(1))), MoyeError,
+    Hostile("a weak reference", lambda: _launch(weakref.ref(_Holder(1))), MoyeTypeError,
             r"argument 'c'.*ReferenceType.*cannot be keyed"),
-    Hostile("a frame", lambda: _launch(_frame()), MoyeError,
+    Hostile("a frame", lambda: _launch(_frame()), MoyeTypeError,
             r"argument 'c'.*frame.*cannot be keyed"),
-    Hostile("a list nested 100000 deep", lambda: _launch(_deep_list()), MoyeError,
+    Hostile("a list nested 100000 deep", lambda: _launch(_deep_list()), MoyeTypeError,
             r"argument 'c'.*list nested too deeply"),
-    Hostile("a list that contains itself", lambda: _launch(_self_containing_list()), MoyeError,
+    Hostile("a list that contains itself", lambda: _launch(_self_containing_list()), MoyeTypeError,
             r"argument 'c'.*list nested too deeply"),
     Hostile("Constexpr(lock) for a plain parameter",
-            lambda: _launch(moye.Constexpr(threading.Lock()), plain), MoyeError, LOCK),
+            lambda: _launch(moye.Constexpr(threading.Lock()), plain), MoyeTypeError, LOCK),
     Hostile("an unkeyable default", lambda: with_default[1, 1](*_arrays(), backend="cpu"),
-            MoyeError, LOCK),
-    Hostile("unkeyable on the launch fast path", _fast_path_then_unkeyable, MoyeError, LOCK),
+            MoyeTypeError, LOCK),
+    Hostile("unkeyable on the launch fast path", _fast_path_then_unkeyable, MoyeTypeError, LOCK),
     Hostile("unkeyable through bind_arguments", lambda: _bind(types.SimpleNamespace(
-        lock=threading.Lock())), MoyeError, r"argument 'c'.*SimpleNamespace.*cannot be keyed"),
+        lock=threading.Lock())), MoyeTypeError, r"argument 'c'.*SimpleNamespace.*cannot be keyed"),
     Hostile("unkeyable through compile", lambda: times_c.compile(
-        *_arrays(), threading.Lock(), backend="cpu"), MoyeError, LOCK),
+        *_arrays(), threading.Lock(), backend="cpu"), MoyeTypeError, LOCK),
     Hostile("unkeyable through cuda_source", lambda: times_c.cuda_source(
-        *_arrays(), threading.Lock()), MoyeError, LOCK),
-    Hostile("compile-only build for an unknown arch", _build_for_unknown_arch, MoyeError,
+        *_arrays(), threading.Lock()), MoyeTypeError, LOCK),
+    Hostile("compile-only build for an unknown arch", _build_for_unknown_arch, LaunchError,
             r"cannot compile for sm_1; it supports"),
 ]
 

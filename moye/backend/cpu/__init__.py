@@ -40,7 +40,8 @@ class CpuExecutable:
             check_launch_smem(self.kernel.name, self.shared, smem, self.arch)
         for kind, name, info in binding.kinds:
             if name in self.written:
-                check_writable(self.kernel.name, name, info.array.obj if kind == "tma" else info.obj)
+                array = info.array.obj if kind == "tma" else info.obj
+                check_writable(self.kernel.name, name, array)
         params = {}
         it = iter(self.kernel.params)
         for kind, name, info in binding.kinds:

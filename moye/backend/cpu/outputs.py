@@ -8,7 +8,7 @@ map, goes to an address that derives from its pointer (through pointer
 offsets, casts and the variables that hold them)."""
 import numpy as np
 
-from ...errors import MoyeError
+from ...errors import LaunchError
 from ...kernel import ir
 
 _WRITES = {"store": 0, "tma_store": 0}       # op -> the operand it writes through
@@ -47,10 +47,10 @@ def check_writable(kernel_name, name, arr):
     if not isinstance(arr, np.ndarray):
         return
     if not arr.flags.writeable:
-        raise MoyeError(f"kernel '{kernel_name}' writes argument '{name}', but it is a "
+        raise LaunchError(f"kernel '{kernel_name}' writes argument '{name}', but it is a "
                         "read-only NumPy array; pass a writable one (e.g. a copy)")
     for k, (n, d) in enumerate(zip(arr.shape, arr.strides)):
         if d == 0 and n > 1:
-            raise MoyeError(f"kernel '{kernel_name}' writes argument '{name}', but it is a "
+            raise LaunchError(f"kernel '{kernel_name}' writes argument '{name}', but it is a "
                             f"broadcast NumPy array (shape {arr.shape}, strides {arr.strides}: "
                             f"mode {k} repeats one element {n} times); pass a writable copy")

@@ -24,7 +24,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from ...errors import CompileError, MoyeError
+from ...errors import CompileError, LaunchError, MoyeError
 from ...kernel.limits import ARCH_NAME
 from . import cache
 
@@ -216,10 +216,10 @@ def supported_archs():
 def _check_arch(arch):
     m = ARCH_NAME.match(arch)
     if m is None:
-        raise MoyeError(f"compile_cuda: arch must look like 'sm_80' or 'sm_90a', got {arch!r}")
+        raise LaunchError(f"compile_cuda: arch must look like 'sm_80' or 'sm_90a', got {arch!r}")
     if int(m.group(1)) not in supported_archs():
         ok = ", ".join(f"sm_{a}" for a in supported_archs())
-        raise MoyeError(f"NVRTC {version()} cannot compile for {arch}; it supports {ok}")
+        raise LaunchError(f"NVRTC {version()} cannot compile for {arch}; it supports {ok}")
 
 
 def standard_options(arch):
