@@ -92,12 +92,13 @@ def ptxas_report(G, config):
     import numpy as np
 
     from moye.backend.cuda import codegen, driver, nvrtc
+    from moye.kernel import ir
     A = np.zeros((256, 128), np.float16)
     D = np.zeros((256, 256), np.float16)
     args, threads = G.make_config("Float16", **config)
     kernel, _, _ = G.gemm_kernel.trace(A, A, D, D, 1.0, 0.0, *args, block=threads)
     src = codegen.generate(kernel, threads)
-    m = nvrtc.compile_cuda(src, [kernel.name], driver.device_arch(),
+    m = nvrtc.compile_cuda(src, [ir.symbol(kernel.name)], driver.device_arch(),
                            options=("--ptxas-options=-v",))
     return "ptxas: " + " | ".join(line.strip() for line in (m.log or "").splitlines()
                                   if "registers" in line or "spill" in line)

@@ -100,13 +100,14 @@ def ptxas_report(config):
     import numpy as np
 
     from moye.backend.cuda import codegen, driver, nvrtc
+    from moye.kernel import ir
     from moye.examples import sgemm as S
     args, threads = S.make_config(**config)
     A = np.asfortranarray(np.zeros((256, 64), np.float32))
     C = np.asfortranarray(np.zeros((256, 256), np.float32))
     kernel, _, _ = S.sgemm_kernel.trace(A, A, C, *args, block=threads)
     src = codegen.generate(kernel, threads)
-    m = nvrtc.compile_cuda(src, [kernel.name], driver.device_arch(),
+    m = nvrtc.compile_cuda(src, [ir.symbol(kernel.name)], driver.device_arch(),
                            options=("--ptxas-options=-v",))
     return " | ".join(line.split(":", 1)[-1].strip() for line in (m.log or "").splitlines()
                       if "registers" in line or "spill" in line)

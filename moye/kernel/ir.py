@@ -153,6 +153,16 @@ class Kernel:
     array_locs: dict = field(default_factory=dict)
 
 
+def symbol(name):
+    """The C symbol of the kernel `name`: prefixed, so that no kernel name
+    (`exp`, `max`, `main`, `double`) meets a C++ keyword or a name CUDA's
+    headers declare.
+        >>> symbol("copy_kernel")
+        'moye_copy_kernel'
+    """
+    return "moye_" + name
+
+
 def shared_bytes(kernel):
     """Bytes of shared memory the kernel's arrays take, with their alignment."""
     total = 0

@@ -184,7 +184,7 @@ def test_a_cached_cubin_the_driver_refuses_is_built_again(monkeypatch):
         traces.append(1)
         return twice._trace_binding(binding, (32, 1, 1))
     first = backend.CudaBackend().compile_specialization(spec, trace, (32, 1, 1))
-    assert len(traces) == 1 and first.function == ("function", "twice")
+    assert len(traces) == 1 and first.function == ("function", "moye_twice")
     assert "twice" in first.source and first.cubin[:4] == b"\x7fELF"
     cache.clear_memory()
     again = backend.CudaBackend().compile_specialization(spec, trace, (32, 1, 1))

@@ -5,6 +5,7 @@ import pytest
 
 import moye
 from moye import Float32, Layout
+from moye.kernel import ir
 from moye.backend.cuda import cache
 from moye.kernel.frontend import BACKENDS
 
@@ -123,7 +124,8 @@ def test_sgemm_compiles_without_spills(arch):
     A, C = colmajor((256, 64)), colmajor((256, 256))
     kernel, _, _ = sgemm.sgemm_kernel.trace(A, A, C, *args, block=threads)
     source = BACKENDS["cuda"].source(kernel, (threads, 1, 1))
-    module = nvrtc.compile_cuda(source, [kernel.name], arch, options=("--ptxas-options=-v",))
+    module = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], arch,
+                                options=("--ptxas-options=-v",))
     assert module.cubin[:4] == b"\x7fELF"
     log = module.log or ""
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
@@ -190,7 +192,6 @@ def test_wgmma_matmul_compiles_for_sm90a(bN):
 def test_tensor_map_parameters_survive_the_disk_cache_metadata():
     import ctypes
     from moye.backend.cuda import backend
-    from moye.kernel import ir
     name = backend._type_name(ir.TENSOR_MAP)
     assert name == "opaque:moye_tensor_map:128:64"
     assert backend._type(name) == ir.TENSOR_MAP
@@ -221,7 +222,7 @@ def test_hopper_gemm_compiles_for_sm90a_without_spills(dtype, cluster):
     assert source.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
     assert (".multicast::cluster" in source) == (cluster > 1)
     assert ("barrier.cluster.wait" in source) == (cluster > 1)
-    module = nvrtc.compile_cuda(source, [kernel.name], "sm_90a",
+    module = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], "sm_90a",
                                 options=("--ptxas-options=-v",))
     log = module.log or ""
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
@@ -266,6 +267,21 @@ def test_wgmma_kinds_compile_for_sm90a_without_spills(types, options, shape, ope
     assert source.count(f"wgmma.mma_async.sync.aligned.{shape} ") == bk // (256 // a.bits)
     assert re.search(re.escape(f"wgmma.mma_async.sync.aligned.{shape} ") + r"\{[^}]*\}, "
                      + re.escape(operands), source), source
-    module = nvrtc.compile_cuda(source, [kernel.name], "sm_90a", options=("--ptxas-options=-v",))
+    module = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], "sm_90a",
+                                options=("--ptxas-options=-v",))
     log = module.log or ""
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+
+
+@pytest.mark.parametrize("name", ["exp", "max", "main", "double", "printf", "dim3", "atomicAdd"])
+def test_a_kernel_may_be_named_like_a_cuda_or_cpp_name(name):
+    namespace = {}
+    exec(f"def {name}(out, x):\n    out[0] = x\n", namespace)
+    kern = moye.kernel(namespace[name])
+    out = np.zeros(4, np.float32)
+    source = kern.cuda_source(out, 1.5, block=1)
+    assert f'extern "C" __global__ void __launch_bounds__(1) moye_{name}(' in source
+    module = BACKENDS["cuda"].compile_only(kern.trace(out, 1.5, block=1)[0], (1, 1, 1), "sm_80")
+    assert module.cubin[:4] == b"\x7fELF" and f"moye_{name}".encode() in module.cubin
+    kern[1, 1](out, 2.5, backend="cpu")
+    np.testing.assert_array_equal(out, [2.5, 0, 0, 0])

@@ -14,6 +14,7 @@ from moye.backend.cpu import race_checking
 from moye.errors import MoyeError
 from moye.examples import gemm, tensor_core_matmul
 from moye.examples._common import rel_error
+from moye.kernel import ir
 
 rng = np.random.default_rng(17)
 
@@ -123,7 +124,8 @@ def test_predicated_gemm_compiles_without_spills(a_major, d_vector, arch):
                                           *args, block=threads)
     source = BACKENDS["cuda"].source(kernel, (threads, 1, 1))
     assert 'cp.async.cg.shared.global [%0], [%1], 16, %2;' in source
-    module = nvrtc.compile_cuda(source, [kernel.name], arch, options=("--ptxas-options=-v",))
+    module = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], arch,
+                                options=("--ptxas-options=-v",))
     log = module.log or ""
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
     assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 255, log

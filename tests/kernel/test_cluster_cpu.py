@@ -104,8 +104,8 @@ def test_nvrtc_compiles(arch):
     load, store = copies()
     src = tma_multicast.tma_multicast_kernel.cuda_source(load, store, 2, block=128)
     for source, name, ptx in [
-            (src, "tma_multicast_kernel", ".multicast::cluster"),
-            (every_op_source(), "every_op_kernel", "barrier.cluster.arrive.release.aligned")]:
+            (src, "moye_tma_multicast_kernel", ".multicast::cluster"),
+            (every_op_source(), "moye_every_op_kernel", "barrier.cluster.arrive.release.aligned")]:
         module = nvrtc.compile_cuda(source, [name], arch, ptx=True)
         assert f".target {arch}" in module.ptx and f".entry {name}(" in module.ptx
         assert ptx in module.ptx                    # the cluster instruction reached the PTX

@@ -259,8 +259,8 @@ class CudaBackend:
         check_shared_memory(kernel, arch)
         check_architecture(kernel, arch)
         source = self.source(kernel, block)
-        module = nvrtc.compile_cuda(source, [kernel.name], arch)
-        function = driver.load_module(module.cubin).get_function(kernel.name)
+        module = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], arch)
+        function = driver.load_module(module.cubin).get_function(ir.symbol(kernel.name))
         types = [p.type for p in kernel.params]
         exe = CudaExecutable(kernel, source, function, types, arch, ir.shared_bytes(kernel))
         exe.cubin = module.cubin
@@ -276,12 +276,12 @@ class CudaBackend:
         arch = arch or driver.device_arch()
         built = self.build_specialization(spec, trace, block, arch)
         try:
-            function = driver.load_module(built.cubin).get_function(built.name)
+            function = driver.load_module(built.cubin).get_function(ir.symbol(built.name))
         except CudaError:
             if built.kernel is not None:
                 raise
             built = self.build_specialization(spec, trace, block, arch, fresh=True)
-            function = driver.load_module(built.cubin).get_function(built.name)
+            function = driver.load_module(built.cubin).get_function(ir.symbol(built.name))
         kernel = built.kernel or _KernelInfo(built.name, built.dynamic_smem)
         exe = CudaExecutable(kernel, built.source, function, built.param_types, arch, built.shared)
         exe.cubin = built.cubin
@@ -304,7 +304,7 @@ class CudaBackend:
         check_shared_memory(kernel, arch)
         check_architecture(kernel, arch)
         source = self.source(kernel, block)
-        module = nvrtc.compile_cuda(source, [kernel.name], arch)
+        module = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], arch)
         built = Specialization(kernel.name, kernel.dynamic_smem, ir.shared_bytes(kernel),
                                [p.type for p in kernel.params], module.cubin, source, kernel)
         cache.put(key, built.encode())
@@ -314,4 +314,4 @@ class CudaBackend:
         """NVRTC compilation without a GPU (for CI): the cubin bytes."""
         from . import nvrtc
         check_architecture(kernel, arch)
-        return nvrtc.compile_cuda(self.source(kernel, block), [kernel.name], arch)
+        return nvrtc.compile_cuda(self.source(kernel, block), [ir.symbol(kernel.name)], arch)

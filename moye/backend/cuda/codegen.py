@@ -239,7 +239,7 @@ def generate(kernel, block_threads=None):
     w.lines.append(PRELUDE)
     if any(isinstance(p.type, ir.OpaqueType) for p in kernel.params):
         w.lines.append(TENSOR_MAP_STRUCT)
-    w.lines.append(f'extern "C" __global__ void {bounds}{kernel.name}(' + ", ".join(params) + ") {")
+    w.lines.append(f'extern "C" __global__ void {bounds}{ir.symbol(kernel.name)}(' + ", ".join(params) + ") {")
     ind = "  "
     dyn = [a for a in kernel.arrays if a.space == "shared" and kernel.dynamic_smem]
     if dyn:
