@@ -5,7 +5,7 @@
     python scripts/hostile_report.py --moye OLD/moye  # another tree's moye (e.g. a
                                                       # `git worktree` of an older commit)
 
-Outcomes: `expected` (the case's MoyeError class, message matched), `other moye
+Outcomes: `expected` (exactly the case's MoyeError class, message matched), `other moye
 error` (a MoyeError of another class or message), `raw exception` (not a
 MoyeError), `no error` (it returned: a wrong or silent result), `hung` (past
 the case's time limit).
@@ -37,7 +37,7 @@ def _outcome(case, moye_error, hung):
         text = f"{type(e).__name__}: {e}"[:300]
         if not isinstance(e, moye_error):
             return "raw exception", text
-        if isinstance(e, case.error) and re.search(case.match, str(e)):
+        if type(e) is case.error and re.search(case.match, str(e)):
             return "expected", text
         return "other moye error", text
     finally:
