@@ -201,7 +201,7 @@ def main(seqlen=4096, heads=16, batch=4):
     ref = torch.softmax(q.double() @ k.double().transpose(1, 2) / math.sqrt(HEAD_DIM), -1) \
         @ v.double()
     err = rel_error(o.cpu().numpy(), ref.cpu().numpy())
-    ms = _time(torch, lambda: launch(q, k, v, o))
+    ms = gpu_time(torch, lambda: launch(q, k, v, o))
     flops = 4 * batch * heads * seqlen * seqlen * HEAD_DIM
     print(f"attention_simt seqlen {seqlen} heads {heads} batch {batch} float32 on "
           f"{torch.cuda.get_device_name()}: relative error {err:.2e}, {ms:.3f} ms, "
@@ -209,7 +209,7 @@ def main(seqlen=4096, heads=16, batch=4):
     assert err < 1e-5
 
 
-def _time(torch, fn, reps=20):
+def gpu_time(torch, fn, reps=20):
     """Milliseconds per call of fn on the GPU: the median of `reps` after a warm-up."""
     fn()
     times = []
