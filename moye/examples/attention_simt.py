@@ -171,6 +171,10 @@ def launch(q, k, v, o, scale=None):
         if tuple(t.shape) != shape:
             raise moye.ShapeError(f"attention_simt: {name} has shape {tuple(t.shape)}; "
                                   f"expected {shape}, the shape of q")
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        if "float32" not in str(t.dtype):
+            raise moye.MoyeTypeError(f"attention_simt: {name} is {t.dtype}; q, k, v and o must "
+                                     f"be float32")
     if shape[1] % BLOCK_M or shape[1] == 0:
         raise moye.ShapeError(f"attention_simt: seqlen = {shape[1]} must be a positive "
                               f"multiple of {BLOCK_M}, the tile")

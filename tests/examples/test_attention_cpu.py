@@ -76,10 +76,12 @@ def test_bad_shapes_are_refused(example, dtype):
         example.launch(q[0], k, v, np.zeros_like(q))
 
 
-def test_mma_refuses_float32_inputs():
+def test_wrong_element_types_are_refused():
     q, k, v = qkv(1, 64, np.float32)
     with pytest.raises(moye.MoyeTypeError, match="q is float32"):
         attention_mma.launch(q, k, v, np.zeros_like(q))
+    with pytest.raises(moye.MoyeTypeError, match="o is float16"):
+        attention_simt.launch(q, k, v, np.zeros(q.shape, np.float16))
 
 
 def test_reference_is_softmax():
