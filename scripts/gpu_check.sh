@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
-#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls]...   (default: all)
+#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention]...   (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
@@ -9,6 +9,8 @@
 #               power at 8192^3) and benchmarks/mma_peak.py (mma.sync's own ceiling)
 #     sgemm     benchmarks/sgemm.py (the SIMT SGEMM against cuBLAS float32; SGEMM_ARGS)
 #     matmuls   benchmarks/matmuls.py (every issue-7 matmul against cuBLAS; MATMULS_ARGS)
+#     attention benchmarks/attention.py (the attention examples against their CUDA twins
+#               and torch's sdpa; ATTENTION_ARGS)
 #     hopper    benchmarks/hopper_gemm.py (the warp-specialized Hopper GEMM; HOPPER_ARGS)
 #     cutlass   benchmarks/cutlass_sm80_gemm.cu: NVIDIA CUTLASS's own Ampere-style GEMM
 #               (mma.sync) against cuBLAS; not part of 'all'. Needs .cutlass carried
@@ -98,6 +100,10 @@ if want examples; then
   for ex in vectorized_copy async_matmul tensor_core_double_buffer; do
     python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
+  for ex in attention_simt attention_mma; do
+    python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
+    python3 -m moye.examples.$ex 320 3 2 2>python3 -m moye.examples.$ex 1000 3 2 2>&11 | tee -a "$OUT/examples.log" || status=1
+  done
 fi
 if want bench; then
   python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json" 2>&1 \
@@ -118,6 +124,10 @@ fi
 if want matmuls; then
   python3 benchmarks/matmuls.py ${MATMULS_ARGS:-} --json "$OUT/matmuls.json" 2>&1 \
     | tee "$OUT/matmuls.log" || status=1
+fi
+if want attention; then
+  python3 benchmarks/attention.py ${ATTENTION_ARGS:-} --json "$OUT/attention.json" 2>&1 \
+    | tee "$OUT/attention.log" || status=1
 fi
 if want hopper; then
   python3 -m moye.examples.hopper_gemm 2>&1 | tee "$OUT/hopper.log" || status=1

@@ -31,7 +31,19 @@ def example_specializations():
                                                     t, C, Layout((128, 128)), t)),
         "tiled_matmul": (tiled_matmul.matmul_kernel, (A, sA, cA, B, sB, cB, C, mma)),
         **tensor_core_specializations(),
+        **attention_specializations(),
     }
+
+
+def attention_specializations():
+    """The FA2-style attention examples, SIMT (float32) and mma.sync (float16)."""
+    from moye.examples import attention_mma, attention_simt
+    out = {}
+    for name, ex, dt in (("attention_simt", attention_simt, np.float32),
+                         ("attention_mma", attention_mma, np.float16)):
+        q = np.ones((2, 128, 64), dt)
+        out[name] = (ex.attention_kernel, (q, q, q, q, 0.18, *ex.make_config()), ex.THREADS)
+    return out
 
 
 def tensor_core_specializations():
