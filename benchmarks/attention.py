@@ -64,14 +64,17 @@ def main():
         for kind, (dtype, tol, moye_launch, twin_launch) in runs.items():
             q, k, v = (torch.randn(bh, seqlen, 64, device="cuda", dtype=dtype)
                        for _ in range(3))
-            ref = torch.softmax(q.double() @ k.double().transpose(1, 2) / 8, -1) @ v.double()
+            c = slice(0, 4)                 # the float64 reference on a few heads fits in memory
+            ref = torch.softmax(q[c].double() @ k[c].double().transpose(1, 2) / 8, -1) \
+                @ v[c].double()
             times = {}
             for who, fn in (("moye", moye_launch), ("twin", twin_launch),
-                            ("sdpa", lambda q, k, v, o: o.copy_(sdpa(q, k, v)))):
+                            ("sdpa", lambda q, k, v, o: o.copy_(sdpa(q[None], k[None],
+                                                                     v[None])[0]))):
                 o = torch.full_like(q, float("nan"))
                 fn(q, k, v, o)
                 torch.cuda.synchronize()
-                err = float((o.double() - ref).abs().max() / ref.abs().max())
+                err = float((o[c].double() - ref).abs().max() / ref.abs().max())
                 if not err < tol:
                     raise SystemExit(f"{kind} {who} BH {bh} seqlen {seqlen}: error {err:.2e}")
                 times[who] = cuda_time(torch, lambda: fn(q, k, v, o))

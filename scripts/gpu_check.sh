@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
-#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention]...   (default: all)
+#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention|compile]...
+#                                                                                 (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
@@ -11,6 +12,8 @@
 #     matmuls   benchmarks/matmuls.py (every issue-7 matmul against cuBLAS; MATMULS_ARGS)
 #     attention benchmarks/attention.py (the attention examples against their CUDA twins
 #               and torch's sdpa; ATTENTION_ARGS)
+#     compile   benchmarks/compile_time.py: cold and warm compiles of the example kernels
+#               beside NVRTC on their hand-written twins (benchmarks/twins; COMPILE_ARGS)
 #     hopper    benchmarks/hopper_gemm.py (the warp-specialized Hopper GEMM; HOPPER_ARGS)
 #     cutlass   benchmarks/cutlass_sm80_gemm.cu: NVIDIA CUTLASS's own Ampere-style GEMM
 #               (mma.sync) against cuBLAS; not part of 'all'. Needs .cutlass carried
@@ -133,6 +136,10 @@ if want hopper; then
   python3 -m moye.examples.hopper_gemm 2>&1 | tee "$OUT/hopper.log" || status=1
   python3 benchmarks/hopper_gemm.py ${HOPPER_ARGS:-} --json "$OUT/hopper_gemm.json" 2>&1 \
     | tee -a "$OUT/hopper.log" || status=1
+fi
+if want compile; then
+  python3 benchmarks/compile_time.py ${COMPILE_ARGS:-} --json "$OUT/compile_time.json" 2>&1 \
+    | tee "$OUT/compile_time.log" || status=1
 fi
 if [[ " ${stages[*]} " == *" cutlass "* ]]; then
   {
