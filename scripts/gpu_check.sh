@@ -105,7 +105,7 @@ if want examples; then
   done
   for ex in attention_simt attention_mma; do
     python3 -m moye.examples.$ex 2>&1 | tee -a "$OUT/examples.log" || status=1
-    python3 -m moye.examples.$ex 320 3 2 2>python3 -m moye.examples.$ex 1000 3 2 2>&11 | tee -a "$OUT/examples.log" || status=1
+    python3 -m moye.examples.$ex 320 3 2 2>&1 | tee -a "$OUT/examples.log" || status=1
   done
 fi
 if want bench; then
