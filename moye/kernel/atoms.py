@@ -11,7 +11,7 @@ from .. import types as T
 from ..layout import Layout, make_layout, size
 from ..layout import inttuple as IT
 from .memory import PointerEngine, _copy
-from .tracer import KernelError, Sym, _coerce, _div_of, current
+from .tracer import KernelError, Sym, coerce, divisor_of, current
 
 REGISTER_TYPES = {"b32": T.UInt32, "u32": T.UInt32, "s32": T.Int32, "f32": T.Float32,
                   "f64": T.Float64}
@@ -68,10 +68,10 @@ def _swizzled_instances(array, n, what):
         # instances then share one swizzled (dynamic) offset plus constants
         past = first - first % period if period and isinstance(first, int) else 0
         pre = lay.offset + (first - past)
-        if _is_run(rel) and n <= low and _div_of(pre) % n == 0:
+        if _is_run(rel) and n <= low and divisor_of(pre) % n == 0:
             start = lay.outer(pre)
             if isinstance(start, Sym):
-                start = Sym(start.value, start.type, min(_pow2(_div_of(pre)), low))
+                start = Sym(start.value, start.type, min(_pow2(divisor_of(pre)), low))
             out.append((rel, array.engine.offset + start + past))
         else:
             out.append(([None] * len(rel), array.engine.offset + lay.outer(pre) + past))
@@ -131,7 +131,7 @@ def _recast_base(engine, t):
 
 
 def _operand(x):
-    return _coerce(x, T.Int32) if isinstance(x, Sym) else x
+    return coerce(x, T.Int32) if isinstance(x, Sym) else x
 
 
 # -- copies ----------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def _at_base(e):
 
 def _aligned(engine, first, nbytes):
     return engine.align % nbytes == 0 and \
-        _div_of(first) % (nbytes * 8 // engine.dtype.bits) == 0
+        divisor_of(first) % (nbytes * 8 // engine.dtype.bits) == 0
 
 
 def _contiguous(engine, rel, first, nbytes, what, side):
@@ -187,7 +187,7 @@ def _contiguous(engine, rel, first, nbytes, what, side):
         raise KernelError(f"{what}: the {side} values of one atom are not contiguous in memory "
                           f"(offsets {rel}); the instruction moves {nbytes} contiguous bytes")
     elems = nbytes * 8 // engine.dtype.bits
-    if engine.align % nbytes or _div_of(first) % elems:
+    if engine.align % nbytes or divisor_of(first) % elems:
         raise KernelError(f"{what}: the {side} address is not provably aligned to {nbytes} "
                           f"bytes (offset {first!r} elements of {engine.dtype})")
 
@@ -212,7 +212,7 @@ def _cp_async(atom, dst, src, pred=None):
             if p is False or (isinstance(p, int) and not isinstance(p, Sym) and not p):
                 p = False
             if p is not True:
-                args += (_coerce(p, T.Bool) if isinstance(p, Sym) else bool(p),)
+                args += (coerce(p, T.Bool) if isinstance(p, Sym) else bool(p),)
         current().instr("cp_async", args, bytes=nbytes, cache=atom.op.info["cache_op"])
 
 

@@ -9,7 +9,7 @@ from ..array import MoYeArray
 from ..layout import Layout, cosize, size
 from . import ir
 from .memory import PointerEngine
-from .tracer import (KernelError, Sym, _coerce, current, special, sym_minmax, sym_select,
+from .tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
                      user_location)
 
 
@@ -127,7 +127,7 @@ def cucopyto(dst, src):
 
 
 def _index(i):
-    return _coerce(i, T.Int32) if isinstance(i, Sym) else i
+    return coerce(i, T.Int32) if isinstance(i, Sym) else i
 
 
 def _shfl(mode, doc):
@@ -179,7 +179,7 @@ def _math(fn, pyfn):
         for a in args:
             if isinstance(a, Sym) and a.type.is_float and a.type.bits > t.bits:
                 t = a.type
-        ops = tuple(_coerce(a if isinstance(a, Sym) else float(a), t) for a in args)
+        ops = tuple(coerce(a if isinstance(a, Sym) else float(a), t) for a in args)
         return Sym(current().instr("call", ops, t, fn=fn), t)
     f.__name__ = fn
     f.__doc__ = f"{fn} of dynamic or static floats."
@@ -213,7 +213,7 @@ def cushow(*values, fmt=None):
     for v in values:
         if isinstance(v, Sym):
             parts.append("%f" if v.type.is_float else "%lld")
-            args.append(_coerce(v, T.Float64 if v.type.is_float else T.Int64))
+            args.append(coerce(v, T.Float64 if v.type.is_float else T.Int64))
         else:
             parts.append(str(v).replace("%", "%%"))
     current().instr("print", tuple(args), fmt=(fmt or " ".join(parts)) + "\n")

@@ -21,7 +21,7 @@ cta=r)` arrives on block r's mbarrier at bar's offset.
 """
 from .. import types as T
 from .builtins import _Dim3
-from .tracer import KernelError, Sym, _coerce, current, special, user_location
+from .tracer import KernelError, Sym, coerce, current, special, user_location
 
 
 def _cluster_special(name):
@@ -88,7 +88,7 @@ def cta_operand(cta, what):
     if isinstance(cta, Sym):
         if not cta.type.is_integer:
             raise KernelError(f"{what}: cta must be an integer block rank, got a {cta.type} value")
-        return _coerce(cta, T.Int32)
+        return coerce(cta, T.Int32)
     if isinstance(cta, bool) or not isinstance(cta, int) or not 0 <= cta < 16:
         raise KernelError(f"{what}: cta must be a block rank in the cluster (an int 0..15 or a "
                           f"dynamic integer), got {cta!r}")
@@ -101,7 +101,7 @@ def multicast_operand(mask, what):
         if not mask.type.is_integer:
             raise KernelError(f"{what}: multicast must be an integer mask of block ranks (bit r "
                               f"for rank r), got a {mask.type} value")
-        return _coerce(mask, T.UInt16)
+        return coerce(mask, T.UInt16)
     if isinstance(mask, bool) or not isinstance(mask, int) or not 0 < mask < 1 << 16:
         raise KernelError(f"{what}: multicast must be a 16-bit mask of block ranks (bit r for "
                           f"rank r), a nonzero int below 2**16 or a dynamic integer, got "

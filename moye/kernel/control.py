@@ -11,7 +11,7 @@ from ..array import MoYeArray
 from ..errors import MoyeTypeError
 from . import ir
 from .memory import PointerEngine
-from .tracer import KernelError, Sym, _coerce, current, promote, sym_minmax, sym_select, type_of
+from .tracer import KernelError, Sym, coerce, current, promote, sym_minmax, sym_select, type_of
 
 
 class _Unbound:
@@ -79,7 +79,7 @@ class _Slot:
             if not isinstance(value, (Sym, int, float)):
                 raise KernelError(f"'{self.name}' changes from a number to {value!r} inside "
                                   "dynamic control flow")
-            return _coerce(value, self.var.type)
+            return coerce(value, self.var.type)
         if self.kind == "array":
             if not isinstance(value, MoYeArray) or value.layout != self.layout or \
                     value.engine.dtype is not self.dtype:
@@ -123,7 +123,7 @@ def pointer_of(engine):
     off = engine.offset
     if isinstance(off, int) and off == 0:
         return base
-    off = _coerce(off, T.Int32) if isinstance(off, Sym) else off
+    off = coerce(off, T.Int32) if isinstance(off, Sym) else off
     return b.instr("offset", (base, off), ir.PtrType(engine.dtype, engine.space))
 
 
@@ -195,9 +195,9 @@ class for_loop:
         t = promote(promote(type_of(iterable.start), type_of(iterable.stop)),
                     type_of(iterable.step))
         self.iv = ir.Var(T.Int32 if t.name in ("Bool", "Int8", "Int16") else t, "i")
-        start = _coerce(iterable.start, self.iv.type)
-        stop = _coerce(iterable.stop, self.iv.type)
-        step = _coerce(iterable.step, self.iv.type)
+        start = coerce(iterable.start, self.iv.type)
+        stop = coerce(iterable.stop, self.iv.type)
+        step = coerce(iterable.step, self.iv.type)
         self.stmt = ir.For(self.iv, start, stop, step, [], iterable.unroll)
         b.emit(self.stmt)
 

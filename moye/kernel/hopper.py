@@ -39,7 +39,7 @@ from .cluster import __all__ as _cluster_all
 from .cluster import *  # noqa: F401,F403  (exported with hopper's names)
 from .cluster import cta_operand, multicast_operand
 from .memory import PointerEngine
-from .tracer import KernelError, Sym, _coerce, _div_of, current, user_location
+from .tracer import KernelError, Sym, coerce, divisor_of, current, user_location
 
 
 # -- the host side ----------------------------------------------------------------------
@@ -172,7 +172,7 @@ def _bar(bar, what):
 
 def _int(x):
     if isinstance(x, Sym):
-        return _coerce(x, T.Int32)
+        return coerce(x, T.Int32)
     if isinstance(x, bool) or not isinstance(x, int):
         raise KernelError(f"expected an int, got {x!r}")
     return x
@@ -282,7 +282,7 @@ def _smem(tma, arr, what):
                           f"{tma.smem_layout}")
     ebytes = tma.dtype.bits // 8
     need = 128 << tma.copy.args.swizzle_bits       # the swizzle's period, in bytes
-    if e.align % need or (_div_of(offset) * ebytes) % need:
+    if e.align % need or (divisor_of(offset) * ebytes) % need:
         raise KernelError(f"{what}: the tile must start {need}-byte aligned in shared memory "
                           f"(make it with moye.shared_array(dtype, layout, align={need})); its "
                           f"array is {e.align}-byte aligned, offset {offset!r} elements")

@@ -13,7 +13,7 @@ from ..errors import MoyeTypeError
 from ..layout import Layout, complement, composition, make_layout, max_common_layout, size
 from ..layout import inttuple as IT
 from . import ir
-from .tracer import KernelError, Sym, _coerce, _div_of, current
+from .tracer import KernelError, Sym, coerce, divisor_of, current
 
 
 class PointerEngine:
@@ -40,7 +40,7 @@ class PointerEngine:
         return idx
 
     def _idx_operand(self, idx):
-        return _coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
+        return coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
 
     def load(self, i, width=1):
         idx = self._index(i)
@@ -55,7 +55,7 @@ class PointerEngine:
             if not isinstance(value, (Sym, int, float, np.number)):
                 raise MoyeTypeError(f"cannot store {value!r} in an array of {self.dtype}; "
                                     "store a number")
-            value = _coerce(value, self.dtype) if isinstance(value, (Sym, int, float)) else value
+            value = coerce(value, self.dtype) if isinstance(value, (Sym, int, float)) else value
         else:
             value = value.value if isinstance(value, Sym) else value
         current().instr("store", (self.base, self._idx_operand(idx), value), width=width,
@@ -82,7 +82,7 @@ class PointerEngine:
     def recast(self, dtype):
         dtype = T.as_element_type(dtype)
         bits = self.offset * self.dtype.bits
-        if _div_of(bits) % dtype.bits:
+        if divisor_of(bits) % dtype.bits:
             raise KernelError(f"recast to {dtype}: the array's offset is not provably aligned "
                               f"to {dtype.bits // 8} bytes")
         b = current()
@@ -139,7 +139,7 @@ class Loaded:
 def _aligned(engine, vec):
     """The engine's start is provably a multiple of `vec` elements, in bytes too."""
     nbytes = vec * engine.dtype.bits // 8
-    return engine.align % nbytes == 0 and _div_of(engine.offset) % vec == 0
+    return engine.align % nbytes == 0 and divisor_of(engine.offset) % vec == 0
 
 
 def _copy(dst, dst_layout, src, src_layout):
@@ -191,4 +191,4 @@ def _vector_split(dst, dst_layout, src, src_layout, n):
 
 
 def _rest_aligned(layout, vec):
-    return all(_div_of(x) % vec == 0 for x in IT.flatten_to_tuple(layout[1].stride))
+    return all(divisor_of(x) % vec == 0 for x in IT.flatten_to_tuple(layout[1].stride))

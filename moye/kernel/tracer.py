@@ -155,7 +155,9 @@ def _gcd_div(a, b):
     return math.gcd(a, b) if a and b else (a or b)
 
 
-def _div_of(x):
+def divisor_of(x):
+    """A number known to divide `x`: a Sym's `div` (a power of two), a
+    static int's own magnitude (2**30 for 0), 1 for anything else."""
     if isinstance(x, Sym):
         return x.div
     if isinstance(x, int):
@@ -200,7 +202,7 @@ class Sym:
         t = operand_type(self, other)
         a, b = (other, self) if reflected else (self, other)
         div = _div_rule(op, a, b)
-        a, b = _coerce(a, t), _coerce(b, t)
+        a, b = coerce(a, t), coerce(b, t)
         rt = result or t
         v = current().instr(op, (a, b), rt)
         return Sym(v, rt, div)
@@ -295,7 +297,7 @@ class Sym:
         if not isinstance(o, (Sym, int, float)):
             return NotImplemented
         t = operand_type(self, o)
-        return Sym(current().instr(op, (_coerce(self, t), _coerce(o, t)), T.Bool), T.Bool)
+        return Sym(current().instr(op, (coerce(self, t), coerce(o, t)), T.Bool), T.Bool)
 
     def __lt__(self, o): return self._cmp("lt", o)
     def __le__(self, o): return self._cmp("le", o)
@@ -311,10 +313,10 @@ class Sym:
             if x.type is to:
                 return x
             return Sym(current().instr("cast", (x.value,), to, to=to), to, x.div)
-        return Sym(current().instr("cast", (x,), to, to=to), to, _div_of(x))
+        return Sym(current().instr("cast", (x,), to, to=to), to, divisor_of(x))
 
 
-def _coerce(x, t):
+def coerce(x, t):
     """An operand of type t: a Sym's value (cast if needed) or a constant."""
     if isinstance(x, Sym):
         if x.type is t or (x.type.bits == t.bits and x.type.kind == t.kind):
@@ -329,7 +331,7 @@ def _coerce(x, t):
 
 def _div_rule(op, a, b):
     """A power of two known to divide `a op b`, from those of a and b."""
-    da, db = _pow2(_div_of(a)), _pow2(_div_of(b))
+    da, db = _pow2(divisor_of(a)), _pow2(divisor_of(b))
     if op in ("add", "sub"):
         return min(da, db)
     if op == "mul":
@@ -351,15 +353,15 @@ def sym_select(cond, a, b):
     ta, tb = type_of(a), type_of(b)
     t = promote(ta, tb) if isinstance(a, Sym) or isinstance(b, Sym) else ta
     cv = cond.value if cond.type is T.Bool else (cond != 0).value
-    v = current().instr("select", (cv, _coerce(a, t), _coerce(b, t)), t)
-    return Sym(v, t, _gcd_div(_div_of(a), _div_of(b)))
+    v = current().instr("select", (cv, coerce(a, t), coerce(b, t)), t)
+    return Sym(v, t, _gcd_div(divisor_of(a), divisor_of(b)))
 
 
 def sym_minmax(op, a, b):
     if not isinstance(a, Sym) and not isinstance(b, Sym):
         return min(a, b) if op == "min" else max(a, b)
     t = promote(type_of(a), type_of(b))
-    return Sym(current().instr(op, (_coerce(a, t), _coerce(b, t)), t), t)
+    return Sym(current().instr(op, (coerce(a, t), coerce(b, t)), t), t)
 
 
 def special(name, op="special", loc=None):

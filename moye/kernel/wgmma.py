@@ -25,7 +25,7 @@ from ..layout import size
 from ..layout.swizzle import ComposedLayout
 from ..errors import MoyeError
 from .atoms import gemm_extents, register_lists
-from .tracer import KernelError, _coerce, _div_of, current
+from .tracer import KernelError, coerce, divisor_of, current
 
 
 def wgmma_fence():
@@ -92,14 +92,14 @@ def _descriptors(arr, rows, k, dtype, what, name, major):
                 start += at
             period = 8 * width if width > 16 else 16
             ebytes = dtype.bits // 8
-            if e.align % period or (_div_of(e.offset) * ebytes) % period:
+            if e.align % period or (divisor_of(e.offset) * ebytes) % period:
                 raise KernelError(
                     f"{what}: {name} must start {period}-byte aligned in shared memory (its "
                     f"swizzle's period; make it with moye.shared_array(dtype, layout, "
                     f"align={max(period, 128)})); its array is {e.align}-byte aligned, offset "
                     f"{e.offset!r} elements")
             idx = e.offset + start
-            out[r, kk] = (e.base, _coerce(idx, T.Int32) if not isinstance(idx, int) else idx,
+            out[r, kk] = (e.base, coerce(idx, T.Int32) if not isinstance(idx, int) else idx,
                           descriptor_bits(lbo, sbo, width))
     return out
 
