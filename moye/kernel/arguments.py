@@ -13,8 +13,13 @@ import inspect
 import numpy as np
 
 from .. import types as T
+from ..atom.copy import CopyAtom, CopyOp
+from ..atom.mma import MMAAtom, MMAOp
 from ..errors import LaunchError, MoyeError, MoyeTypeError
+from ..layout import ComposedLayout, Layout, Swizzle
 from ..layout.scalar import is_int
+from ..tiled.copy import TiledCopy
+from ..tiled.mma import TiledMMA
 from . import dlpack
 from .builtins import Constexpr
 from .identity import content_key
@@ -226,8 +231,8 @@ def _from_dlpack(a, name):
 
 # -- static values and scalars -----------------------------------------------------
 
-STATIC_TYPES = ("Layout", "ComposedLayout", "Swizzle", "TiledCopy", "TiledMMA", "CopyAtom",
-                "MMAAtom", "CopyOp", "MMAOp", "ElementType")
+STATIC_TYPES = (Layout, ComposedLayout, Swizzle, TiledCopy, TiledMMA, CopyAtom, MMAAtom, CopyOp,
+                MMAOp, T.ElementType)    # moye's static values (these classes exactly)
 
 
 BY_VALUE = (int, bool, str, type(None))     # types whose == is exact
@@ -238,7 +243,7 @@ def keyed_as_is(v):
     == is exact, as for ints, bools, strings, None and moye's layouts,
     atoms and tiled copies (by op, element type and layouts)."""
     t = type(v)
-    return t in BY_VALUE or t.__name__ in STATIC_TYPES and t.__module__.startswith("moye.")
+    return t in BY_VALUE or t in STATIC_TYPES
 
 
 def static_key(v, name="?"):
@@ -287,7 +292,7 @@ def spec_text(v):
 def is_static(v, annotated):
     if annotated or isinstance(v, Constexpr) or v is None or isinstance(v, str):
         return True
-    if type(v).__name__ in STATIC_TYPES:
+    if type(v) in STATIC_TYPES:
         return True
     if isinstance(v, (tuple, list)):
         return all(is_static(e, False) for e in v)

@@ -32,6 +32,8 @@ import types
 import numpy as np
 
 from ..errors import MoyeTypeError
+from ..layout import ComposedLayout, Layout, Swizzle
+from ..types import ElementType
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _state = {}
@@ -126,9 +128,6 @@ def _names(code):
         if isinstance(c, types.CodeType):
             out |= _names(c)
     return out
-
-
-_LAYOUT_TYPES = ("Layout", "Swizzle", "ComposedLayout", "_Chain")
 
 
 class _Hasher:
@@ -306,11 +305,10 @@ class _Hasher:
         element types by name, others (atoms, ops, tiled copies and MMAs) by
         their public attributes."""
         t = type(v)
-        name = t.__name__
-        if name in _LAYOUT_TYPES:
-            return self.put(name, str(v))
-        if name == "ElementType":
-            return self.put(name, v.name)
+        if t in (Layout, Swizzle, ComposedLayout):
+            return self.put(t.__name__, str(v))
+        if t is ElementType:
+            return self.put("ElementType", v.name)
         self.put("moye", f"{t.__module__}.{t.__qualname__}")
         try:
             fields = vars(v)
