@@ -129,9 +129,10 @@ def check_architecture(kernel, arch):
     """Refuse a kernel that uses instructions its target lacks (TMA,
     mbarrier transactions, the async-proxy fences and the cluster
     instructions need sm_90; wgmma and setmaxnreg sm_90a)."""
-    digits = "".join(c for c in arch if c.isdigit())
-    if not digits or int(digits) >= 90:
-        if digits and int(digits) == 90 and not arch.endswith("a"):
+    name = ARCH_NAME.match(arch)
+    number = int(name.group(1)) if name else None
+    if number is None or number >= 90:
+        if number == 90 and name.group(2) != "a":
             for s in ir.instructions(kernel.body):
                 if s.op in ir.SM90A_OPS:
                     raise KernelError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, which "

@@ -31,16 +31,12 @@ def check_against_block(what, thr_idx, num_threads):
     have = block[0] if raw else threads
     if have < num_threads:
         whose = f"thread_idx.x runs over {block[0]}" if raw else f"the block has {threads} threads"
-        raise KernelError(f"{what} has {num_threads} threads but {whose} (block {_dims(block)}): "
+        raise KernelError(f"{what} has {num_threads} threads but {whose} (block {block}): "
                           f"the work of threads {have}..{num_threads - 1} would be left undone; "
                           f"launch with {num_threads} threads or build it for {have}")
     if raw and block[0] > num_threads and not builder.dynamic_ifs:
         raise KernelError(f"{what} has {num_threads} threads but is sliced by thread_idx.x, "
-                          f"which runs over {block[0]} (block {_dims(block)}): threads "
+                          f"which runs over {block[0]} (block {block}): threads "
                           f"{num_threads}..{block[0] - 1} would take slices outside it; launch "
                           f"with {num_threads} threads, or guard the slice with "
                           f"`if moye.thread_idx.x < {num_threads}:`")
-
-
-def _dims(block):
-    return "(" + ", ".join(str(d) for d in block) + ")"
