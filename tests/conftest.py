@@ -44,3 +44,14 @@ def hopper_only(torch):
     """Skips below sm_90 (TMA, wgmma)."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a Hopper GPU (sm_90)")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A private, empty disk cache for one test ($MOYE_CACHE_DIR), with
+    moye's in-memory copies of cached entries dropped before and after."""
+    from moye.backend.cuda import cache
+    monkeypatch.setenv("MOYE_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    yield tmp_path
+    cache.clear_memory()

@@ -11,12 +11,7 @@ from moye.kernel import identity
 SRC = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }'
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOYE_CACHE_DIR", str(tmp_path))
-    cache.clear_memory()
-    yield tmp_path
-    cache.clear_memory()
+pytestmark = pytest.mark.usefixtures("cache_dir")      # a private disk cache (conftest)
 
 
 @pytest.fixture

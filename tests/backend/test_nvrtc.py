@@ -5,17 +5,12 @@ import os
 import pytest
 
 import moye
-from moye.backend.cuda import cache, nvrtc
+from moye.backend.cuda import nvrtc
 
 from .cuda_sources import SM80, SM80_KERNELS, SM90A, SM90A_KERNELS
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOYE_CACHE_DIR", str(tmp_path))
-    cache.clear_memory()
-    yield tmp_path
-    cache.clear_memory()
+pytestmark = pytest.mark.usefixtures("cache_dir")      # a private disk cache (conftest)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
@@ -48,7 +43,7 @@ def test_wgmma_needs_the_arch_specific_target():
     assert ">   " in msg and "wgmma.fence.sync.aligned;" in msg      # the PTX line, marked
 
 
-def test_compile_error_shows_the_generated_lines(private_cache):
+def test_compile_error_shows_the_generated_lines(cache_dir):
     src = ('extern "C" __global__ void k(float* x) {\n'
            '  int i = threadIdx.x;\n'
            '  x[i] = undefined_name;\n'
@@ -66,7 +61,7 @@ def test_compile_error_shows_the_generated_lines(private_cache):
     assert err.log and err.source == src and err.arch == "sm_80"
     saved = msg.rsplit("is in ", 1)[1].strip()
     assert open(saved).read() == src
-    assert not list(private_cache.glob("*.bin"))                      # nothing cached
+    assert not list(cache_dir.glob("*.bin"))                      # nothing cached
 
 
 def test_compile_error_marks_every_site_once():

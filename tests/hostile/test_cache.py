@@ -154,15 +154,6 @@ def test_hostile(case):
 # -- damaged cache entries: ignored and rebuilt ------------------------------------------
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    from moye.backend.cuda import cache
-    monkeypatch.setenv("MOYE_CACHE_DIR", str(tmp_path))
-    cache.clear_memory()
-    yield tmp_path
-    cache.clear_memory()
-
-
-@pytest.fixture
 def entry(cache_dir):
     """(build, path, first): build() gives times_c's specialization for
     sm_80 through the disk cache and whether it was traced; path is its
