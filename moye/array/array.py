@@ -315,9 +315,26 @@ def _check_coord_mode(c, s, coord, shape):
             _check_coord_mode(ci, si, coord, shape)
         return
     n = T.product(s)
-    if type(c) is int and type(n) is int and not 0 <= c < n:
-        raise BoundsError(f"coordinate {T.fmt(coord)} is out of bounds for the array's shape "
-                         f"{T.fmt(shape)}")
+    if type(n) is not int:
+        return
+    if type(c) is int:
+        if not 0 <= c < n:
+            raise BoundsError(f"coordinate {T.fmt(coord)} is out of bounds for the array's "
+                              f"shape {T.fmt(shape)}")
+    elif _coordinate_checks and not isinstance(c, slice):
+        for check in _coordinate_checks:
+            check(c, n, lambda: f"coordinate {T.fmt(coord)} of the array's shape {T.fmt(shape)}")
+
+
+_coordinate_checks = []
+
+
+def on_dynamic_coordinate(check):
+    """Register `check(c, extent, describe)`, called for every dynamic
+    coordinate `c` of a mode with a static extent; `describe()` names it (the
+    kernel tracer checks coordinates of unrolled loops, kernel/unrolled.py)."""
+    _coordinate_checks.append(check)
+    return check
 
 
 def _dims(shape):

@@ -3,13 +3,15 @@ branch is static (Python runs it) or dynamic (it becomes IR control flow),
 decided by whether its range or condition holds a dynamic value.
 """
 import builtins
+import sys
+import types
 
 import numpy as np
 
 from .. import types as T
 from ..array import MoYeArray
 from ..errors import MoyeTypeError
-from . import ir
+from . import ir, unrolled
 from .memory import PointerEngine
 from .tracer import KernelError, Sym, coerce, current, promote, sym_minmax, sym_select, type_of
 
@@ -138,6 +140,9 @@ def _declare(slot, value, body, index=None):
 
 # -- for -----------------------------------------------------------------------------
 
+TRACE_ERRORS = Exception
+"""What an unrolled attempt's body may raise and still fall back."""
+
 STATIC_UNROLL_LIMIT = 65536
 """The most iterations one loop may unroll while tracing (a static `for`, or
 a `while` whose condition is static): past it, tracing stops with a
@@ -145,65 +150,171 @@ KernelError instead of running on, or filling memory, for ever."""
 
 
 class range:
-    """A dynamic-or-static range with an explicit unroll request:
-    `for k in moye.range(n, unroll=4)`. With static bounds and no unroll it
-    unrolls completely, like Python's range. Its bounds are ints or dynamic
-    integers, and its step is not 0: a dynamic step's sign is checked when
-    the kernel runs."""
+    """A range whose loop form you choose: `for k in moye.range(n, unroll=u)`.
+
+    - `unroll=None` (the default, and Python's `range` in a kernel): static
+      bounds give a loop traced once and unrolled by NVRTC where the body
+      allows it, else unrolled while tracing; a dynamic bound gives a
+      run-time loop;
+    - `unroll=True`: traced once and fully unrolled by NVRTC
+      (`#pragma unroll`); static bounds only, and the body must not need the
+      variable as a Python int (an error otherwise, not a fallback);
+    - `unroll=k` (an int >= 1): a run-time loop under `#pragma unroll k`
+      (`unroll=1`: not unrolled).
+
+    `moye.range_constexpr` unrolls while tracing. Bounds are ints or dynamic
+    integers; the step is not 0 (a dynamic step's sign is checked when the
+    kernel runs). CuTe DSL: `cutlass.range`."""
 
     def __init__(self, *args, unroll=None):
         if not 1 <= len(args) <= 3:
             raise MoyeTypeError("range(stop) or range(start, stop[, step])")
+        if not (unroll is None or unroll is True or
+                isinstance(unroll, (int, np.integer)) and not isinstance(unroll, bool)
+                and unroll >= 1):
+            raise MoyeTypeError(f"range(unroll={unroll!r}): unroll is None, True or a count >= 1 "
+                                "(1: not unrolled); moye.range_constexpr unrolls while tracing")
         start, stop, step = (0, args[0], 1) if len(args) == 1 else \
             (args[0], args[1], args[2] if len(args) == 3 else 1)
-        self.start, self.stop, self.step, self.unroll = start, stop, step, unroll
-        if self.dynamic:
-            for what, x in (("start", start), ("stop", stop), ("step", step)):
-                if isinstance(x, Sym) and x.type.is_float or \
-                        not isinstance(x, (Sym, int, np.integer)):
-                    raise MoyeTypeError(f"range() {what} must be an integer, got {x!r}")
-            self.start, self.stop, self.step = (x if isinstance(x, Sym) else int(x)
-                                                for x in (start, stop, step))
-        if isinstance(step, (int, np.integer)) and step == 0:
+        for what, x in (("start", start), ("stop", stop), ("step", step)):
+            if isinstance(x, Sym) and x.type.is_float or \
+                    not isinstance(x, (Sym, int, np.integer)) or isinstance(x, bool):
+                raise MoyeTypeError(f"range() {what} must be an integer, got {x!r}")
+        self.start, self.stop, self.step = (x if isinstance(x, Sym) else int(x)
+                                            for x in (start, stop, step))
+        self.unroll = unroll if unroll is None or unroll is True else int(unroll)
+        if isinstance(self.step, int) and self.step == 0:
             raise KernelError("range() step must not be 0")
+        if unroll is True and self.dynamic:
+            raise KernelError("range(..., unroll=True) needs static bounds; a run-time loop "
+                              "takes an unroll count: unroll=4")
 
     @property
     def dynamic(self):
-        return self.unroll is not None or any(isinstance(x, Sym) for x in
-                                              (self.start, self.stop, self.step))
+        """Whether it is a run-time loop: a dynamic bound or an unroll count."""
+        return isinstance(self.unroll, int) and self.unroll is not True or \
+            any(isinstance(x, Sym) for x in (self.start, self.stop, self.step))
+
+
+def range_constexpr(*args):
+    """A range unrolled while tracing: the body runs once per iteration with
+    the variable a Python int. CuTe DSL: `cutlass.range_constexpr`.
+        >>> list(range_constexpr(2, 8, 3))
+        [2, 5]
+    """
+    for x in args:
+        if isinstance(x, Sym) or not isinstance(x, (int, np.integer)) or isinstance(x, bool):
+            raise MoyeTypeError(f"range_constexpr() takes static ints, got {x!r}")
+    return builtins.range(*(int(x) for x in args))
+
+
+FULL_UNROLL_LIMIT = 1024
+"""Trip counts up to which a loop traced once is emitted under `#pragma
+unroll` (fully unrolled by NVRTC); longer ones are left to NVRTC."""
 
 
 class for_loop:
-    def __init__(self, iterable, names, values):
-        self.names, self.values = names, list(values)
-        self.dynamic = isinstance(iterable, range) and iterable.dynamic
-        if not self.dynamic:
-            if isinstance(iterable, range):
-                iterable = builtins.range(iterable.start, iterable.stop, iterable.step)
-            if isinstance(iterable, builtins.range) and \
-                    iterable[STATIC_UNROLL_LIMIT:STATIC_UNROLL_LIMIT + 1]:
-                raise _too_long(f"this `for` over {iterable} would unroll more than "
-                                f"{STATIC_UNROLL_LIMIT} times")
-            self.iterable = iterable
-            return
-        self.range = iterable
+    """One `for` of a kernel, in one of three forms (rewrite.py's protocol):
+
+    - "static": Python runs it; the body is traced once per iteration;
+    - "dynamic": an IR loop with run-time bounds or an unroll count;
+    - "unrolled": a static range traced once with a symbolic variable and
+      emitted as a loop that NVRTC unrolls.
+
+    A static range tries "unrolled" and falls back to "static" (rolling the
+    trace back) when the body needs the variable as a Python int (it raises),
+    changes Python objects (which one traced iteration would change once), or
+    leaves a carried name in a state the code after the loop cannot use as it
+    could after unrolling; the reason is an IR comment, and the loop's site
+    unrolls while tracing from then on in this trace."""
+
+    def __init__(self, iterable, names, values, site=None, live=(), reads=()):
+        self.names, self.values, self.entry = names, list(values), list(values)
+        self.site, self.live = site, live
+        self.pending, self.forced, self.python = True, False, None
         b = current()
-        self.slots = [_Slot(n, v) for n, v in zip(names, values)]
-        for s, v in zip(self.slots, values):
+        if isinstance(iterable, range):
+            if iterable.dynamic:
+                self.mode = "dynamic"
+                self._open(b, iterable, iterable.unroll)
+                return
+            span = builtins.range(iterable.start, iterable.stop, iterable.step)
+            self.forced = iterable.unroll is True
+            why = None if self.forced else self._why_static(b, span)
+            if why is None:
+                self.mode, self.span = "unrolled", span
+                if not self.forced:
+                    self.python = _PythonState(_frame_values(sys._getframe(1), reads))
+                    if not self.python.complete:
+                        self._static(b, span, None)
+                        return
+                self._open(b, iterable, "full" if len(span) <= FULL_UNROLL_LIMIT else None)
+                return
+            iterable = span
+        self._static(b, iterable, None)
+
+    def _why_static(self, b, span):
+        if len(span) < 2:
+            return ""
+        if self.site in b.static_sites:
+            return b.static_sites[self.site]
+        for n, v in zip(self.names, self.values):
+            if isinstance(v, MoYeArray) and isinstance(v.engine, PointerEngine) and \
+                    v.engine.space == "local":
+                return f"'{n}' is a register fragment reassigned in the body"
+        return None
+
+    def _static(self, b, iterable, why):
+        self.mode, self.dynamic = "static", False
+        if isinstance(iterable, builtins.range) and \
+                iterable[STATIC_UNROLL_LIMIT:STATIC_UNROLL_LIMIT + 1]:
+            raise _too_long(f"this `for` over {iterable} would unroll more than "
+                            f"{STATIC_UNROLL_LIMIT} times")
+        self.iterable = iterable
+        if why:
+            b.instr("comment", (), text=f"unrolled while tracing: {why}")
+
+    def _open(self, b, r, unroll):
+        """Emit the IR loop (its carried names' variables first)."""
+        self.dynamic = True
+        self.parent = b.bodies[-1]
+        self.mark = (len(self.parent), len(b.specials), len(b.kernel.arrays), len(b.bodies),
+                     len(b.loop_kinds), len(b.guards), b.dynamic_ifs, b.unrolled)
+        self.slots = [_Slot(n, v) for n, v in zip(self.names, self.values)]
+        for s, v in zip(self.slots, self.values):
             if s.kind in ("scalar", "array"):
                 _declare(s, v, None)
-        t = promote(promote(type_of(iterable.start), type_of(iterable.stop)),
-                    type_of(iterable.step))
+        t = promote(promote(type_of(r.start), type_of(r.stop)), type_of(r.step))
         self.iv = ir.Var(T.Int32 if t.name in ("Bool", "Int8", "Int16") else t, "i")
-        start = coerce(iterable.start, self.iv.type)
-        stop = coerce(iterable.stop, self.iv.type)
-        step = coerce(iterable.step, self.iv.type)
-        self.stmt = ir.For(self.iv, start, stop, step, [], iterable.unroll)
+        start, stop, step = (coerce(x, self.iv.type) for x in (r.start, r.stop, r.step))
+        self.stmt = ir.For(self.iv, start, stop, step, [], unroll)
         b.emit(self.stmt)
+
+    def attempt(self):
+        """Whether to run the loop (again): once, and once more after an
+        unrolled attempt falls back."""
+        if self.pending:
+            self.pending = False
+            return True
+        if self.mode == "unrolled" and not self.forced:
+            why = self._decline()
+            if why:
+                self._fall_back(why)
+                return self.attempt()
+        return False
+
+    def retry(self):
+        """The body raised: fall back (True) if this was an unrolled attempt
+        that may, else let the error through (False)."""
+        if self.mode != "unrolled" or self.forced:
+            return False
+        err = sys.exc_info()[1]
+        self._fall_back(f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:160]}")
+        return True
 
     def __iter__(self):
         b = current()
-        if not self.dynamic:
+        if self.mode == "static":
             b.loop_kinds.append("static")
             try:
                 for n, x in enumerate(self.iterable):
@@ -213,25 +324,107 @@ class for_loop:
             finally:
                 b.loop_kinds.pop()
             return
+        depth = (len(b.bodies), len(b.loop_kinds), b.unrolled)
+        self.open = depth
         b.push(self.stmt.body)
         b.loop_kinds.append("dynamic")
         try:
             v = b.instr("read", (self.iv,), self.iv.type, hint="i")
-            yield Sym(v, self.iv.type, 1)
+            if self.mode == "unrolled":
+                b.unrolled += 1
+                span = self.span
+                yield unrolled.loop_variable(b, span.start, span.stop, span.step, v)
+            else:
+                yield Sym(v, self.iv.type, 1)
         finally:
-            b.loop_kinds.pop()
-            b.pop()
+            if self.open is depth:          # not already undone by a fall-back
+                self.open = None
+                del b.bodies[depth[0]:], b.memo[depth[0]:], b.loop_kinds[depth[1]:]
+                b.unrolled = depth[2]
+
+    def _fall_back(self, why):
+        """Undo the unrolled attempt: its IR, the builder's state, the Python
+        objects it changed; then run the loop while tracing."""
+        b = current()
+        n_body, n_specials, n_arrays, n_bodies, n_kinds, n_guards, ifs, unrolled_ = self.mark
+        self.open = None
+        del b.bodies[n_bodies:], b.memo[n_bodies:], b.loop_kinds[n_kinds:], b.guards[n_guards:]
+        b.dynamic_ifs, b.unrolled = ifs, unrolled_
+        start = n_body + (len(b.specials) - n_specials if self.parent is b.kernel.body else 0)
+        gone = {s.result.id for s in self.parent[start:]
+                if isinstance(s, ir.Instr) and s.result is not None}
+        del self.parent[start:]
+        memo = b.memo[-1]
+        for k in [k for k, v in memo.items() if v.id in gone]:
+            del memo[k]
+        for a in b.kernel.arrays[n_arrays:]:
+            b.kernel.array_locs.pop(a.id, None)
+        del b.kernel.arrays[n_arrays:]
+        if self.python is not None:
+            self.python.restore()
+        first = self.site not in b.static_sites
+        b.static_sites[self.site] = why
+        self.values, self.pending = list(self.entry), True
+        self._static(b, self.span, why if first else None)
+
+    def _decline(self):
+        """Why the unrolled attempt cannot stand (None if it can)."""
+        if self.python is not None and self.python.changed():
+            return ("the body changes Python objects (a list, a dict, an attribute), which a "
+                    "loop traced once would change once")
+        b = current()
+        static = set()
+        for i, (s, n) in enumerate(zip(self.slots, self.names)):
+            live = n in self.live
+            if s.kind == "temp" and live:
+                return f"'{n}' is first assigned in the body and used after the loop"
+            if s.kind == "array" and live:
+                return f"the array '{n}' is reassigned in the body and used after the loop"
+            if s.kind == "scalar":
+                t = type_of(self.end[i])
+                if t is not s.var.type:
+                    return f"'{n}' changes type from {s.var.type} to {t} in the body"
+                if not isinstance(self.entry[i], Sym):
+                    static.add(i)
+        # the names that stay static through the iterations: their new values follow
+        # from the loop variables and each other only
+        while True:
+            drop = set()
+            for i in static:
+                try:
+                    deps = unrolled.leaves(b, self.end[i])
+                except unrolled.Unknown:
+                    drop.add(i)
+                    continue
+                if any(isinstance(b.known[d], unrolled.CarriedRead) and
+                       (b.known[d].loop is not self or b.known[d].slot not in static)
+                       for d in deps):
+                    drop.add(i)
+            if not drop:
+                break
+            static -= drop
+        for i in sorted(static):
+            if self.names[i] in self.live:
+                return (f"'{self.names[i]}' keeps a static value through the loop and is used "
+                        "after it")
+        return None
 
     def carried(self):
         if not self.dynamic:
             return tuple(self.values) if len(self.values) != 1 else self.values[0]
         out = tuple(s.decode() for s in self.slots)
+        if self.mode == "unrolled":
+            b = current()
+            for i, (s, v) in enumerate(zip(self.slots, out)):
+                if s.kind == "scalar" and not isinstance(self.entry[i], Sym):
+                    b.known[v.value.id] = unrolled.CarriedRead(self, i)
         return out if len(out) != 1 else out[0]
 
     def next(self, values):
         if not self.dynamic:
             self.values = list(values)
             return
+        self.end = list(values)
         _write_slots(self.slots, values)
 
     def done(self):
@@ -242,22 +435,111 @@ class for_loop:
 
     def targets(self, names, values):
         """The loop's variables after it: as Python leaves them after a static
-        loop; after a dynamic loop they have no value."""
-        if self.dynamic:
+        or unrolled loop; after a dynamic loop they have no value."""
+        if self.mode == "dynamic":
             out = tuple(OutOfScope(n, f"'{n}' is the variable of a dynamic loop and has no "
                                       "value after it; keep what you need in another "
                                       "variable") for n in names)
+        elif self.mode == "unrolled":
+            last = self.span[-1] if len(self.span) else UNBOUND
+            out = (OutOfScope(names[0], f"'{names[0]}' has no value: the loop ran no times")
+                   if last is UNBOUND else last,)
         else:
             out = tuple(OutOfScope(n, f"'{n}' has no value: the loop ran no times")
                         if v is UNBOUND else v for n, v in zip(names, values))
         return out if len(out) != 1 else out[0]
 
 
+class _PythonState:
+    """Shallow copies of the lists, dicts, sets and plain objects reachable
+    from some values: whether a traced loop body changed them, and how to
+    put them back. moye's own values (layouts, arrays, atoms) are immutable
+    and not followed. `complete` is False past LIMIT objects."""
+    LIMIT = 2048
+
+    def __init__(self, roots):
+        self.saved, self.complete = [], True
+        seen, stack = set(), list(roots)
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or isinstance(x, _IMMUTABLE):
+                continue
+            seen.add(id(x))
+            if isinstance(x, (tuple, frozenset)):
+                stack.extend(x)
+                continue
+            if isinstance(x, list):
+                copy = list(x)
+            elif isinstance(x, dict):
+                copy = dict(x)
+            elif isinstance(x, set):
+                copy = set(x)
+            elif _followed(x):
+                copy = dict(vars(x))
+            else:
+                continue
+            self.saved.append((x, copy))
+            stack.extend(copy.values() if isinstance(copy, dict) else copy)
+            if len(self.saved) > self.LIMIT:
+                self.complete = False
+                return
+
+    def changed(self):
+        for x, copy in self.saved:
+            now = x if isinstance(x, (list, dict, set)) else vars(x)
+            if isinstance(copy, set):
+                if now != copy:
+                    return True
+            elif len(now) != len(copy):
+                return True
+            elif isinstance(copy, list):
+                if any(a is not c for a, c in zip(now, copy)):
+                    return True
+            elif any(k not in now or now[k] is not v for k, v in copy.items()):
+                return True
+        return False
+
+    def restore(self):
+        for x, copy in self.saved:
+            if isinstance(x, list):
+                x[:] = copy
+            else:
+                now = x if isinstance(x, (dict, set)) else vars(x)
+                now.clear()
+                now.update(copy)
+
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), builtins.range, type,
+              types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+              np.ndarray, np.generic, Sym)
+
+
+def _followed(x):
+    """Whether to look into a plain object's attributes: anything with a
+    __dict__ except moye's own values (its examples' classes are user code)."""
+    module = type(x).__module__ or ""
+    if module.startswith("moye.") and not module.startswith("moye.examples"):
+        return False
+    return hasattr(x, "__dict__")
+
+
+def _frame_values(frame, names):
+    """The values of `names` as the kernel's frame sees them (unbound ones skipped)."""
+    local, glob = frame.f_locals, frame.f_globals
+    out = []
+    for n in names:
+        if n in local:
+            out.append(local[n])
+        elif n in glob:
+            out.append(glob[n])
+    return out
+
+
 def _too_long(what):
     return KernelError(f"{what}; a loop unrolled while tracing may run at most "
                        f"{STATIC_UNROLL_LIMIT} times (moye.kernel.control.STATIC_UNROLL_LIMIT). "
-                       "For a loop that stays a loop in the kernel, give it a dynamic bound or "
-                       "write moye.range(n, unroll=1)")
+                       "For a loop that stays a loop in the kernel, write range(n) or "
+                       "moye.range(n, unroll=1)")
 
 
 def _write_slots(slots, values):
@@ -363,21 +645,27 @@ class if_:
     def then(self):
         if not self.dynamic:
             return self.cond
-        current().push(self.stmt.then)
-        current().dynamic_ifs += 1
+        b = current()
+        b.push(self.stmt.then)
+        b.dynamic_ifs += 1
+        b.guards.append((self.stmt.cond, True))
         return True
 
     def then_done(self, values):
         self.then_values = list(values)
         if self.dynamic:
-            current().dynamic_ifs -= 1
-            current().pop()
+            b = current()
+            b.dynamic_ifs -= 1
+            b.guards.pop()
+            b.pop()
 
     def orelse(self):
         if not self.dynamic:
             return not self.cond
-        current().push(self.stmt.orelse)
-        current().dynamic_ifs += 1
+        b = current()
+        b.push(self.stmt.orelse)
+        b.dynamic_ifs += 1
+        b.guards.append((self.stmt.cond, False))
         return True
 
     def restore(self):
@@ -389,8 +677,10 @@ class if_:
     def else_done(self, values):
         self.else_values = list(values)
         if self.dynamic:
-            current().dynamic_ifs -= 1
-            current().pop()
+            b = current()
+            b.dynamic_ifs -= 1
+            b.guards.pop()
+            b.pop()
 
     def result(self):
         if not self.dynamic:
@@ -422,7 +712,12 @@ class if_:
                 b.instr("write", (slot.var, slot.encode(v)))
             finally:
                 b.pop()
-        return slot.decode()
+        merged = slot.decode()
+        if b.unrolled and slot.kind == "scalar":     # cond ? t : e, if all three are known
+            ops = (self.stmt.cond,) + tuple(x.value if isinstance(x, Sym) else x for x in (t, e))
+            if all(not isinstance(x, ir.Value) or x.id in b.known for x in ops):
+                b.known[merged.value.id] = ir.Instr("select", ops, merged.value)
+        return merged
 
 
 # -- expressions -------------------------------------------------------------------------

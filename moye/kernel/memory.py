@@ -13,6 +13,7 @@ from ..errors import MoyeTypeError
 from ..layout import Layout, complement, composition, make_layout, max_common_layout, size
 from ..layout import inttuple as IT
 from . import ir
+from .unrolled import check_register_index
 from .tracer import KernelError, Sym, coerce, divisor_of, current
 
 
@@ -35,8 +36,8 @@ class PointerEngine:
                               "reached as packed words through recast(array, UInt32)")
         idx = self.offset + i
         if self.space == "local" and not isinstance(idx, int):
-            raise KernelError("a register fragment is indexed with a dynamic value; fragments "
-                              "live in registers and take static indices only")
+            size = self.base.size if isinstance(self.base, ir.Array) else None
+            check_register_index(idx, size)
         return idx
 
     def _idx_operand(self, idx):

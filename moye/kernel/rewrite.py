@@ -9,12 +9,20 @@ the statement). Dynamic control flow turns those into loop-carried or merged
 values: the seeds' `smem_read, smem_write = smem_write, smem_read` in a
 dynamic loop swaps two pointers held in registers.
 
-    for i in ITER:                          L = rt.for_loop(ITER, NAMES, VALUES)
-        BODY                    ==>         for i in L:
-                                                a, b = L.carried()
-                                                BODY
-                                                L.next(VALUES)
+    for i in ITER:                          L = rt.for_loop(ITER, NAMES, VALUES, ...)
+        BODY                    ==>         while L.attempt():
+                                                try:
+                                                    for i in L:
+                                                        a, b = L.carried()
+                                                        BODY
+                                                        L.next(VALUES)
+                                                except Exception:
+                                                    if not L.retry():
+                                                        raise
                                             a, b = L.done()
+
+(`attempt` and `retry` let a static range traced once as a loop fall back
+to unrolling while tracing: control.for_loop.)
 
 `and`/`or`/`not`, `x if c else y`, chained comparisons and `min`/`max`
 are rewritten so they work on dynamic values too. `break`/`continue` and
@@ -169,14 +177,25 @@ class _Rewriter(ast.NodeTransformer):
         early = _read_before_write(node.body, assigned)
         carried = [n for n in assigned if n in early or n in self._live_after([n])]
         loop = self._fresh("for")
+        live = [n for n in carried if n in self._live_after([n])]
+        reads = sorted(n for n in _names_loaded(node.body) if not n.startswith("__moye"))
         setup = ast.Assign([ast.Name(loop, ast.Store())],
-                           _call("for_loop", node.iter, _strs(carried), _getters(carried)))
+                           _call("for_loop", node.iter, _strs(carried), _getters(carried),
+                                 ast.Constant(f"{loop}:{node.lineno}"), _strs(live),
+                                 _strs(reads)))
         head = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "carried",
                                                        ast.Load()), [], []))
         tail = ast.Expr(ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "next", ast.Load()),
                                  [_getters(carried)], []))
-        new_for = ast.For(node.target, ast.Name(loop, ast.Load()), [head] + node.body + [tail],
-                          [], None)
+        inner = ast.For(node.target, ast.Name(loop, ast.Load()), [head] + node.body + [tail],
+                        [], None)
+        # an unrolled attempt whose body raises falls back to unrolling while tracing
+        retry = ast.If(ast.UnaryOp(ast.Not(), ast.Call(ast.Attribute(
+            ast.Name(loop, ast.Load()), "retry", ast.Load()), [], [])), [ast.Raise()], [])
+        guarded = ast.Try([inner], [ast.ExceptHandler(_rt("TRACE_ERRORS"), None, [retry])], [],
+                          [])
+        new_for = ast.While(ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "attempt",
+                                                   ast.Load()), [], []), [guarded], [])
         done = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "done",
                                                        ast.Load()), [], []))
         targets = self._live_after(_names_stored([node.target]))

@@ -39,6 +39,10 @@ class Builder:
         self.specials = {}
         self.loop_kinds = []
         self.dynamic_ifs = 0
+        self.unrolled = 0           # open loops that NVRTC unrolls (control.for_loop)
+        self.known = {}             # value id -> how it follows from those loops' variables
+        self.guards = []            # (condition, polarity) of the open dynamic branches
+        self.static_sites = {}      # loop site -> why it unrolls while tracing
 
     def emit(self, stmt):
         if stmt.loc is None:
@@ -55,9 +59,13 @@ class Builder:
                 if hit is not None:
                     return hit
         result = ir.Value(type, hint) if type is not None else None
-        self.emit(ir.Instr(op, tuple(args), result, attrs))
+        stmt = self.emit(ir.Instr(op, tuple(args), result, attrs))
         if key is not None:
             self.memo[-1][key] = result
+            if self.unrolled and args and all(
+                    a.id in self.known if isinstance(a, ir.Value) else isinstance(a, (int, float))
+                    for a in args):
+                self.known[result.id] = stmt
         return result
 
     def push(self, body):

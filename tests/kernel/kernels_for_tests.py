@@ -20,6 +20,14 @@ def static_unroll(out, x):
 
 
 @moye.kernel
+def static_unroll_constexpr(out, x):
+    total = 0.0
+    for i in moye.range_constexpr(4):
+        total = total + x[i]
+    out[0] = total
+
+
+@moye.kernel
 def swap_buffers(out, x, n):
     read = moye.shared_array(x.dtype, Layout(32))
     write = moye.shared_array(x.dtype, Layout(32))

@@ -33,7 +33,7 @@ def test_gemm_main_loop_swizzles_once_per_distinct_offset():
     args, threads = gemm.make_config("Float16")
     A, D = np.ones((256, 128), np.float16), np.zeros((256, 256), np.float16)
     k = gemm.gemm_kernel.trace(A, A, D, D, 1.0, 0.0, *args, block=threads)[0]
-    loop = [s for s in k.body if isinstance(s, ir.For)][0]
+    loop = [s for s in k.body if isinstance(s, ir.For) and s.unroll is None][0]   # over k-tiles
     body = ir.Kernel("b", [], loop.body)
     assert len(instrs(body, "cp_async")) == 12 and len(instrs(body, "ldmatrix")) == 32
     # k-blocks 1..3 read with ldmatrix in the loop (k-block 0 at loop-invariant offsets)
@@ -62,7 +62,7 @@ def _tc_trace(variant, M=64, N=64, K=64):
 
 def test_ldmatrix_kernel_emits_the_instructions_per_k_tile():
     k = _tc_trace("ldmatrix")
-    loop = [s for s in k.body if isinstance(s, ir.For)][0]
+    loop = [s for s in k.body if isinstance(s, ir.For) and s.unroll is None][0]   # over k-tiles
     body = ir.Kernel("b", [], loop.body)
     # 64x64x32 tile, 2x2 warps of a (32,32,16) tiled MMA: per thread 2x4x2 mma.sync,
     # A: 2 (M) x 2 (K) ldmatrix.x4, B: 2 x 2 (two n8 atoms per x4); cp.async 2 + 2 of 16 bytes

@@ -41,8 +41,15 @@ def test_dynamic_range_becomes_a_loop_with_a_carried_scalar():
     assert "for (int i_" in src and "acc_" in src
 
 
-def test_static_range_unrolls():
+def test_static_range_is_traced_once_as_a_loop_nvrtc_unrolls():
     k, _, _ = K.static_unroll.trace(vec(1), vec())
+    (loop,) = stmts(k, ir.For)
+    assert (loop.start, loop.stop, loop.step, loop.unroll) == (0, 4, 1, "full")
+    assert len(ops(k, "load")) == 1
+
+
+def test_range_constexpr_unrolls_while_tracing():
+    k, _, _ = K.static_unroll_constexpr.trace(vec(1), vec())
     assert not stmts(k, ir.For)
     assert len(ops(k, "load")) == 4
 
@@ -112,6 +119,22 @@ def test_generated_source_has_line_comments_and_no_dynamic_register_index():
     src = mm.matmul_kernel.cuda_source(A, Layout((128, 8)), t, A, Layout((128, 8)), t, C,
                                        Layout((128, 128)), t, block=256)
     assert "// matmul_smem.py:" in src
+    assert not register_indices_outside_unrolled_loops(src)
+
+
+def register_indices_outside_unrolled_loops(src):
+    """The lines of `src` that index a register array with a variable outside
+    every `#pragma unroll` loop (inside one, NVRTC makes the index constant)."""
     import re
-    for idx in re.findall(r"rf\d+\[([^\]]+)\]", src):
-        assert idx.isdigit(), idx
+    bad, opened, depth, pragma = [], [], 0, False
+    for line in src.splitlines():
+        text = line.strip()
+        if text.startswith("for (") and pragma:
+            opened.append(depth)
+        pragma = text == "#pragma unroll"
+        if not opened and any(not i.isdigit() for i in re.findall(r"rf\d+\[([^\]]+)\]", line)):
+            bad.append(line)
+        depth += line.count("{") - line.count("}")
+        while opened and depth <= opened[-1]:
+            opened.pop()
+    return bad

@@ -119,9 +119,10 @@ class _Writer:
                 else:                               # a step of 0 would never end: trap instead
                     self.emit(ind, f"if ({step} == 0) __trap();  // range() step is 0")
                     test = f"({step} > 0 ? {v} < {stop} : {v} > {stop})"
-                if s.unroll is not None:
-                    self.emit(ind, f"#pragma unroll {s.unroll}" if s.unroll != 1
-                              else "#pragma unroll 1")
+                if s.unroll == "full":
+                    self.emit(ind, "#pragma unroll")
+                elif s.unroll is not None:
+                    self.emit(ind, f"#pragma unroll {s.unroll}")
                 self.emit(ind, f"for ({ctype(s.var.type)} {v} = {self.operand(s.start)}; "
                                f"{test}; {v} += {step}) {{")
                 self.body(s.body, ind + "  ")
