@@ -271,3 +271,30 @@ def _flat(t):
     if type(t) is not int:
         raise MoyeError(f"host arrays need static layouts; got a dynamic value {t!r}")
     return [t]
+
+
+_loop_runners = []
+
+
+def on_loop(runner):
+    """Register `runner(engine, start, stop, body)`: it runs body(k) for k in
+    range(start, stop) as code for arrays of its engines and returns True,
+    or returns False (the kernel tracer's, in kernel/control.py)."""
+    _loop_runners.append(runner)
+    return runner
+
+
+def run_loop(engine, start, stop, body):
+    """body(k) for k in range(start, stop), as code of `engine`'s kind: on
+    the host Python's loop; inside a kernel one loop that NVRTC unrolls,
+    where the body allows.
+        >>> run_loop(HostEngine(np.zeros(1), 0, None), 0, 3, print)
+        0
+        1
+        2
+    """
+    for runner in _loop_runners:
+        if runner(engine, start, stop, body):
+            return
+    for k in range(start, stop):
+        body(k)

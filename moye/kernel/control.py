@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import types as T
 from ..array import MoYeArray
+from ..array.engine import on_loop
 from ..errors import MoyeTypeError
 from . import ir, unrolled
 from .memory import PointerEngine
@@ -533,6 +534,24 @@ def _frame_values(frame, names):
         elif n in glob:
             out.append(glob[n])
     return out
+
+
+@on_loop
+def kernel_loop(engine, start, stop, body):
+    """A library loop over arrays in a kernel (`array.engine.run_loop`): like a
+    kernel's own `for` over a static range, traced once where the body allows."""
+    if not isinstance(engine, PointerEngine) or stop - start < 2:
+        return False
+    loop = for_loop(range(start, stop), (), ())
+    while loop.attempt():
+        try:
+            for k in loop:
+                body(k)
+                loop.next(())
+        except TRACE_ERRORS:
+            if not loop.retry():
+                raise
+    return True
 
 
 def _too_long(what):

@@ -69,15 +69,30 @@ def _names_loaded(nodes):
 
 
 def _read_before_write(body, names):
-    """Names read in `body` before (textually) their first assignment."""
+    """Names that `body` may read before assigning them, on some path: an
+    assignment inside a loop or a branch may not run, so it does not hide
+    the reads after it, but inside that loop or branch it does."""
     written, early = set(), set()
     for stmt in body:
-        loads = _names_loaded([stmt]) - _loop_targets(stmt)
-        # in `x = x + 1` the read happens first
-        for n in names:
-            if n in loads and n not in written:
-                early.add(n)
-        written.update(_names_stored([stmt]))
+        pending = set(names) - written
+        if not pending:
+            break
+        if isinstance(stmt, ast.For):
+            early |= _names_loaded([stmt.iter]) & pending
+            targets = set(_names_stored([stmt.target]))
+            early |= _read_before_write(stmt.body, pending - targets)
+            early |= _read_before_write(stmt.orelse, pending)
+        elif isinstance(stmt, ast.While):
+            early |= _names_loaded([stmt.test]) & pending
+            early |= _read_before_write(stmt.body + stmt.orelse, pending)
+        elif isinstance(stmt, ast.If):
+            early |= _names_loaded([stmt.test]) & pending
+            early |= _read_before_write(stmt.body, pending) | \
+                _read_before_write(stmt.orelse, pending)
+        else:
+            # in `x = x + 1` the read happens first
+            early |= (_names_loaded([stmt]) - _loop_targets(stmt)) & pending
+            written.update(_names_stored([stmt]))
     return early
 
 

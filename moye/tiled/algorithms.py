@@ -4,6 +4,7 @@ import numpy as np
 
 from ..array import MoYeArray
 from ..array import copyto as _copy_arrays
+from ..array.engine import run_loop
 from ..atom.copy import CopyAtom
 from ..atom.mma import MMAAtom, mma_reference
 from ..errors import MoyeError, MoyeTypeError
@@ -113,12 +114,16 @@ def _gemm_thread(atom, d, a, b, c):
         raise MoyeError(f"gemm: A {T.fmt(a.shape)}, B {T.fmt(b.shape)} and C {T.fmt(c.shape)} "
                         f"do not form (1,M,K) x (1,N,K) -> (1,M,N) for {atom.op}")
     fma = _host_fma(atom) if d.engine.space == "host" else None
-    for k in range(K):
-        src = c if k == 0 else d
+
+    def k_block(k, src):
         for m in range(M):
             for n in range(N):
                 av, bv, cv = a[0, m, k], b[0, n, k], src[0, m, n]
                 d[0, m, n] = fma(av, bv, cv) if fma else cv + av * bv
+
+    if K:
+        k_block(0, c)
+        run_loop(d.engine, 1, K, lambda k: k_block(k, d))   # in a kernel: one unrolled loop
     return d
 
 
