@@ -24,7 +24,7 @@ cuLaunchKernel and the CPU interpreter binds.
     >>> import numpy as np
     >>> b = bind(["y", "x", "n"], {}, set(), (np.zeros((4, 6), np.float32)[:, :4], np.ones(8), 3))
     >>> b.params[0]
-    ArrayParam(name='y', dtype=Float32, rank=2, unit=1, divisibility=(2, 4), aligned=True, wide=False, device='cpu')
+    ArrayParam(name='y', dtype=Float32, rank=2, unit=1, divisibility=(2, 1), aligned=True, wide=False, device='cpu')
     >>> [p.name for p in b.params[0].ir_params], b.values()[1:4]
     (['y', 'y.shape[0]', 'y.shape[1]', 'y.stride[0]'], [4, 4, 6])
 """
@@ -162,12 +162,29 @@ class TMAParam:
         return f"a {type(arg).__name__}"
 
 
+_ARRAY_PARAMS = {}          # what decides an ArrayParam -> it (bounded)
+
+
 def array_param(name, arr):
-    """The ArrayParam of arguments.ArrayArg `arr`.
+    """The ArrayParam of arguments.ArrayArg `arr`, remembered by what
+    decides it (a launch binds arrays of the same layouts again and again).
         >>> from moye.kernel.arguments import as_array_arg
         >>> array_param("x", as_array_arg(np.zeros((3, 5), np.float16).T)).unit
         0
     """
+    seen = (name, arr.dtype, arr.shape, arr.strides, arr.ptr % 16 == 0, arr.device)
+    try:
+        return _ARRAY_PARAMS[seen]
+    except KeyError:
+        if len(_ARRAY_PARAMS) >= 4096:
+            _ARRAY_PARAMS.clear()
+        p = _ARRAY_PARAMS[seen] = _array_param(name, arr)
+        return p
+    except TypeError:           # a shape or strides that is a list
+        return _array_param(name, arr)
+
+
+def _array_param(name, arr):
     shape, strides = arr.shape, arr.strides
     unit = next((i for i, (n, d) in enumerate(zip(shape, strides)) if d == 1 and n != 1), None)
     vec = max(1, 16 // max(1, arr.dtype.bits // 8))
@@ -242,7 +259,7 @@ def key_text(key):
     """A complete, stable text of a specialization key, for the disk cache.
         >>> import numpy as np
         >>> key_text(bind(["x", "k"], {}, {"k"}, (np.ones(4, np.float32), 0.5)).key)
-        '(array(Float32,1,0,(4,),True,False,cpu),static(float,0x1.0000000000000p-1))'
+        "(array(Float32,1,0,(1,),True,False,cpu),static('float','0x1.0000000000000p-1'))"
     """
     return "(" + ",".join(p.text() for p in key) + ")"
 

@@ -3,14 +3,16 @@ cuLaunchKernel, without binding the arguments again.
 
 Binding (binder.bind) finds a call's specialization and its run-time values
 but costs microseconds. So once a specialization has been launched, moye
-writes a launch function for it: the one place moye makes Python source
-and `exec`s it, because a function whose checks are comparisons with
-constants, each argument read once, is several times cheaper than any
-loop over the records. Its inputs are the specialization's binder records
-(binder.Binding) and the call that selected it (for the classes of its
-arguments and their exact strides); what it calls is the backend's
-`fast_launcher(block)`: `run(grid, cluster, smem, stream, *values)` with
-the values in IR parameter order, as Binding.values() gives them.
+writes a launch function for it (make_entry): the one place moye makes
+Python source and `exec`s it. It exists for speed: checks that are
+comparisons with constants, each argument read once, the values packed
+and cuLaunchKernel called in the same function, cost a fraction of a
+loop over the records, and a Python call more (to a launcher taking the
+values) would add about a third to moye's own host time per launch. Its
+inputs are the specialization's binder records (binder.Binding), the call
+that selected it (for the classes of its arguments and their exact
+strides), and the backend's FastLaunch: named values, no text, for the
+CUDA driver's launch sequence (the only backend with a fast path).
 
 `kern[grid, block]` returns the launch function last used with that
 configuration. A call the function's checks reject goes to the kernel's
@@ -38,6 +40,8 @@ binding would pick (an extent-1 mode of stride 1 beside another stride-1
 mode): that kernel is still right, as the mode it takes for stride 1 has
 stride 1.
 """
+from dataclasses import dataclass, fields
+
 import numpy as np
 
 from .arguments import INDEX_LIMIT, as_array_arg, keyed_as_is, keyword_arguments_error, \
@@ -115,7 +119,7 @@ class _Writer:
                 self.check(f"static_key({x}, {p.name!r}) != {self.const(p.key)}")
         elif type(p) is TMAParam:
             self.check(f"{x}.spec != {self.const(p.spec)}")
-            self.values.append(x)
+            self.values.append(f"_tensor_map({x})")
         elif type(p) is ScalarParam:
             if isinstance(call_arg, (int, np.integer)) and not isinstance(call_arg, bool):
                 fits = f"-{INDEX_LIMIT} <= {x} < {INDEX_LIMIT}"
@@ -153,6 +157,37 @@ class _Writer:
             [str(strides[k]) for k in p.stride_modes]
 
 
+@dataclass(frozen=True)
+class FastLaunch:
+    """What a launch function needs of the backend (CudaExecutable.fast_launch):
+    `pack(buffer, offset, *values)` writes the values (in IR parameter
+    order) into a parameter buffer; `slots` is a pool of (buffer, offset,
+    params address) and `new_slot()` makes one; `launch` and `launch_ex`
+    are cuLaunchKernel and cuLaunchKernelEx, `ok` their success code,
+    `function` the kernel, `block` its block; `dynamic_smem` its own
+    dynamic shared memory and `launch_smem(smem)` the total for `smem` more
+    (checked); `current_stream()` the default stream, `stream_handle(s)`
+    a stream object's handle; `cluster_config(grid, block, smem, stream,
+    cluster)` cuLaunchKernelEx's configuration; `failed(err, grid, block,
+    smem, stream, params, cluster)` handles a failed launch;
+    `tensor_map(tma_copy)` is the bytes of a TMACopy's tensor map."""
+    pack: object
+    slots: list
+    new_slot: object
+    launch: object
+    launch_ex: object
+    ok: object
+    function: object
+    block: tuple
+    dynamic_smem: int
+    launch_smem: object
+    current_stream: object
+    stream_handle: object
+    cluster_config: object
+    failed: object
+    tensor_map: object
+
+
 class Entry:
     """A specialization on the fast path. `make(grid, fallback)` writes its
     launch function for a grid (x, y, z, then the cluster's x, y, z for a
@@ -187,14 +222,15 @@ class Entry:
         return f
 
 
-def make_entry(names, defaults, args, binding, run):
+def make_entry(names, defaults, args, binding, fast):
     """The Entry of a specialization, from the call that selected it (its
     `args`, defaults not filled in), its `binding` and the backend's
-    `run(grid, cluster, smem, stream, *values)`."""
+    FastLaunch `fast`."""
     n = len(args)
     env = {"static_key": static_key, "as_array": as_array_arg, "wide": needs_64bit_indices,
            "MISSING": MISSING, "keyword_arguments_error": keyword_arguments_error,
-           "names": tuple(names), "run": run}
+           "names": tuple(names)}
+    env.update({"_" + f.name: getattr(fast, f.name) for f in fields(fast)})
     params, head = [], ["rest", "backend is not None"]
     for i, name in enumerate(names):
         call_arg = args[i] if i < n else defaults[name]
@@ -217,16 +253,38 @@ def make_entry(names, defaults, args, binding, run):
         else:
             body.append((what, text))
     sig = "".join(p + ", " for p in params) + ("/, " if params else "")
+    bx, by, bz = fast.block
     lines = ["def make(grid, fallback):",
-             "    xyz = tuple(grid[:3])",
-             "    cluster = tuple(grid[3:]) or None",
+             "    gx, gy, gz, *cluster = grid",
+             "    cluster = tuple(cluster) or None",
              f"    def launch({sig}*rest, smem=0, stream=None, backend=None, **keywords):",
              "        if keywords:",
              "            keyword_arguments_error(names, keywords)"]
     for what, text in body:
         lines += [f"        {text}"] if what == "read" else [f"        if {text}:", miss]
-    lines += ["        run(xyz, cluster, smem, stream" +
-              "".join(", " + v for v in writer.values) + ")",
+    # the CUDA driver's launch sequence (see FastLaunch): a parameter buffer from the pool
+    # (cuLaunchKernel releases the GIL: another thread must not refill one it reads),
+    # the values packed with one struct call, the stream, the launch
+    lines += ["        try:",
+              "            slot = _slots.pop()",
+              "        except IndexError:",
+              "            slot = _new_slot()",
+              "        buf, at, params = slot",
+              f"        _pack(buf, at{''.join(', ' + v for v in writer.values)})",
+              "        if stream is None:",
+              "            stream = _current_stream()",
+              "        elif type(stream) is not int:",
+              "            stream = _stream_handle(stream)",
+              f"        smem = _launch_smem(smem) if smem else {fast.dynamic_smem}",
+              "        if cluster is None:",
+              f"            err = _launch(_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
+              "stream or None, params, 0)[0]",
+              "        else:",
+              "            err = _launch_ex(_cluster_config((gx, gy, gz), _block, smem, stream, "
+              "cluster), _function, params, 0)[0]",
+              "        if err is not _ok:",
+              "            _failed(err, (gx, gy, gz), _block, smem, stream, params, cluster)",
+              "        _slots.append(slot)",
               "    return launch"]
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<moye launch of {', '.join(names)}>", "exec"), env)  # noqa: S102

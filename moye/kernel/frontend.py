@@ -313,7 +313,7 @@ class KernelFunction:
         exe = self._executable(backend, binding, block)
         more = {"cluster": grid[3:]} if len(grid) > 3 else {}     # (grid, cluster) in clusters
         exe.launch(grid[:3], block, binding, smem=smem, stream=stream, **more)
-        fast = getattr(exe, "fast_launcher", None)
+        fast = getattr(exe, "fast_launch", None)
         if chosen is not None or fast is None:
             return
         key = (block, binding.key, entry_key(args, binding))

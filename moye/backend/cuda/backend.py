@@ -4,6 +4,7 @@ import json
 
 from ...errors import MoyeError
 from ...kernel import ir
+from ...kernel.dispatch import FastLaunch
 from ...kernel.limits import (SMEM_LIMIT, check_architecture,  # noqa: F401
                               check_launch_smem, check_shared_memory, check_smem, check_stream)
 from .codegen import generate
@@ -39,58 +40,26 @@ class CudaExecutable:
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream,
                       cluster=cluster)
 
-    def fast_launcher(self, block):
-        """`run(grid, cluster, smem, stream, *values)`: a launch of this
-        kernel with `block` threads, for the frontend's fast path
-        (kernel/dispatch.py). `values` are in parameter order, as
-        binder.Binding.values() gives them; `cluster` is None or the
-        cluster shape (then cuLaunchKernelEx), `smem` bytes beyond the
-        kernel's own, `stream` None for the current one.
-
-        The values go into a parameter buffer with one struct call, and
-        cuda.bindings' cuLaunchKernel takes its address (its Cython wrapper
-        costs less than libcuda through ctypes). A buffer comes from a pool
-        for the call and goes back after: cuLaunchKernel releases the GIL,
-        and another thread must not refill a buffer it is reading."""
+    def fast_launch(self, block):
+        """The dispatch.FastLaunch of this kernel with `block` threads: what
+        the frontend's launch functions (kernel/dispatch.py) call to pack
+        the values into a parameter buffer with one struct call and launch
+        through cuda.bindings' cuLaunchKernel (its Cython wrapper costs less
+        than libcuda through ctypes)."""
         from . import driver
         kinds = tuple(_ctype(t) for t in self.param_types)
-        maps = tuple(i for i, t in enumerate(self.param_types) if t is ir.TENSOR_MAP)
-        dyn = self.kernel.dynamic_smem
-        self._more_smem(dyn)
+        self._more_smem(self.kernel.dynamic_smem)
         first = driver.ParamPack(kinds)
-        pack, free = first.pack_into, [first.slot()]
         cu = driver._cu()
-        launch, launch_ex, ok = cu.cuLaunchKernel, cu.cuLaunchKernelEx, cu.CUresult.CUDA_SUCCESS
-        function, current = self.function.handle, current_stream_getter()
-        cluster_config, tensor_map = driver.cluster_launch_config, driver.tensor_map_bytes
-        bx, by, bz = block
-
-        def run(grid, cluster, smem, stream, *values):
-            if maps:
-                values = list(values)
-                for i in maps:
-                    values[i] = tensor_map(values[i])
-            try:
-                slot = free.pop()
-            except IndexError:
-                slot = driver.ParamPack(kinds).slot()
-            buf, at, params = slot
-            pack(buf, at, *values)
-            if stream is None:
-                stream = current()
-            elif type(stream) is not int:
-                stream = _stream_handle(stream)
-            smem = self._launch_smem(smem) if smem else dyn
-            if cluster is None:
-                err = launch(function, grid[0], grid[1], grid[2], bx, by, bz, smem,
-                             stream or None, params, 0)[0]
-            else:
-                err = launch_ex(cluster_config(grid, block, smem, stream, cluster), function,
-                                params, 0)[0]
-            if err is not ok:
-                self._launch_failed(err, grid, block, smem, stream, params, cluster)
-            free.append(slot)
-        return run
+        return FastLaunch(
+            pack=first.pack_into, slots=[first.slot()],
+            new_slot=lambda: driver.ParamPack(kinds).slot(),
+            launch=cu.cuLaunchKernel, launch_ex=cu.cuLaunchKernelEx,
+            ok=cu.CUresult.CUDA_SUCCESS, function=self.function.handle, block=tuple(block),
+            dynamic_smem=self.kernel.dynamic_smem, launch_smem=self._launch_smem,
+            current_stream=current_stream_getter(), stream_handle=_stream_handle,
+            cluster_config=driver.cluster_launch_config, failed=self._launch_failed,
+            tensor_map=driver.tensor_map_bytes)
 
     def _launch_smem(self, smem):
         """The dynamic shared memory of a launch asking `smem` more bytes,
