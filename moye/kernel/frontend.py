@@ -18,7 +18,6 @@ import functools
 import inspect
 import traceback
 
-from .. import types as T
 from ..array import MoYeArray
 from ..array.engine import allocator
 from ..errors import LaunchError, MoyeError, MoyeTypeError
