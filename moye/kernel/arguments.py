@@ -1,15 +1,12 @@
-"""A kernel call's arguments: which are arrays, scalars or static values,
-and the specialization key they select.
+"""A kernel call's arguments as moye reads them: arrays (ArrayArg: address,
+shape, element strides, element type, device), static values and their
+exact keys. The binder (binder.py) turns them into parameter records, the
+specialization key and the launch's values.
 
 Arrays come from torch tensors, anything with `__cuda_array_interface__`
 (CuPy, Numba, ...), anything with DLPack (`__dlpack__`; a CPU one through
-NumPy), and NumPy arrays (for the CPU backend). The key of an array is its
-element type, rank, unit-stride mode, how far its strides divide the vector
-width, whether its address is 16-byte aligned, whether 32-bit indices reach
-it, and its device; its extents, strides and address are runtime values.
+NumPy), and NumPy arrays (for the CPU backend).
 """
-import inspect
-
 import numpy as np
 
 from .. import types as T
@@ -34,24 +31,6 @@ class ArrayArg:
     def __init__(self, obj, ptr, shape, strides, dtype, device):
         self.obj, self.ptr, self.shape, self.strides = obj, ptr, shape, strides
         self.dtype, self.device = dtype, device
-
-    def key(self):
-        unit = next((i for i, (n, d) in enumerate(zip(self.shape, self.strides))
-                     if d == 1 and n != 1), None)
-        vec = max(1, 16 // max(1, self.dtype.bits // 8))
-        divs = tuple(_pow2_div(d, vec) for d in self.strides)
-        aligned = self.ptr % 16 == 0
-        return ("array", self.dtype.name, len(self.shape), unit, divs, aligned,
-                needs_64bit_indices(self.shape, self.strides), self.device)
-
-
-def _pow2_div(x, cap):
-    if x == 0:
-        return cap
-    d = 1
-    while d < cap and x % (d * 2) == 0:
-        d *= 2
-    return d
 
 
 def needs_64bit_indices(shape, strides):
@@ -299,89 +278,6 @@ def is_static(v, annotated):
     return False
 
 
-def scalar_type(v):
-    if isinstance(v, bool):
-        return T.Bool
-    if isinstance(v, (int, np.integer)):
-        return T.Int32 if -INDEX_LIMIT <= int(v) < INDEX_LIMIT else T.Int64
-    if isinstance(v, (float, np.floating)):
-        return T.Float32 if not isinstance(v, np.float64) else T.Float64
-    return None
-
-
-# -- binding ---------------------------------------------------------------------------
-
-class Binding:
-    """How the call's arguments map to kernel parameters: `kinds` holds
-    (kind, name, info) per argument, kind "static" (info: the value),
-    "array" (an ArrayArg), "scalar" (its element type) or "tma" (a TMACopy,
-    whose tensor map is one parameter)."""
-
-    def __init__(self, kinds, key, scalars):
-        self.kinds, self.key, self.scalars = kinds, key, scalars
-
-
-def complete_arguments(fn_sig, args):
-    """`args` with the kernel's default values appended for missing ones."""
-    params = list(fn_sig.parameters.values())
-    if len(args) >= len(params):
-        return tuple(args)
-    missing = params[len(args):]
-    if any(p.default is inspect.Parameter.empty for p in missing):
-        return tuple(args)
-    return tuple(args) + tuple(p.default for p in missing)
-
-
-def bind_arguments(fn_sig, constexpr_names, args):
-    args = complete_arguments(fn_sig, args)
-    names = list(fn_sig.parameters)
-    if len(args) != len(names):
-        which = f"missing {', '.join(names[len(args):])}" if len(args) < len(names) else \
-            f"{len(args) - len(names)} too many"
-        raise LaunchError(f"the kernel takes {len(names)} arguments ({', '.join(names)}), "
-                          f"got {len(args)} ({which})")
-    kinds, key, scalars = [], [], {}
-    for name, a in zip(names, args):
-        if is_static(a, name in constexpr_names):
-            value = a.value if isinstance(a, Constexpr) else a
-            kinds.append(("static", name, value))
-            key.append(("static", static_key(value, name)))
-            continue
-        if type(a).__name__ == "TMACopy":          # kernel/hopper.py: a tensor map
-            kinds.append(("tma", name, a))
-            key.append(("tma",) + a.key())
-            continue
-        arr = as_array_arg(a, name)
-        if arr is not None:
-            kinds.append(("array", name, arr))
-            key.append(arr.key())
-            continue
-        t = scalar_type(a)
-        if t is not None:
-            kinds.append(("scalar", name, t))
-            key.append(("scalar", t.name))
-            scalars[name] = a
-            continue
-        hint = " (a Python list is not an array: pass np.asarray(...) or a torch tensor)" \
-            if isinstance(a, list) else ""
-        raise MoyeTypeError(f"argument '{name}': {type(a).__name__} is not an array, a number or "
-                            "a static value (layouts, atoms, tiled copies/MMAs, element types, "
-                            f"moye.Constexpr){hint}")
-    return Binding(kinds, tuple(key), scalars)
-
-
-def describe_argument(kind, info):
-    """What a bound argument is, in words (for errors)."""
-    if kind == "array":
-        return (f"a {info.dtype} array on the {info.device} of shape {tuple(info.shape)} "
-                f"and strides {tuple(info.strides)}")
-    if kind == "scalar":
-        return f"a {info} scalar"
-    if kind == "static":
-        return f"the static value {info!r}"
-    return f"a {type(info).__name__}"
-
-
 def keyword_arguments_error(names, keywords, allowed="smem=, stream= and backend="):
     """The LaunchError of a launch given kernel arguments by keyword."""
     raise LaunchError(f"a kernel's arguments are passed by position, in order "
@@ -389,18 +285,3 @@ def keyword_arguments_error(names, keywords, allowed="smem=, stream= and backend
                       f"{'s' * (len(keywords) > 1)} {', '.join(keywords)}. "
                       f"The launch's own keywords are {allowed}")
 
-
-def runtime_values(binding, plan=None):
-    """The flat parameter values of a call, in parameter order."""
-    out = []
-    for kind, name, info in binding.kinds:
-        if kind == "scalar":
-            out.append((info, binding.scalars[name]))
-        elif kind == "tma":
-            out.append(("tma", info))
-        elif kind == "array":
-            out.append(("ptr", info.ptr))
-            out.extend(("shape", int(n)) for n in info.shape)
-            unit = info.key()[3]
-            out.extend(("stride", int(d)) for i, d in enumerate(info.strides) if i != unit)
-    return out

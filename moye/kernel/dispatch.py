@@ -1,50 +1,54 @@
 """The launch fast path: `kern[grid, block](*args)` in about the time of a
 cuLaunchKernel, without binding the arguments again.
 
-Binding (arguments.bind_arguments) finds a call's specialization and its
-runtime values but costs tens of microseconds. So once a specialization
-has been launched, moye writes a launch function for it: Python source, in
-which each check is a comparison with a constant and each value is read
-once, ending in the backend's own lines that pack the values and launch.
+Binding (binder.bind) finds a call's specialization and its run-time values
+but costs microseconds. So once a specialization has been launched, moye
+writes a launch function for it (make_entry): the one place moye makes
+Python source and `exec`s it. It exists for speed: checks that are
+comparisons with constants, each argument read once, the values packed
+and cuLaunchKernel called in the same function, cost a fraction of a
+loop over the records, and a Python call more (to a launcher taking the
+values) would add about a third to moye's own host time per launch. Its
+inputs are the specialization's binder records (binder.Binding), the call
+that selected it (for the classes of its arguments and their exact
+strides), and the backend's FastLaunch: named values, no text, for the
+CUDA driver's launch sequence (the only backend with a fast path).
+
 `kern[grid, block]` returns the launch function last used with that
 configuration. A call the function's checks reject goes to the kernel's
 `_dispatch`, which tries the configuration's other recent launch functions
 (their probes: the same function, answering NOT_MINE where the checks
-fail), then finds the specialization by a key of the arguments, or binds
-them.
+fail), then binds.
 
-What decides a specialization, and so what the checks and the key hold,
-argument by argument:
+What the checks hold, record by record:
 
-- an array: its type (how it is read), element type, exact strides (they
-  fix the rank, the unit-stride mode and how far the strides divide),
-  whether its address is 16-byte aligned, its device, and whether it needs
-  64-bit indices (checked first against a cheap bound on its extents);
-- an int: whether it fits in 32 bits; a float or a bool: its type;
-- a static argument: its value where its == is exact (ints, strings,
-  moye's layouts and atoms), else its static_key (floats by their bits,
-  tuples, Constexpr values, arrays by content);
-- a TMACopy (kernel/hopper.py): its `spec` (op, element type, tile, device);
-  the backend gets the TMACopy and passes its tensor map.
+- ArrayParam: the argument's class and element type (as its library
+  names it), its device, its exact strides (they fix the rank, the
+  unit-stride mode and the divisibility, and the launch passes them as
+  constants), whether its address is 16-byte aligned, and whether it needs
+  64-bit indices (checked first against a cheap bound on its extents).
+  A torch tensor is read by data_ptr(), shape, stride(), dtype and
+  is_cuda; a CuPy array by data.ptr, shape, strides and dtype; anything
+  else through arguments.as_array_arg;
+- ScalarParam: the value's class and, for an int, whether it fits in 32 bits;
+- StaticParam: its value where its == is exact (ints, strings, moye's
+  layouts and atoms), else its static_key;
+- TMAParam: the TMACopy's spec.
 
-Arrays are read by kind: a torch tensor by data_ptr(), shape, stride(),
-dtype and is_cuda; a CuPy array by data.ptr, shape, strides and dtype;
-anything else (`__cuda_array_interface__`, DLPack, NumPy) through
-as_array_arg. The launch function passes the backend, per argument that is
-not static, an array's address and shape or a scalar's value; the strides
-are in the checks, so the backend's lines hold them as constants.
-
-Exact strides in the key can select a kernel whose unit-stride mode is not
-the one binding would pick (an extent-1 mode of stride 1 beside another
-stride-1 mode): that kernel is still right, as the mode it takes for stride
-1 has stride 1.
+Exact strides can select a kernel whose unit-stride mode is not the one
+binding would pick (an extent-1 mode of stride 1 beside another stride-1
+mode): that kernel is still right, as the mode it takes for stride 1 has
+stride 1.
 """
+from dataclasses import dataclass, fields
+
 import numpy as np
 
-from .arguments import (INDEX_LIMIT, as_array_arg, is_static, keyed_as_is,
-                        keyword_arguments_error, needs_64bit_indices, static_key)
+from .arguments import INDEX_LIMIT, as_array_arg, keyed_as_is, keyword_arguments_error, \
+    needs_64bit_indices, static_key
+from .binder import ArrayParam, ScalarParam, StaticParam, TMAParam
 
-ENTRIES_LIMIT = 1024          # specializations kept per kernel and block for the fast path
+ENTRIES_LIMIT = 1024          # fast paths kept per kernel
 MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 NOT_MINE = type("NotMine", (), {"__repr__": lambda self: "NOT_MINE"})()
 
@@ -54,166 +58,24 @@ def not_mine(args, smem, stream, backend):
     return NOT_MINE
 
 
-def arg_kind(a, annotated):
-    """How an argument is read: "static", "torch", "cupy", "array", "int",
-    "scalar", "tma", or None where moye cannot take it."""
-    if is_static(a, annotated):
-        return "static"
-    t = type(a)
-    if t.__name__ == "TMACopy":
-        return "tma"
-    module = t.__module__
+def array_reader(a):
+    """How the fast path reads array argument `a`: "torch", "cupy" or "any"."""
+    module = type(a).__module__
     if module.startswith("torch") and hasattr(a, "data_ptr"):
         return "torch"
     if module.startswith("cupy") and hasattr(getattr(a, "data", None), "ptr") and \
             hasattr(a, "strides") and hasattr(a, "itemsize"):
         return "cupy"
-    if isinstance(a, bool):
-        return "scalar"
-    if isinstance(a, (int, np.integer)):
-        return "int"
-    if isinstance(a, (float, np.floating)):
-        return "scalar"
-    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__") or \
-            isinstance(a, np.ndarray):
-        return "array"
-    return None
+    return "any"
 
 
-class _Arg:
-    """How to read argument `i` of a kind: `steps`, in order, are ("read",
-    line), ("none", variable) (as_array_arg found no array) and ("part",
-    expression, comparison): the parts make the key, and the launch
-    function compares each with its value in the key. `values` are what the
-    backend gets; `width` is (shape variable, element strides expression)
-    for an array's index-width test."""
-
-    def __init__(self, i, name, a, kind):
-        x = f"a{i}"
-        self.i, self.kind, self.name = i, kind, name
-        self.steps, self.values, self.width = [], [], None
-        if kind == "static":
-            self._part(*((x, "value") if keyed_as_is(a) else (f"static_key({x}, {name!r})", "!=")))
-            return
-        if kind == "tma":
-            self._part(f"{x}.spec", "!=")
-            self.values.append(x)
-            return
-        if kind == "int":
-            self._part(f"-2147483648 <= {x} < 2147483648", "is not")
-        if kind in ("int", "scalar"):
-            self.values.append(x)
-            return
-        p, n, s = f"p{i}", f"n{i}", f"s{i}"
-        elements = s
-        if kind == "torch":
-            self._part(f"{x}.dtype", "is not")
-            self._part(f"{x}.is_cuda", "is not")
-            self._read(f"{s} = {x}.stride()")
-            self._part(s, "!=")
-            self._read(f"{p} = {x}.data_ptr()")
-        elif kind == "cupy":
-            self._part(f"{x}.dtype", "!=")
-            self._read(f"{s} = {x}.strides")              # in bytes
-            self._part(s, "!=")
-            self._read(f"{p} = {x}.data.ptr")
-            elements = f"tuple(d // {x}.itemsize for d in {s})"
-        else:
-            x = f"r{i}"
-            self._read(f"{x} = as_array(a{i}, {name!r})")
-            self.steps.append(("none", x))
-            self._part(f"{x}.dtype", "is not")
-            self._part(f"{x}.device", "!=")
-            self._read(f"{s} = {x}.strides")
-            self._part(s, "!=")
-            self._read(f"{p} = {x}.ptr")
-        self._part(f"{p} & 15 == 0", "is not")
-        self._read(f"{n} = {x}.shape")
-        self.values += [p, n]
-        self.width = (n, elements)
-
-    def _read(self, line):
-        self.steps.append(("read", line))
-
-    def _part(self, expr, cmp):
-        self.steps.append(("part", expr, cmp))
-
-
-def _arguments(names, defaults, constexpr_names, args):
-    """The _Arg of each parameter for a call with `args` (defaults filled
-    in), or None where some argument has no reading."""
-    n = len(args)
-    if n > len(names) or any(m not in defaults for m in names[n:]):
-        return None
-    full = list(args) + [defaults[m] for m in names[n:]]
-    out = []
-    for i, (name, a) in enumerate(zip(names, full)):
-        kind = arg_kind(a, name in constexpr_names)
-        if kind is None:
-            return None
-        out.append(_Arg(i, name, a, kind))
-    return out
-
-
-def _compile(source, what, env):
-    exec(compile(source, f"<moye {what}>", "exec"), env)  # noqa: S102
-
-
-def _env():
-    return {"static_key": static_key, "as_array": as_array_arg, "wide": needs_64bit_indices,
-            "MISSING": MISSING}
-
-
-def make_key_reader(names, defaults, constexpr_names, args):
-    """`key_of(args)`: the key of a call with arguments of these types (None
-    for other types), or None where some argument has no cheap reading.
-    `key_of.kinds` says which arguments are arrays and which scalars."""
-    spec = _arguments(names, defaults, constexpr_names, args)
-    if spec is None:
-        return None
-    n = len(args)
-    env = _env()
-    lines = ["def key_of(args):", f"    if len(args) != {n}:", "        return None"]
-    if n:
-        lines.append("    " + "".join(f"a{i}, " for i in range(n)) + "= args")
-        env.update({f"t{i}": type(a) for i, a in enumerate(args)})
-        lines.append("    if " + " or ".join(f"type(a{i}) is not t{i}" for i in range(n)) + ":")
-        lines.append("        return None")
-    parts = []
-    for arg in spec:
-        if arg.i >= n:
-            env[f"d{arg.i}"] = defaults[arg.name]
-            lines.append(f"    a{arg.i} = d{arg.i}")
-        for step in arg.steps:
-            if step[0] == "read":
-                lines.append("    " + step[1])
-            elif step[0] == "none":
-                lines += [f"    if {step[1]} is None:", "        return None"]
-            else:
-                parts.append(step[1])
-        if arg.width is not None:
-            parts.append(f"wide({arg.width[0]}, {arg.width[1]})")
-    lines.append("    return (" + "".join(p + ", " for p in parts) + ")")
-    source = "\n".join(lines) + "\n"
-    _compile(source, f"key of {', '.join(names)}", env)
-    key_of = env["key_of"]
-    key_of.source = source
-    key_of.kinds = tuple("array" if a.width else "tma" if a.kind == "tma" else "scalar"
-                         for a in spec if a.values)
-    return key_of
-
-
-def _test(expr, cmp, const, value):
-    """The condition under which key part `expr` differs from `const`
-    (whose value is `value`)."""
-    if cmp == "value":
-        return f"not ({expr} is {const} or {expr} == {const})"
-    if value is True or value is False:
-        if expr.endswith(" & 15 == 0"):         # alignment: whether the low bits are set
-            low = expr[:-len(" == 0")]
-            return f"not {low}" if value is False else low
-        return f"not {expr}" if value is True else expr
-    return f"{expr} {cmp} {const}"
+def entry_key(args, binding):
+    """What a launch function depends on beyond the binding's key: the
+    classes of the arguments (their count included) and the arrays' exact
+    strides."""
+    return (tuple(map(type, args)),
+            tuple(a.strides for p, a in zip(binding.params, binding.arguments)
+                  if type(p) is ArrayParam))
 
 
 def _width_check(shape, strides, wide):
@@ -229,6 +91,101 @@ def _width_check(shape, strides, wide):
     bound = " + ".join(f"{shape}[{k}]" + (f" * {abs(d)}" if abs(d) > 1 else "")
                        for k, d in enumerate(strides))
     return f"{bound} >= {INDEX_LIMIT - 1} and {exact}"
+
+
+class _Writer:
+    """The checks and values of one launch function, argument by argument:
+    `checks` are ("read", line) or ("check", condition-that-rejects);
+    `values` the expressions of the IR parameters, in order."""
+
+    def __init__(self, env):
+        self.env, self.checks, self.values = env, [], []
+
+    def const(self, value):
+        name = f"k{len(self.env)}"
+        self.env[name] = value
+        return name
+
+    def check(self, condition):
+        self.checks.append(("check", condition))
+
+    def argument(self, i, p, a, call_arg):
+        x = f"a{i}"
+        if type(p) is StaticParam:
+            if keyed_as_is(call_arg):
+                k = self.const(call_arg)
+                self.check(f"not ({x} is {k} or {x} == {k})")
+            else:
+                self.check(f"static_key({x}, {p.name!r}) != {self.const(p.key)}")
+        elif type(p) is TMAParam:
+            self.check(f"{x}.spec != {self.const(p.spec)}")
+            self.values.append(f"_tensor_map({x})")
+        elif type(p) is ScalarParam:
+            if isinstance(call_arg, (int, np.integer)) and not isinstance(call_arg, bool):
+                fits = f"-{INDEX_LIMIT} <= {x} < {INDEX_LIMIT}"
+                self.check(f"not ({fits})" if p.dtype.bits == 32 else fits)
+            self.values.append(x)
+        else:
+            self._array(i, p, a, call_arg)
+
+    def _array(self, i, p, a, call_arg):
+        x, ptr, shape, s = f"a{i}", f"p{i}", f"n{i}", f"s{i}"
+        reader = array_reader(call_arg)
+        if reader == "torch":
+            self.check(f"{x}.dtype is not {self.const(call_arg.dtype)}")
+            self.check(f"not {x}.is_cuda" if call_arg.is_cuda else f"{x}.is_cuda")
+            self.check(f"({s} := {x}.stride()) != {self.const(tuple(call_arg.stride()))}")
+            address = f"({ptr} := {x}.data_ptr())"
+        elif reader == "cupy":
+            self.check(f"{x}.dtype != {self.const(call_arg.dtype)}")
+            self.check(f"{x}.strides != {self.const(tuple(call_arg.strides))}")
+            address = f"({ptr} := {x}.data.ptr)"
+        else:
+            x = f"r{i}"
+            self.checks.append(("read", f"{x} = as_array(a{i}, {p.name!r})"))
+            self.check(f"{x} is None")
+            self.check(f"{x}.dtype is not {self.const(p.dtype)} or {x}.device != {p.device!r}")
+            self.check(f"{x}.strides != {self.const(tuple(a.strides))}")
+            address = f"({ptr} := {x}.ptr)"
+        self.check(f"{address} & 15" if p.aligned else f"not {address} & 15")
+        self.checks.append(("read", f"{shape} = {x}.shape"))
+        strides = tuple(int(d) for d in a.strides)
+        width = _width_check(shape, strides, p.wide)
+        if width:
+            self.check(width)
+        self.values += [ptr] + [f"{shape}[{k}]" for k in range(p.rank)] + \
+            [str(strides[k]) for k in p.stride_modes]
+
+
+@dataclass(frozen=True)
+class FastLaunch:
+    """What a launch function needs of the backend (CudaExecutable.fast_launch):
+    `pack(buffer, offset, *values)` writes the values (in IR parameter
+    order) into a parameter buffer; `slots` is a pool of (buffer, offset,
+    params address) and `new_slot()` makes one; `launch` and `launch_ex`
+    are cuLaunchKernel and cuLaunchKernelEx, `ok` their success code,
+    `function` the kernel, `block` its block; `dynamic_smem` its own
+    dynamic shared memory and `launch_smem(smem)` the total for `smem` more
+    (checked); `current_stream()` the default stream, `stream_handle(s)`
+    a stream object's handle; `cluster_config(grid, block, smem, stream,
+    cluster)` cuLaunchKernelEx's configuration; `failed(err, grid, block,
+    smem, stream, params, cluster)` handles a failed launch;
+    `tensor_map(tma_copy)` is the bytes of a TMACopy's tensor map."""
+    pack: object
+    slots: list
+    new_slot: object
+    launch: object
+    launch_ex: object
+    ok: object
+    function: object
+    block: tuple
+    dynamic_smem: int
+    launch_smem: object
+    current_stream: object
+    stream_handle: object
+    cluster_config: object
+    failed: object
+    tensor_map: object
 
 
 class Entry:
@@ -265,98 +222,70 @@ class Entry:
         return f
 
 
-def make_entry(names, defaults, constexpr_names, args, key, binding, backend_code):
+def make_entry(names, defaults, args, binding, fast):
     """The Entry of a specialization, from the call that selected it (its
-    `args` and their `key`), its binding, and `backend_code(values)`: the
-    backend's lines that launch (and the names they use besides), given
-    per argument that is not static the names of its values."""
-    spec = _arguments(names, defaults, constexpr_names, args)
+    `args`, defaults not filled in), its `binding` and the backend's
+    FastLaunch `fast`."""
     n = len(args)
-    env = _env()
-    env.update(keyword_arguments_error=keyword_arguments_error, names=tuple(names))
-    params = []
+    env = {"static_key": static_key, "as_array": as_array_arg, "wide": needs_64bit_indices,
+           "MISSING": MISSING, "keyword_arguments_error": keyword_arguments_error,
+           "names": tuple(names)}
+    env.update({"_" + f.name: getattr(fast, f.name) for f in fields(fast)})
+    params, head = [], ["rest", "backend is not None"]
     for i, name in enumerate(names):
-        if i < n or name not in defaults:
-            params.append(f"a{i}=MISSING")
+        call_arg = args[i] if i < n else defaults[name]
+        if i < n:
+            params.append(f"a{i}=MISSING")       # a missing argument's type is no argument's
         else:
             env[f"d{i}"] = defaults[name]
             params.append(f"a{i}=d{i}")
-        env[f"t{i}"] = type(args[i] if i < n else defaults[name])
-    every = "(" + "".join(f"a{i}, " for i in range(len(names))) + ") + rest"
-    miss = ["            return fallback(" + every + ", smem, stream, backend)"]
-    # a missing argument is MISSING, whose type is no argument's
-    head = ["rest", "backend is not None"] + [f"type(a{i}) is not t{i}" for i in range(len(names))]
-    conds, values, k = [], [], 0
-    pending = None                          # a read not yet written: (variable, right side)
-    arrays = iter(info for kind, _, info in binding.kinds if kind == "array")
-
-    def flush():
-        nonlocal pending
-        if pending is not None:
-            conds.append(("read", f"{pending[0]} = {pending[1]}"))
-            pending = None
-
-    def inline(test):
-        """`test` with the pending read done inside it where it begins with
-        the read's variable: `(s0 := a0.stride()) != k2`."""
-        nonlocal pending
-        if pending is None:
-            return test
-        var, right = pending
-        if test.startswith(var) and not (test[len(var):][:1].isalnum() or
-                                         test[len(var):][:1] == "_"):
-            pending = None
-            return f"({var} := {right})" + test[len(var):]
-        flush()
-        return test
-
-    for arg in spec:
-        for step in arg.steps:
-            if step[0] == "read":
-                flush()
-                pending = tuple(step[1].split(" = ", 1))
-            elif step[0] == "none":
-                flush()
-                conds.append(("check", f"{step[1]} is None"))
-            else:
-                expr, cmp, const = step[1], step[2], f"k{k}"
-                env[const] = value = key[k]
-                k += 1
-                conds.append(("check", inline(_test(expr, cmp, const, value))))
-        if arg.width is not None:
-            strides = tuple(int(d) for d in next(arrays).strides)
-            test = _width_check(arg.width[0], strides, key[k])
-            k += 1
-            if test:
-                conds.append(("check", inline(test)))
-        flush()
-        if arg.values:
-            values.append(tuple(arg.values))
+        env[f"t{i}"] = type(call_arg)
+        head.append(f"type(a{i}) is not t{i}")
+    writer = _Writer(env)
+    for i, (p, a) in enumerate(zip(binding.params, binding.arguments)):
+        writer.argument(i, p, a, args[i] if i < n else defaults[names[i]])
+    miss = "            return fallback((" + "".join(f"a{i}, " for i in range(len(names))) + \
+        ") + rest, smem, stream, backend)"
     body = []
-    for what, text in conds:             # consecutive checks make one `if ... or ...`
-        if what == "check" and body and body[-1][0] == "check":
+    for what, text in [("check", " or ".join(head))] + writer.checks:
+        if what == "check" and body and body[-1][0] == "check":     # one `if ... or ...`
             body[-1] = ("check", f"{body[-1][1]} or {text}")
         else:
             body.append((what, text))
-    body = [line for what, text in body
-            for line in (["        " + text] if what == "read" else
-                         [f"        if {text}:"] + miss)]
-    assert k == len(key), (k, key)
-    code, backend_env = backend_code(values)
     sig = "".join(p + ", " for p in params) + ("/, " if params else "")
+    bx, by, bz = fast.block
     lines = ["def make(grid, fallback):",
              "    gx, gy, gz, *cluster = grid",
              "    cluster = tuple(cluster) or None",
              f"    def launch({sig}*rest, smem=0, stream=None, backend=None, **keywords):",
              "        if keywords:",
-             "            keyword_arguments_error(names, keywords)",
-             "        if " + " or ".join(head) + ":"] + miss + body
-    lines += ["        " + line for line in code]
-    lines.append("    return launch")
+             "            keyword_arguments_error(names, keywords)"]
+    for what, text in body:
+        lines += [f"        {text}"] if what == "read" else [f"        if {text}:", miss]
+    # the CUDA driver's launch sequence (see FastLaunch): a parameter buffer from the pool
+    # (cuLaunchKernel releases the GIL: another thread must not refill one it reads),
+    # the values packed with one struct call, the stream, the launch
+    lines += ["        try:",
+              "            slot = _slots.pop()",
+              "        except IndexError:",
+              "            slot = _new_slot()",
+              "        buf, at, params = slot",
+              f"        _pack(buf, at{''.join(', ' + v for v in writer.values)})",
+              "        if stream is None:",
+              "            stream = _current_stream()",
+              "        elif type(stream) is not int:",
+              "            stream = _stream_handle(stream)",
+              f"        smem = _launch_smem(smem) if smem else {fast.dynamic_smem}",
+              "        if cluster is None:",
+              f"            err = _launch(_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
+              "stream or None, params, 0)[0]",
+              "        else:",
+              "            err = _launch_ex(_cluster_config((gx, gy, gz), _block, smem, stream, "
+              "cluster), _function, params, 0)[0]",
+              "        if err is not _ok:",
+              "            _failed(err, (gx, gy, gz), _block, smem, stream, params, cluster)",
+              "        _slots.append(slot)",
+              "    return launch"]
     source = "\n".join(lines) + "\n"
-    clash = env.keys() & backend_env.keys()
-    if clash:
-        raise AssertionError(f"the backend's launch code reuses the names {sorted(clash)}")
-    env.update(backend_env)
-    _compile(source, f"launch of {', '.join(names)}", env)
+    exec(compile(source, f"<moye launch of {', '.join(names)}>", "exec"), env)  # noqa: S102
     return Entry(env["make"], source)

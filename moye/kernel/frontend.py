@@ -18,19 +18,18 @@ import functools
 import inspect
 import traceback
 
-from .. import types as T
 from ..array import MoYeArray
 from ..array.engine import allocator
 from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout import Layout
 from ..layout.scalar import is_int
 from . import ir
-from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F401
-                        describe_argument, keyword_arguments_error, runtime_values, spec_text)
+from .arguments import keyword_arguments_error, spec_text  # noqa: F401
+from .binder import ScalarParam, StaticParam, TMAParam, bind, identifier, key_text
 from .builtins import Constexpr, register_allocate
 from .hopper import TMADescriptor
 from .identity import function_key
-from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, make_entry, make_key_reader
+from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, entry_key, make_entry
 from .limits import check_arch_name, check_block, check_grid, check_smem, check_stream
 from .memory import PointerEngine
 from .rewrite import rewrite_function
@@ -58,53 +57,36 @@ def default_backend():
     raise MoyeError("no GPU is available and no CPU backend is installed")
 
 
-def _identifier(name):
-    return "".join(c if c.isalnum() else "_" for c in name)
-
-
 def _trace_arguments(builder, binding):
-    """The kernel parameters and the Python values the body sees."""
-    params, values, plan = builder.kernel.params, [], []
-    for kind, name, info in binding.kinds:
-        if kind == "static":
-            values.append(info)
-            continue
-        if kind == "tma":
-            v = ir.Value(ir.TENSOR_MAP, f"p_{_identifier(name)}_")
-            params.append(ir.Param(name, ir.TENSOR_MAP, v, ir.TENSOR_MAP.nbytes))
-            plan.append(("tma", len(values), None))
-            values.append(TMADescriptor(info, v))
-            continue
-        if kind == "scalar":
-            v = ir.Value(info, f"p_{_identifier(name)}_")
-            params.append(ir.Param(name, info, v))
-            plan.append(("scalar", len(values), info))
-            values.append(Sym(v, info, 1))
-            continue
-        arr = info
-        key = arr.key()
-        unit, divs, aligned, big = key[3], key[4], key[5], key[6]
-        itype = T.Int64 if big else T.Int32
-        ptr = ir.Value(ir.PtrType(arr.dtype, "global"), f"p_{_identifier(name)}_")
-        params.append(ir.Param(name, ptr.type, ptr))
-        shape, stride = [], []
-        for i in range(len(arr.shape)):
-            sv = ir.Value(itype, f"{_identifier(name)}_shape{i}_")
-            params.append(ir.Param(f"{name}.shape[{i}]", itype, sv))
-            shape.append(Sym(sv, itype, 1))
-        for i in range(len(arr.shape)):
-            if i == unit:
-                stride.append(1)
-                continue
-            dv = ir.Value(itype, f"{_identifier(name)}_stride{i}_")
-            params.append(ir.Param(f"{name}.stride[{i}]", itype, dv))
-            stride.append(Sym(dv, itype, divs[i]))
-        plan.append(("array", len(values), unit))
-        align = 16 if aligned else max(1, arr.dtype.bits // 8)
-        layout = Layout(tuple(shape), tuple(stride)) if len(shape) != 1 else \
-            Layout(shape[0], stride[0])
-        values.append(MoYeArray.view_of(PointerEngine(ptr, arr.dtype, "global", 0, align), layout))
-    return values, plan
+    """The kernel parameters (from the binder's records, in order) and the
+    Python values the body sees."""
+    values = []
+    for p, a in zip(binding.params, binding.arguments):
+        params = [q.to_ir() for q in p.ir_params]
+        builder.kernel.params += params
+        t = type(p)
+        if t is StaticParam:
+            values.append(a)
+        elif t is TMAParam:
+            values.append(TMADescriptor(a, params[0].value))
+        elif t is ScalarParam:
+            values.append(Sym(params[0].value, p.dtype, 1))
+        else:
+            values.append(_array_view(p, params))
+    return values
+
+
+def _array_view(p, params):
+    """The MoYeArray an ArrayParam's body sees: over its pointer parameter,
+    with symbolic extents and strides (1 for the unit-stride mode)."""
+    it = p.index_type
+    shape = [Sym(q.value, it, 1) for q in params[1:1 + p.rank]]
+    given = iter(params[1 + p.rank:])
+    stride = [1 if i == p.unit else Sym(next(given).value, it, p.divisibility[i])
+              for i in range(p.rank)]
+    layout = Layout(tuple(shape), tuple(stride)) if p.rank != 1 else Layout(shape[0], stride[0])
+    engine = PointerEngine(params[0].value, p.dtype, "global", 0, p.alignment)
+    return MoYeArray.view_of(engine, layout)
 
 
 # -- the kernel object -----------------------------------------------------------------
@@ -121,15 +103,21 @@ class KernelFunction:
                                 if p.annotation is Constexpr or p.annotation == "Constexpr"
                                 or p.annotation == "moye.Constexpr"}
         self._backend = _backend_named(backend)
-        self._rewritten = None
+        self._rewritten = None          # the function to trace (see _rewrite)
+        self._identity = None           # code_identity(), computed once
+        # The caches, each bounded:
+        # (binding.key, block) -> (IR kernel, parameter records): each trace once, for
+        # ir(), cuda_source() and a compile for another backend or arch
         self._traces = {}
+        # (binding.key, block, backend, arch) -> the backend's executable
         self._compiled = {}
-        self._launches = {}         # (grid, block) as written -> its latest launch function
-        self._entries = {}          # block -> {key: dispatch.Entry}
-        self._key_readers = {}      # argument types -> dispatch key reader, or None
-        self._recent = {}           # (grid, block) as written -> recent Entries, latest first
-        self._streak = {}           # (grid, block) as written -> calls in a row the first served
-        self._identity = None
+        # (block, binding.key, dispatch.entry_key) -> dispatch.Entry: the fast path of a
+        # specialization for arguments of these classes and strides
+        self._entries = {}
+        # config as written -> its launch function: what kern[grid, block] returns
+        self._launches = {}
+        # config as written -> [calls in a row the first served, recent Entries, latest first]
+        self._recent = {}
         params = self.signature.parameters
         self._param_names = list(params)
         self._defaults = {n: p.default for n, p in params.items()
@@ -150,7 +138,6 @@ class KernelFunction:
         self._entries.clear()           # they chose a backend without asking
         self._launches.clear()
         self._recent.clear()
-        self._streak.clear()
 
     def __call__(self, *args, **kwargs):
         raise LaunchError(f"a kernel is launched with a grid and a block: "
@@ -170,12 +157,6 @@ class KernelFunction:
             return self._launches[config]
         except (KeyError, TypeError):
             return self._new_launch(config)
-
-    def _entries_for(self, block):
-        entries = self._entries.get(block)
-        if entries is None:
-            entries = self._entries[block] = {}
-        return entries
 
     def _new_launch(self, config):
         if not isinstance(config, tuple) or len(config) not in (2, 3):
@@ -215,7 +196,7 @@ class KernelFunction:
     def specialization_text(self, binding, block):
         """The text that names a specialization in the disk cache: the
         kernel's code identity, its arguments' key and the block."""
-        return f"{self.code_identity()}|{spec_text(binding.key)}|{block}"
+        return f"{self.code_identity()}|{key_text(binding.key)}|{block}"
 
     def _executable(self, backend, binding, block, arch=None):
         """The compiled specialization, from memory, the backend's disk cache,
@@ -243,9 +224,13 @@ class KernelFunction:
             self._rewritten = rewrite_function(self.fn) or self.fn
         return self._rewritten
 
+    def _bind(self, args):
+        return bind(self._param_names, self._defaults, self.constexpr_names, args)
+
     def trace(self, *args, block=1):
-        """The IR kernel (and argument binding) for these arguments."""
-        binding = bind_arguments(self.signature, self.constexpr_names, args)
+        """The IR kernel, the arguments' binder.Binding and its parameter
+        records for these arguments."""
+        binding = self._bind(args)
         block = _dim3(block, "block")
         key = (binding.key, block)
         hit = self._traces.get(key)
@@ -255,11 +240,11 @@ class KernelFunction:
 
     def _do_trace(self, binding, block):
         fn = self._rewrite()
-        builder = Builder(_identifier(self.name))
+        builder = Builder(identifier(self.name))
         builder.kernel.source_file = inspect.getsourcefile(self.fn) or ""
         builder.block = block
         with tracing_context(builder), allocator(register_allocate):
-            values, plan = _trace_arguments(builder, binding)
+            values = _trace_arguments(builder, binding)
             try:
                 fn(*values)
             except MoyeError as e:
@@ -270,7 +255,7 @@ class KernelFunction:
         smem = ir.shared_bytes(builder.kernel)
         if smem > STATIC_SMEM_LIMIT:
             builder.kernel.dynamic_smem = smem
-        return builder.kernel, plan
+        return builder.kernel, binding.params
 
     def ir(self, *args, block=1):
         """The IR of this specialization, as text."""
@@ -290,7 +275,7 @@ class KernelFunction:
         check_arch_name(arch)
         block = _dim3(block, "block")
         check_block(block)
-        binding = bind_arguments(self.signature, self.constexpr_names, args)
+        binding = self._bind(args)
         exe = self._executable(backend, binding, block, arch)
         return CompiledKernel(self, exe, binding, block)
 
@@ -305,51 +290,38 @@ class KernelFunction:
     def _dispatch(self, config, grid, block, tried, args, smem, stream, backend):
         """A launch that `config`'s launch function (of Entry `tried`, if
         any) did not take (see dispatch.py): by another recent specialization
-        of the configuration, by the one the arguments' key selects, or by
-        binding the arguments (tracing and compiling if needed), after which
-        that specialization gets a fast path (see _served for which launch
-        function `config` then maps to)."""
+        of the configuration, or by binding the arguments (tracing and
+        compiling if needed), after which that specialization gets a fast
+        path (see _served for which launch function `config` then maps to)."""
         while args and args[-1] is MISSING:       # from a launch function's defaults
             args = args[:-1]
         check_smem(smem)
         check_stream(stream)
-        key = key_of = None
+        chosen = backend
         if backend is None:
-            for entry in self._recent.get(config, ()):
+            recent = self._recent.get(config)
+            for entry in recent[1:] if recent else ():
                 if entry is not tried:
                     probe = entry.probes.get(config) or entry.probe(config, grid)
                     if probe(*args, smem=smem, stream=stream) is not NOT_MINE:
                         return self._served(config, grid, block, entry)
-            types = tuple(map(type, args))
-            key_of = self._key_readers.get(types, MISSING)
-            if key_of is MISSING:
-                if len(self._key_readers) >= 64:
-                    self._key_readers.clear()
-                key_of = self._key_readers[types] = make_key_reader(
-                    self._param_names, self._defaults, self.constexpr_names, args)
-            key = key_of(args) if key_of is not None else None
-            entry = self._entries_for(block).get(key) if key is not None else None
-            if entry is not None and \
-                    entry.probe(config, grid)(*args, smem=smem, stream=stream) is not NOT_MINE:
-                return self._served(config, grid, block, entry)
-        binding = bind_arguments(self.signature, self.constexpr_names, args)
+        binding = self._bind(args)
         backend = _backend_named(backend) or self._backend or _backend_of(binding) or \
             default_backend()
         _check_devices(binding, backend)
         exe = self._executable(backend, binding, block)
         more = {"cluster": grid[3:]} if len(grid) > 3 else {}     # (grid, cluster) in clusters
-        exe.launch(grid[:3], block, runtime_values(binding), binding, smem=smem, stream=stream,
-                   **more)
-        code = getattr(exe, "fast_launch_code", None)
-        if key is None or code is None or \
-                key_of.kinds != tuple(k for k, _, _ in binding.kinds if k != "static"):
+        exe.launch(grid[:3], block, binding, smem=smem, stream=stream, **more)
+        fast = getattr(exe, "fast_launch", None)
+        if chosen is not None or fast is None:
             return
-        entry = make_entry(self._param_names, self._defaults, self.constexpr_names, args, key,
-                           binding, lambda values: code(binding, block, values))
-        entries = self._entries_for(block)
-        if len(entries) >= ENTRIES_LIMIT:
-            entries.clear()
-        entries[key] = entry
+        key = (block, binding.key, entry_key(args, binding))
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = make_entry(self._param_names, self._defaults, args, binding, fast(block))
+            if len(self._entries) >= ENTRIES_LIMIT:
+                self._entries.clear()
+            self._entries[key] = entry
         self._install(config, grid, block, entry)
 
     def _served(self, config, grid, block, entry):
@@ -360,14 +332,12 @@ class KernelFunction:
         recent = self._recent.get(config)
         if recent is None:                  # the configuration's first specialization
             return self._install(config, grid, block, entry)
-        if recent[0] is not entry:
-            self._recent[config] = (entry,) + tuple(e for e in recent if e is not entry)
-            self._streak[config] = 1
+        if recent[1] is not entry:
+            self._recent[config] = [1, entry] + [e for e in recent[1:] if e is not entry]
         elif self._launches.get(config) is not entry.installed(config):
-            streak = self._streak.get(config, 0) + 1
-            if streak >= 4:
+            recent[0] += 1
+            if recent[0] >= 4:
                 return self._install(config, grid, block, entry)
-            self._streak[config] = streak
 
     def _install(self, config, grid, block, entry):
         """Make `entry`'s launch function the one `self[config]` gives, and
@@ -377,12 +347,10 @@ class KernelFunction:
         if len(self._launches) >= 256:
             self._launches.clear()
             self._recent.clear()
-            self._streak.clear()
         fallback = functools.partial(self._dispatch, config, grid, block, entry)
         self._launches[config] = entry.launcher(config, grid, fallback)
-        recent = self._recent.get(config, ())
-        self._recent[config] = (entry,) + tuple(e for e in recent if e is not entry)[:3]
-        self._streak[config] = 0
+        recent = self._recent.get(config, [0])
+        self._recent[config] = [0, entry] + [e for e in recent[1:] if e is not entry][:3]
 
 
 def _dispatching_launch(kernel, config, grid, block):
@@ -423,18 +391,17 @@ def check_cluster(grid, cluster):
 def _check_devices(binding, backend):
     """A clear error for an array the backend cannot reach."""
     want = "cuda" if backend == "cuda" else "cpu"
-    for kind, name, info in binding.kinds:
-        if kind in ("array", "tma") and info.device != want:
-            where = "on the GPU" if info.device == "cuda" else "in host memory"
-            raise LaunchError(f"argument '{name}' is {where}, but this launch runs on the "
-                            f"{backend} backend")
+    for p, _ in binding.arrays():
+        if p.device != want:
+            where = "on the GPU" if p.device == "cuda" else "in host memory"
+            raise LaunchError(f"argument '{p.name}' is {where}, but this launch runs on the "
+                              f"{backend} backend")
 
 
 def _backend_of(binding):
     """"cuda" or "cpu" by the device of the first array argument."""
-    for kind, _, info in binding.kinds:
-        if kind in ("array", "tma"):
-            return "cuda" if info.device == "cuda" else "cpu"
+    for p, _ in binding.arrays():
+        return "cuda" if p.device == "cuda" else "cpu"
     return None
 
 
@@ -443,7 +410,7 @@ class CompiledKernel:
 
     def __init__(self, kernel, exe, binding, block):
         self.kernel, self.exe, self.block = kernel, exe, block
-        self.key, self._kinds = binding.key, binding.kinds
+        self.binding = binding
 
     def __call__(self, *args, grid=None, block=None, smem=0, stream=None, cluster=None,
                  **keywords):
@@ -453,29 +420,21 @@ class CompiledKernel:
         if grid is None:
             raise LaunchError(f"a compiled {name} is launched as ck(*args, grid=..., "
                               "block=...): grid is missing")
-        binding = bind_arguments(self.kernel.signature, self.kernel.constexpr_names, args)
-        if binding.key != self.key:
+        binding = self.kernel._bind(args)
+        if binding.key != self.binding.key:
             raise LaunchError(f"these arguments select another specialization of {name} than "
-                              f"the compiled one{self._difference(binding)}; call "
+                              f"the compiled one{binding.difference(self.binding)}; call "
                               f"{name}.compile with them (or launch {name}[grid, block](...))")
         grid, block = _launch_dims(grid, self.block if block is None else block)
         check_smem(smem)
         check_stream(stream)
         more = {} if cluster is None else {"cluster": check_cluster(grid, cluster)}
-        self.exe.launch(grid, block, runtime_values(binding), binding, smem=smem, stream=stream,
-                        **more)
+        self.exe.launch(grid, block, binding, smem=smem, stream=stream, **more)
 
-    def _difference(self, binding):
-        """': argument 'x' is ..., compiled for ...' naming the first argument
-        whose part of the key differs (one part per argument)."""
-        if len(binding.key) != len(binding.kinds) or len(self.key) != len(self._kinds):
-            return ""
-        for new, old, (kind, name, info), (old_kind, _, old_info) in \
-                zip(binding.key, self.key, binding.kinds, self._kinds):
-            if new != old:
-                return (f": argument '{name}' is {describe_argument(kind, info)}, compiled for "
-                        f"{describe_argument(old_kind, old_info)}")
-        return ""
+    @property
+    def key(self):
+        """The specialization key it was compiled for (binder records)."""
+        return self.binding.key
 
     def max_active_clusters(self, cluster, smem=0):
         """How many clusters of `cluster` blocks of this kernel can run at once

@@ -156,7 +156,7 @@ def test_a_cached_cubin_the_driver_refuses_is_built_again(monkeypatch):
     stand-in driver here: the cubin is only handed over, never run."""
     import numpy as np
     from moye.backend.cuda import backend, driver
-    from moye.kernel.arguments import bind_arguments
+    from moye.kernel.binder import bind_arguments
     loaded = []
 
     class Module:

@@ -19,7 +19,8 @@ import pytest
 import moye
 from moye import MoyeError
 from moye.kernel import dlpack
-from moye.kernel.arguments import as_array_arg, bind_arguments, needs_64bit_indices
+from moye.kernel.arguments import as_array_arg, needs_64bit_indices
+from moye.kernel.binder import ArrayParam, array_param, bind_arguments
 
 rng = np.random.default_rng(5)
 
@@ -92,7 +93,8 @@ def test_cuda_dlpack_array_fields():
     arr = as_array_arg(p, "x")
     assert (arr.ptr, arr.shape, arr.strides, arr.dtype, arr.device) == \
         (0x7F00_0000_1020, (4, 6), (1, 4), moye.Float32, "cuda")
-    assert arr.key() == ("array", "Float32", 2, 0, (1, 4), True, False, "cuda")
+    assert array_param("x", arr) == ArrayParam("x", moye.Float32, 2, 0, (1, 4), True, False,
+                                               "cuda")
     assert arr.obj is p and arr.capsule is not None
 
 
@@ -100,7 +102,7 @@ def test_cuda_dlpack_compact_strides_versioned_and_bf16():
     arr = as_array_arg(CudaProducer(0x1000, (2, 3, 5), None, code=4, bits=16,
                                     versioned=True), "x")
     assert arr.strides == (15, 5, 1) and arr.dtype == moye.BFloat16
-    assert arr.key()[3] == 2                                   # unit-stride mode
+    assert array_param("x", arr).unit == 2                     # unit-stride mode
 
 
 def test_cuda_dlpack_binds_like_the_same_cuda_array_interface():
@@ -320,9 +322,7 @@ def scaled(y, x, a=2.0):
 def _fresh(kernel):
     kernel._entries.clear()
     kernel._launches.clear()
-    kernel._key_readers.clear()
     kernel._recent.clear()
-    kernel._streak.clear()
     kernel._compiled.clear()
     kernel._traces.clear()
 
@@ -381,9 +381,9 @@ def test_each_specialization_change_compiles_again(fake_cuda):
     for what, y, x, compiled in cases:
         copy1[1, 32](y, x)
         assert fake_cuda.compiled[0] == compiled, what
-        units = [as_array_arg(y).key()[3], as_array_arg(x).key()[3]]
+        units = [array_param("y", as_array_arg(y)).unit, array_param("x", as_array_arg(x)).unit]
         assert launches[-1]["values"] == expected(y, x, units=units), what
-    wide = [c for c in copy1._compiled if c[0][0][6]]
+    wide = [c for c in copy1._compiled if c[0][0].wide]
     assert len(wide) == 1
 
 

@@ -116,7 +116,7 @@ if sys.argv[1] == "gpu":
 import numpy as np
 import stale_kernel
 from moye.backend.cuda.backend import CudaBackend
-from moye.kernel.arguments import bind_arguments
+from moye.kernel.binder import bind_arguments
 
 k = stale_kernel.scale_kernel
 block = (32, 1, 1)

@@ -9,7 +9,6 @@ import pytest
 
 import moye
 from moye.kernel import ir
-from moye.kernel.arguments import runtime_values
 from moye.kernel.frontend import BACKENDS
 
 POISON = -(2**30) + 7
@@ -192,7 +191,6 @@ def test_exec_made_kernel_traces_and_runs():
     kernel, binding, _ = kern.trace(out, x, 2.5)
     # a launch reads the kernel's source for the cache key (KernelFunction.code_identity),
     # so run the traced IR directly
-    BACKENDS["cpu"].compile(kernel, (1, 1, 1)).launch((1, 1, 1), (1, 1, 1),
-                                                       runtime_values(binding), binding)
+    BACKENDS["cpu"].compile(kernel, (1, 1, 1)).launch((1, 1, 1), (1, 1, 1), binding)
     np.testing.assert_array_equal(out, x * np.float32(2.5) + np.arange(4, dtype=np.float32))
     assert BACKENDS["cuda"].compile_only(kernel, (1, 1, 1), "sm_80").cubin[:4] == b"\x7fELF"

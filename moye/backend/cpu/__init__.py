@@ -5,6 +5,7 @@ import numpy as np
 
 from ...errors import MoyeError
 from ...kernel import ir
+from ...kernel.binder import TMAParam
 from ...kernel.limits import (CPU_ARCH, check_arch, check_architecture, check_launch_smem,
                               check_shared_memory)
 from .errors import ArgumentName
@@ -34,40 +35,32 @@ class CpuExecutable:
         self.race_check = False
         self.written = written_params(kernel)
 
-    def launch(self, grid, block, values, binding, smem=0, stream=None, race_check=None,
-               cluster=None):
+    def launch(self, grid, block, binding, smem=0, stream=None, race_check=None, cluster=None):
+        """Run the kernel on the values of `binding` (binder.Binding): each
+        IR parameter gets its value in order, a pointer the array's memory."""
         if smem:
             check_launch_smem(self.kernel.name, self.shared, smem, self.arch)
-        for kind, name, info in binding.kinds:
-            if name in self.written:
-                array = info.array.obj if kind == "tma" else info.obj
-                check_writable(self.kernel.name, name, array)
-        params = {}
-        it = iter(self.kernel.params)
-        for kind, name, info in binding.kinds:
-            if kind == "static":
-                continue
-            if kind == "scalar":
-                p = next(it)
-                params[id(p.value)] = values_of(binding, name)
-                continue
-            if kind == "tma":
-                p = next(it)
-                buf = _linear_view(info.array.obj, name)
-                params[id(p.value)] = TensorMap(buf, info.args, name)
-                continue
-            p = next(it)
-            buf = _linear_view(info.obj, name)
-            params[id(p.value)] = _Ptr(buf, np.zeros(1, np.int64), ArgumentName(
-                name, info.shape, [d * buf.itemsize for d in info.strides]))
-            unit = info.key()[3]
-            for n in info.shape:
-                params[id(next(it).value)] = np.int64(n)
-            for i, d in enumerate(info.strides):
-                if i != unit:
-                    params[id(next(it).value)] = np.int64(d)
+        for p, a in binding.arrays():
+            if p.name in self.written:
+                check_writable(self.kernel.name, p.name,
+                               a.array.obj if isinstance(p, TMAParam) else a.obj)
+        values = iter(binding.values())
+        params = iter(self.kernel.params)
+        env = {}
+        for p, a in zip(binding.params, binding.arguments):
+            for q in p.ir_params:
+                value, param = next(values), next(params)
+                if q.role == "pointer":
+                    buf = _linear_view(a.obj, p.name)
+                    value = _Ptr(buf, np.zeros(1, np.int64), ArgumentName(
+                        p.name, a.shape, [d * buf.itemsize for d in a.strides]))
+                elif q.role == "tensor_map":
+                    value = TensorMap(_linear_view(a.array.obj, p.name), a.args, p.name)
+                elif q.role != "scalar":                # an array's extent or stride
+                    value = np.int64(value)
+                env[id(param.value)] = value
         rc = (self.race_check or _race_check_all) if race_check is None else race_check
-        run_kernel(self.kernel, grid, block, params, race_check=rc, cluster=cluster)
+        run_kernel(self.kernel, grid, block, env, race_check=rc, cluster=cluster)
 
 
 _race_check_all = False
@@ -83,10 +76,6 @@ def race_checking():
         yield
     finally:
         _race_check_all = old
-
-
-def values_of(binding, name):
-    return binding.scalars[name]
 
 
 class CpuBackend:

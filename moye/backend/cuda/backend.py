@@ -4,6 +4,7 @@ import json
 
 from ...errors import MoyeError
 from ...kernel import ir
+from ...kernel.dispatch import FastLaunch
 from ...kernel.limits import (SMEM_LIMIT, check_architecture,  # noqa: F401
                               check_launch_smem, check_shared_memory, check_smem, check_stream)
 from .codegen import generate
@@ -23,86 +24,42 @@ class CudaExecutable:
         return self.function.max_active_clusters(
             block, self._more_smem(smem + self.kernel.dynamic_smem), cluster)
 
-    def launch(self, grid, block, values, binding=None, smem=0, stream=None, cluster=None):
+    def launch(self, grid, block, binding, smem=0, stream=None, cluster=None):
+        """Launch with the values of `binding` (binder.Binding), packed in
+        the parameters' order."""
         from . import driver
         if stream is None:
             stream = current_stream_getter()()
         smem = self._launch_smem(smem) if smem else self._more_smem(self.kernel.dynamic_smem)
-        args = [(_ctype(t), v if kind != "tma" else driver.tensor_map_bytes(v))
-                for t, (kind, v) in zip(self.param_types, values)]
+        values = binding.values()
+        if len(values) != len(self.param_types):
+            raise MoyeError(f"kernel '{self.kernel.name}': {len(self.param_types)} parameters, "
+                            f"but the arguments give {len(values)} values")
+        args = [(_ctype(t), v if t is not ir.TENSOR_MAP else driver.tensor_map_bytes(v))
+                for t, v in zip(self.param_types, values)]
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream,
                       cluster=cluster)
 
-
-    def fast_launch_code(self, binding, block, values):
-        """The lines of a fast launch of this specialization (the frontend's
-        dispatch.py writes them into its launch function) and the names they
-        use. In scope: `gx, gy, gz` (the grid), `cluster` (None, or the
-        cluster shape: then cuLaunchKernelEx), `smem` (bytes beyond the
-        kernel's own), `stream` (None for the current one), and `values`:
-        per argument that is not static, the names of an array's address
-        and shape, of a scalar's value, or of a TMACopy. The strides are this binding's,
-        constants in the lines.
-
-        The values go into a parameter buffer with one struct call, and
-        cuda.bindings' cuLaunchKernel takes its address (its Cython wrapper
-        costs less than libcuda through ctypes). A buffer comes from a pool
-        for the call and goes back after: cuLaunchKernel releases the GIL,
-        and another thread must not refill a buffer it is reading."""
+    def fast_launch(self, block):
+        """The dispatch.FastLaunch of this kernel with `block` threads: what
+        the frontend's launch functions (kernel/dispatch.py) call to pack
+        the values into a parameter buffer with one struct call and launch
+        through cuda.bindings' cuLaunchKernel (its Cython wrapper costs less
+        than libcuda through ctypes)."""
         from . import driver
         kinds = tuple(_ctype(t) for t in self.param_types)
-        exprs = []
-        arguments = [(kind, info) for kind, _, info in binding.kinds if kind != "static"]
-        for (kind, info), names in zip(arguments, values):
-            if kind == "scalar":
-                exprs.append(names[0])
-                continue
-            if kind == "tma":                   # the TMACopy's tensor map
-                exprs.append(f"_cu_tensor_map({names[0]})")
-                continue
-            ptr, shape = names
-            unit = info.key()[3]
-            exprs.append(ptr)
-            exprs += [f"{shape}[{k}]" for k in range(len(info.shape))]
-            exprs += [str(int(d)) for k, d in enumerate(info.strides) if k != unit]
-        if len(exprs) != len(kinds):
-            raise MoyeError(f"kernel '{self.kernel.name}': {len(kinds)} parameters, but the "
-                            f"arguments give {len(exprs)} values")
-        dyn = self.kernel.dynamic_smem
-        self._more_smem(dyn)
+        self._more_smem(self.kernel.dynamic_smem)
         first = driver.ParamPack(kinds)
         cu = driver._cu()
-        env = {"_cu_pack": first.pack_into, "_cu_free": [first.slot()],
-               "_cu_new_slot": lambda: driver.ParamPack(kinds).slot(),
-               "_cu_current_stream": current_stream_getter(),
-               "_cu_stream_handle": _stream_handle, "_cu_launch_smem": self._launch_smem,
-               "_cu_launch": cu.cuLaunchKernel, "_cu_OK": cu.CUresult.CUDA_SUCCESS,
-               "_cu_function": self.function.handle, "_cu_failed": self._launch_failed,
-               "_cu_tensor_map": driver.tensor_map_bytes, "_cu_launch_ex": cu.cuLaunchKernelEx,
-               "_cu_cluster_config": driver.cluster_launch_config}
-        bx, by, bz = block
-        lines = [
-            "try:",
-            "    _cu_slot = _cu_free.pop()",
-            "except IndexError:",
-            "    _cu_slot = _cu_new_slot()",
-            "_cu_buf, _cu_at, _cu_params = _cu_slot",
-            f"_cu_pack(_cu_buf, _cu_at{''.join(', ' + e for e in exprs)})",
-            "if stream is None:",
-            "    stream = _cu_current_stream()",
-            "elif type(stream) is not int:",
-            "    stream = _cu_stream_handle(stream)",
-            f"smem = _cu_launch_smem(smem) if smem else {dyn}",
-            "if cluster is None:",
-            f"    _cu_err = _cu_launch(_cu_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
-            "stream or None, _cu_params, 0)[0]",
-            "else:",
-            f"    _cu_err = _cu_launch_ex(_cu_cluster_config((gx, gy, gz), {block}, smem, stream, "
-            "cluster), _cu_function, _cu_params, 0)[0]",
-            "if _cu_err is not _cu_OK:",
-            f"    _cu_failed(_cu_err, (gx, gy, gz), {block}, smem, stream, _cu_params, cluster)",
-            "_cu_free.append(_cu_slot)"]
-        return lines, env
+        return FastLaunch(
+            pack=first.pack_into, slots=[first.slot()],
+            new_slot=lambda: driver.ParamPack(kinds).slot(),
+            launch=cu.cuLaunchKernel, launch_ex=cu.cuLaunchKernelEx,
+            ok=cu.CUresult.CUDA_SUCCESS, function=self.function.handle, block=tuple(block),
+            dynamic_smem=self.kernel.dynamic_smem, launch_smem=self._launch_smem,
+            current_stream=current_stream_getter(), stream_handle=_stream_handle,
+            cluster_config=driver.cluster_launch_config, failed=self._launch_failed,
+            tensor_map=driver.tensor_map_bytes)
 
     def _launch_smem(self, smem):
         """The dynamic shared memory of a launch asking `smem` more bytes,
