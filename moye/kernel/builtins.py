@@ -7,7 +7,7 @@ import math
 from .. import types as T
 from ..array import MoYeArray
 from ..layout import Layout, cosize, size
-from . import ir
+from .. import ir
 from .memory import PointerEngine
 from .tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
                      user_location)

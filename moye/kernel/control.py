@@ -9,7 +9,7 @@ import numpy as np
 from .. import types as T
 from ..array import MoYeArray
 from ..errors import MoyeTypeError
-from . import ir
+from .. import ir
 from .memory import PointerEngine
 from .tracer import KernelError, Sym, coerce, current, promote, sym_minmax, sym_select, type_of
 

@@ -24,7 +24,7 @@ from ..array.engine import allocator
 from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout import Layout
 from ..layout.scalar import is_int
-from . import ir
+from .. import ir
 from .arguments import (Binding, bind_arguments, complete_arguments,  # noqa: F401
                         describe_argument, keyword_arguments_error, runtime_values, spec_text)
 from .builtins import Constexpr, register_allocate
@@ -267,6 +267,7 @@ class KernelFunction:
             except Exception as e:      # the user's code failed: say where, keep the original
                 raise _located(e, self, fn is self.fn) from e
         ir.eliminate_dead_code(builder.kernel)
+        ir.verify(builder.kernel)
         smem = ir.shared_bytes(builder.kernel)
         if smem > STATIC_SMEM_LIMIT:
             builder.kernel.dynamic_smem = smem
