@@ -34,7 +34,3 @@ from .verify import ARCH_NAME, check_architecture, verify
 globals().update({cls.__name__: cls for cls in INSTRUCTIONS.values()})
 Binary, Compare, Unary = arith.Binary, arith.Compare, arith.Unary
 
-# the op names of sets of instructions, as earlier code read them
-PURE_OPS = frozenset(op for op, cls in INSTRUCTIONS.items() if cls.pure)
-SM90_OPS = frozenset(op for op, cls in INSTRUCTIONS.items() if cls.arch is not None)
-SM90A_OPS = frozenset(op for op, cls in INSTRUCTIONS.items() if cls.arch == "sm_90a")

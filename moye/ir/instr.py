@@ -94,8 +94,16 @@ class Instr:
         return None
 
     def __repr__(self):
-        from .printer import format_instr
-        return format_instr(self)
+        attrs = "".join(f" {k}={v!r}" for k, v in self.attrs.items())
+        lhs = f"{self.result!r}: {self.result.type} = " if self.result is not None else ""
+        return f"{lhs}{self.op}({', '.join(format_operand(a) for a in self.args)}){attrs}"
+
+
+def format_operand(x):
+    """An operand as the printed IR shows it (a register list as a tuple)."""
+    if isinstance(x, tuple):
+        return "(" + ", ".join(format_operand(e) for e in x) + ")"
+    return repr(x)
 
 
 def instruction_class(op):

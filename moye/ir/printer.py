@@ -1,5 +1,5 @@
 """The IR as readable text: what `kern.ir(...)` prints."""
-from .instr import For, If, Instr, While
+from .instr import For, If, Instr, While, format_operand as _fmt
 
 
 def format_kernel(kernel):
@@ -19,15 +19,7 @@ def format_instr(s):
         >>> format_instr(Add(Value(Int32, "x"), 4, result=Value(Int32)))  # doctest: +ELLIPSIS
         '%v...: Int32 = add(%x..., 4)'
     """
-    attrs = "".join(f" {k}={v!r}" for k, v in s.attrs.items())
-    lhs = f"{s.result!r}: {s.result.type} = " if s.result is not None else ""
-    return f"{lhs}{s.op}({', '.join(_fmt(a) for a in s.args)}){attrs}"
-
-
-def _fmt(x):
-    if isinstance(x, tuple):
-        return "(" + ", ".join(_fmt(e) for e in x) + ")"
-    return repr(x)
+    return repr(s)
 
 
 def _format_body(body, lines, ind):
