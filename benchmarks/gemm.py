@@ -92,7 +92,7 @@ def ptxas_report(G, config):
     import numpy as np
 
     from moye.backend.cuda import codegen, driver, nvrtc
-    from moye.kernel import ir
+    from moye import ir
     A = np.zeros((256, 128), np.float16)
     D = np.zeros((256, 256), np.float16)
     args, threads = G.make_config("Float16", **config)

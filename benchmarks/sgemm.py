@@ -100,7 +100,7 @@ def ptxas_report(config):
     import numpy as np
 
     from moye.backend.cuda import codegen, driver, nvrtc
-    from moye.kernel import ir
+    from moye import ir
     from moye.examples import sgemm as S
     args, threads = S.make_config(**config)
     A = np.asfortranarray(np.zeros((256, 64), np.float32))

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import types as T
 from ..errors import LaunchError, MoyeTypeError
-from . import ir
+from .. import ir
 from .arguments import INDEX_LIMIT, as_array_arg, is_static, needs_64bit_indices, static_key
 from .arguments import spec_text  # noqa: F401 - the key text of static values
 from .builtins import Constexpr

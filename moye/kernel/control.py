@@ -12,7 +12,8 @@ from .. import types as T
 from ..array import MoYeArray
 from ..array.engine import on_loop
 from ..errors import MoyeTypeError
-from . import ir, unrolled
+from .. import ir
+from . import unrolled
 from .memory import PointerEngine
 from .tracer import KernelError, Sym, coerce, current, promote, sym_minmax, sym_select, type_of
 

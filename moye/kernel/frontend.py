@@ -23,7 +23,7 @@ from ..array.engine import allocator
 from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout import Layout
 from ..layout.scalar import is_int
-from . import ir
+from .. import ir
 from .arguments import keyword_arguments_error, spec_text  # noqa: F401
 from .binder import ScalarParam, StaticParam, TMAParam, bind, identifier, key_text
 from .builtins import Constexpr, register_allocate
@@ -252,6 +252,7 @@ class KernelFunction:
             except Exception as e:      # the user's code failed: say where, keep the original
                 raise _located(e, self, fn is self.fn) from e
         ir.eliminate_dead_code(builder.kernel)
+        ir.verify(builder.kernel)
         smem = ir.shared_bytes(builder.kernel)
         if smem > STATIC_SMEM_LIMIT:
             builder.kernel.dynamic_smem = smem

@@ -33,7 +33,7 @@ from .. import types as T
 from ..atom.arch.tma import TMA_LOAD, TMA_STORE, TMAOp, layout_offsets, tensor_map_args
 from ..errors import MoyeError
 from ..layout.swizzle import ComposedLayout
-from . import ir
+from .. import ir
 from .arguments import as_array_arg
 from .cluster import __all__ as _cluster_all
 from .cluster import *  # noqa: F401,F403  (exported with hopper's names)

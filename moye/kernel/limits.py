@@ -12,11 +12,9 @@ the GPU would refuse fails on the CPU first.
     ...
     moye.errors.LaunchError: block (32, 32, 2) has 2048 threads; a block has at most 1024
 """
-import re
-
-from ..errors import KernelError, LaunchError, MoyeTypeError
+from ..errors import LaunchError, MoyeTypeError
 from ..layout.scalar import is_int
-from . import ir
+from .. import ir
 
 MAX_BLOCK_THREADS = 1024
 MAX_BLOCK = (1024, 1024, 64)
@@ -28,7 +26,7 @@ SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
               "sm_90a": 227 * 1024, "sm_100a": 227 * 1024}
 CPU_ARCH = "sm_90a"         # the CPU backend's default target: every instruction moye emits
 
-ARCH_NAME = re.compile(r"^sm_(\d+)([af]?)$")     # an NVRTC target: sm_80, sm_90a, sm_100f
+ARCH_NAME = ir.ARCH_NAME     # an NVRTC target: sm_80, sm_90a, sm_100f
 
 _XYZ = "xyz"
 
@@ -126,24 +124,6 @@ def check_launch_smem(name, static, smem, arch):
 
 
 def check_architecture(kernel, arch):
-    """Refuse a kernel that uses instructions its target lacks (TMA,
-    mbarrier transactions, the async-proxy fences and the cluster
-    instructions need sm_90; wgmma and setmaxnreg sm_90a)."""
-    name = ARCH_NAME.match(arch)
-    number = int(name.group(1)) if name else None
-    if number is None or number >= 90:
-        if number == 90 and name.group(2) != "a":
-            for s in ir.instructions(kernel.body):
-                if s.op in ir.SM90A_OPS:
-                    raise KernelError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, which "
-                                      f"needs the arch-specific target sm_90a, not {arch}")
-        return
-    for s in ir.instructions(kernel.body):
-        if s.op in ir.SM90_OPS:
-            raise KernelError(f"kernel '{kernel.name}' uses {s.op}{_where(s)}, a Hopper "
-                              f"instruction, but compiles for {arch}; it needs sm_90 or later "
-                              f"(arch='sm_90a')")
-
-
-def _where(s):
-    return f" ({ir.where(s.loc)})" if s.loc else ""
+    """Refuse a kernel that uses instructions its target lacks: each IR
+    instruction class states the architecture it needs (`ir.check_architecture`)."""
+    ir.check_architecture(kernel, arch)

@@ -12,7 +12,7 @@ from .. import types as T
 from ..errors import MoyeTypeError
 from ..layout import Layout, complement, composition, make_layout, max_common_layout, size
 from ..layout import inttuple as IT
-from . import ir
+from .. import ir
 from .unrolled import check_register_index
 from .tracer import KernelError, Sym, coerce, divisor_of, current
 

@@ -12,7 +12,7 @@ import sys
 
 from .. import types as T
 from ..errors import KernelError, MoyeError
-from . import ir
+from .. import ir
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES_DIR = os.path.join(_PKG_DIR, "examples")
@@ -51,15 +51,19 @@ class Builder:
         return stmt
 
     def instr(self, op, args, type=None, hint="v", **attrs):
+        """Emit the instruction named `op` (its class in `ir.INSTRUCTIONS`) on
+        `args`, with a result of `type` (None: no result); return the result.
+        An equal pure instruction already emitted in an open body is reused."""
+        cls = ir.instruction_class(op)
         key = None
-        if op in ir.PURE_OPS and type is not None and op != "special":
+        if cls.pure and type is not None and op != "special":
             key = (op, tuple(_key(a) for a in args), type, tuple(sorted(attrs.items(), key=str)))
             for memo in reversed(self.memo):
                 hit = memo.get(key)
                 if hit is not None:
                     return hit
         result = ir.Value(type, hint) if type is not None else None
-        stmt = self.emit(ir.Instr(op, tuple(args), result, attrs))
+        stmt = self.emit(cls(*args, result=result, **attrs))
         if key is not None:
             self.memo[-1][key] = result
             if self.unrolled and args and all(
@@ -379,6 +383,6 @@ def special(name, op="special", loc=None):
     s = b.specials.get(name)
     if s is None:
         v = ir.Value(T.Int32, name.replace(".", "_"))
-        b.kernel.body.insert(len(b.specials), ir.Instr(op, (), v, {"name": name}, loc))
+        b.kernel.body.insert(len(b.specials), ir.instruction_class(op)(result=v, loc=loc, name=name))
         s = b.specials[name] = Sym(v, T.Int32, 1)
     return s

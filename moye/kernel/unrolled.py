@@ -9,7 +9,7 @@ those values is computed (`Builder.known`), and this module evaluates them
 for every iteration, skipping iterations that a dynamic `if` on such a
 value excludes.
 
-    >>> from moye.kernel import ir, tracer
+    >>> from moye.kernel import tracer
     >>> b = tracer.Builder("k")
     >>> b.unrolled += 1                 # inside one unrolled loop
     >>> with tracer.tracing_context(b):
@@ -23,7 +23,7 @@ import math
 from .. import types as T
 from ..array.array import on_dynamic_coordinate
 from ..errors import BoundsError
-from . import ir
+from .. import ir
 from .tracer import KernelError, Sym, current, tracing
 
 COMBINATIONS_LIMIT = 1 << 14

@@ -7,7 +7,7 @@ import pytest
 
 import moye
 from moye import Float32, Layout
-from moye.kernel import ir
+from moye import ir
 from moye.backend.cuda import cache
 from moye.kernel.frontend import BACKENDS
 

@@ -12,7 +12,7 @@ from moye.atom.arch import mma_ops_list, sm70, sm75, sm80
 from moye.atom.mma import mma_reference
 from moye.backend.cpu import ptx_fragments as ptx
 from moye.backend.cpu.interpreter import KernelRuntimeError, _Ptr, run_kernel
-from moye.kernel import ir
+from moye import ir
 from moye.layout import size
 
 I32 = T.Int32

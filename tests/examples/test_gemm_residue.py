@@ -14,7 +14,7 @@ from moye.backend.cpu import race_checking
 from moye.errors import MoyeError
 from moye.examples import gemm, tensor_core_matmul
 from moye.examples._common import rel_error
-from moye.kernel import ir
+from moye import ir
 
 rng = np.random.default_rng(17)
 

@@ -7,7 +7,7 @@ import pytest
 import moye
 from moye import CopyAtom, Float16, Float32, Layout, MoYeArray, UInt128, make_tiled_mma
 from moye.atom.arch import sm80
-from moye.kernel import ir
+from moye import ir
 from moye.kernel.frontend import spec_text
 from moye.kernel.tracer import KernelError
 
@@ -19,7 +19,7 @@ def instrs(kernel, op):
         for s in body:
             if isinstance(s, ir.Instr) and s.op == op:
                 out.append(s)
-            for child in ir._children(s):
+            for child in ir.children(s):
                 walk(child)
     walk(kernel.body)
     return out

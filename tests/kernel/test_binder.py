@@ -5,7 +5,7 @@ import pytest
 
 import moye
 from moye import LaunchError, MoyeTypeError
-from moye.kernel import ir
+from moye import ir
 from moye.kernel.binder import (ArrayParam, ScalarParam, StaticParam, bind, key_text)
 
 rng = np.random.default_rng(17)

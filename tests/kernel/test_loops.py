@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import moye
-from moye.kernel import ir
+from moye import ir
 from moye.kernel.frontend import BACKENDS
 
 POISON = -(2**30) + 7

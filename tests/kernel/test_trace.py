@@ -4,7 +4,7 @@ import pytest
 
 import moye
 from moye import Layout
-from moye.kernel import ir
+from moye import ir
 from moye.kernel.tracer import KernelError
 
 from . import kernels_for_tests as K
@@ -21,7 +21,7 @@ def stmts(kernel, kind):
         for s in body:
             if isinstance(s, kind):
                 out.append(s)
-            for child in ir._children(s):
+            for child in ir.children(s):
                 walk(child)
     walk(kernel.body)
     return out

@@ -4,7 +4,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...errors import MoyeError
-from ...kernel import ir
+from ... import ir
 from ...kernel.binder import TMAParam
 from ...kernel.limits import (CPU_ARCH, check_arch, check_architecture, check_launch_smem,
                               check_shared_memory)
@@ -104,7 +104,7 @@ class CpuBackend:
         return self.compile(trace(), block, arch)
 
     def source(self, kernel, block):
-        from ...kernel.ir import format_kernel
+        from ...ir import format_kernel
         return format_kernel(kernel)
 
 

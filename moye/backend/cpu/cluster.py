@@ -24,6 +24,7 @@ batch's shared memory: the row of rank r is the cluster's first row + r.
 """
 import numpy as np
 
+from ... import ir
 from .errors import KernelRuntimeError, where
 from .tma import _Load
 
@@ -185,6 +186,6 @@ def multicast_load(h, s, mask):
                                  lane=lane, loc=s.loc))
 
 
-# the IR ops this file runs, for the interpreter's table of Hopper ops
-OPS = {"cluster_special": special, "cluster_arrive": arrive, "cluster_wait": wait,
-       "mbarrier_arrive_cluster": remote_arrive, "tma_load_multicast": multicast_load}
+# the IR instructions this file runs, for the interpreter's table of Hopper ops
+OPS = {ir.ClusterSpecial: special, ir.ClusterArrive: arrive, ir.ClusterWait: wait,
+       ir.MbarrierArriveCluster: remote_arrive, ir.TmaLoadMulticast: multicast_load}

@@ -6,7 +6,7 @@ warp that executes one of these must be active (the instructions are
 .aligned: a warp divided by a branch or loop is an error here, undefined
 behaviour on the GPU). Each runs for all the active warps of the batch at
 once, as NumPy arrays of shape (warps, 32, ...). Register operands are
-lists of 32-bit (f64: 64-bit) registers in a local array (see kernel/ir.py).
+lists of 32-bit (f64: 64-bit) registers in a local array (see moye/ir/warp.py).
 """
 from functools import lru_cache
 

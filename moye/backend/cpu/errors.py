@@ -1,7 +1,7 @@
 """The CPU backend's runtime error and how it names a kernel's source line
 and the array an access falls in."""
 from ...errors import KernelRuntimeError  # noqa: F401  (the backends' modules import it here)
-from ...kernel.ir import where  # noqa: F401  (likewise)
+from ...ir import where  # noqa: F401  (likewise)
 
 
 class ArgumentName:

@@ -37,7 +37,7 @@ accesses to shared memory a cp.async or TMA load has not finished writing
 import numpy as np
 
 from ...errors import MoyeError
-from ...kernel import ir
+from ... import ir
 from . import collectives, wgmma
 from .async_copy import AsyncCopies
 from .cluster import OPS as _CLUSTER_OPS, Cluster, cluster_order
@@ -217,95 +217,10 @@ class _Block:
             self.env[id(value)] = np.where(mask, data, old)
 
     def instr(self, s, mask):
-        op, a, r = s.op, s.args, s.result
-        t = _np(r.type) if r is not None and not isinstance(r.type, ir.PtrType) else None
-        if op in _BIN:
-            x, y = self.vec(a[0]), self.vec(a[1])
-            if op in ("div", "mod") and np.dtype(t).kind in "iu":
-                self._check_divisor(s, y, mask)
-            with np.errstate(all="ignore"):
-                out = _BIN[op](x.astype(t) if t is not None and op not in _CMP else x,
-                               y.astype(t) if t is not None and op not in _CMP else y)
-            self.set(r, np.asarray(out).astype(t) if t is not None else out)
-        elif op == "neg":
-            self.set(r, (-self.vec(a[0])).astype(t))
-        elif op == "not":
-            self.set(r, ~self.vec(a[0]).astype(bool))
-        elif op == "abs":
-            self.set(r, np.abs(self.vec(a[0])).astype(t))
-        elif op == "select":
-            c = self.vec(a[0]).astype(bool)
-            self.set(r, np.where(c, self.vec(a[1]).astype(t), self.vec(a[2]).astype(t)))
-        elif op == "cast":
-            src = self.get(a[0])
-            if s.attrs.get("ptr"):
-                old = getattr(a[0], "type", None)
-                if isinstance(old, ir.PtrType) and (old.elem.bits < 8) != (r.type.elem.bits < 8):
-                    raise KernelRuntimeError(
-                        f"{_where(s.loc)}\n  the CPU backend stores {old.elem} elements one "
-                        f"per byte, not packed as on the GPU, so it cannot see them as "
-                        f"{r.type.elem}; pass packed words (UInt32) instead")
-                self.set(r, _recast_ptr(src, r.type))
-            else:
-                with np.errstate(all="ignore"):
-                    self.set(r, self.vec(a[0]).astype(t))
-        elif op == "call":
-            with np.errstate(all="ignore"):
-                args = [self.vec(x).astype(np.float64) for x in a]
-                self.set(r, _MATH[s.attrs["fn"]](*args).astype(t))
-        elif op == "special":
-            self.set(r, self.specials[s.attrs["name"]].astype(np.int32))
-        elif op == "read":
-            self.set(r, self.env[id(a[0])])
-        elif op in ("write", "decl"):
-            var = a[0]
-            if op == "decl" and a[1] is None:
-                self.env[id(var)] = np.zeros(self.n, dtype=_np(var.type)) \
-                    if not isinstance(var.type, ir.PtrType) else None
-                return
-            data = self.get(a[1])
-            if isinstance(data, _Ptr):
-                old = self.env.get(id(var))
-                if isinstance(old, _Ptr) and op == "write":
-                    self.env[id(var)] = _Ptr(data.buf, np.where(mask, data.off, old.off), data.name)
-                else:
-                    self.env[id(var)] = data
-            else:
-                self._masked_set(var, data, mask if op == "write" else np.ones(self.n, bool),
-                                 _np(var.type))
-        elif op == "addr":
-            kind, buf = self.get(a[0])
-            name = f"{'register' if kind == 'local' else 'shared'} array"
-            self.set(r, _Ptr((kind, buf, a[0]), np.zeros(self.n, np.int64), name))
-        elif op == "offset":
-            p = self.get(a[0])
-            self.set(r, _Ptr(p.buf, p.off + self.vec(a[1]).astype(np.int64), p.name))
-        elif op == "load":
-            self.set(r, self.load(a[0], a[1], s, mask, r))
-        elif op == "store":
-            self.store(a[0], a[1], a[2], s, mask)
-        elif op == "barrier":
-            self.sched.sync_threads(s, mask)
-        elif op == "cp_async":
-            self.copies.issue(s, mask)
-        elif op == "cp_async_commit":
-            self.copies.commit(mask)
-        elif op == "cp_async_wait":
-            self.copies.wait(s, mask)
-        elif op in _COLLECTIVES:
-            _COLLECTIVES[op](self, s, mask)
-        elif op in _HOPPER:
-            out = _HOPPER[op](self.hopper, s, mask)
-            if r is not None:
-                self._masked_set(r, out, mask, t)
-        elif op == "print":
-            vals = [self.vec(x) for x in a]
-            for lane in np.nonzero(mask)[0]:
-                print(s.attrs["fmt"].replace("%lld", "%d") % tuple(v[lane] for v in vals), end="")
-        elif op == "comment":
-            pass
-        else:
-            raise MoyeError(f"CPU backend: no rule for IR op {op!r}")
+        run = IMPLEMENTATIONS.get(type(s))
+        if run is None:
+            raise MoyeError(f"CPU backend: no rule for IR op {s.op!r}")
+        run(self, s, mask)
 
     # memory ---------------------------------------------------------------------
     def _target(self, base):
@@ -391,13 +306,191 @@ class _Block:
                 buf[index[lanes] + k] = parts[lanes, k]
 
 
-_CMP = {"lt", "le", "gt", "ge", "eq", "ne"}
-_COLLECTIVES = {"ldmatrix": collectives.ldmatrix, "stmatrix": collectives.stmatrix,
-                "mma": collectives.mma, "shfl": collectives.shfl, "wgmma": wgmma.wgmma,
-                # a wgmma completes when issued (wgmma.py): nothing to fence or wait for
-                "wgmma_fence": lambda b, s, mask: None, "wgmma_commit": lambda b, s, mask: None,
-                "wgmma_wait": lambda b, s, mask: None,
-                "wgmma_fence_operand": lambda b, s, mask: None}
+# -- the implementations, one per instruction class ----------------------------------------
+IMPLEMENTATIONS = {}    # ir instruction class -> run(block, instr, mask)
+
+
+def implements(*classes):
+    """Register the decorated function as the CPU implementation of these IR
+    instruction classes: `run(b, s, mask)` executes statement `s` in the
+    lanes of block batch `b` where `mask` is true."""
+    def register(fn):
+        for cls in classes:
+            if cls in IMPLEMENTATIONS:
+                raise TypeError(f"two CPU implementations for {cls.__name__}")
+            IMPLEMENTATIONS[cls] = fn
+        return fn
+    return register
+
+
+def _result_dtype(s):
+    r = s.result
+    return _np(r.type) if r is not None and not isinstance(r.type, ir.PtrType) else None
+
+
+@implements(ir.Add, ir.Sub, ir.Mul, ir.Div, ir.Mod, ir.And, ir.Or, ir.Xor, ir.Shl, ir.Shr,
+            ir.Min, ir.Max)
+def _binary(b, s, mask):
+    t = _result_dtype(s)
+    x, y = b.vec(s.a), b.vec(s.b)
+    if s.op in ("div", "mod") and np.dtype(t).kind in "iu":
+        b._check_divisor(s, y, mask)
+    with np.errstate(all="ignore"):
+        out = _BIN[s.op](x.astype(t), y.astype(t))
+    b.set(s.result, np.asarray(out).astype(t))
+
+
+@implements(ir.Lt, ir.Le, ir.Gt, ir.Ge, ir.Eq, ir.Ne)
+def _compare(b, s, mask):
+    t = _result_dtype(s)
+    with np.errstate(all="ignore"):
+        out = _BIN[s.op](b.vec(s.a), b.vec(s.b))
+    b.set(s.result, np.asarray(out).astype(t))
+
+
+@implements(ir.Neg)
+def _neg(b, s, mask):
+    b.set(s.result, (-b.vec(s.x)).astype(_result_dtype(s)))
+
+
+@implements(ir.Not)
+def _not(b, s, mask):
+    b.set(s.result, ~b.vec(s.x).astype(bool))
+
+
+@implements(ir.Abs)
+def _abs(b, s, mask):
+    b.set(s.result, np.abs(b.vec(s.x)).astype(_result_dtype(s)))
+
+
+@implements(ir.Select)
+def _select(b, s, mask):
+    t = _result_dtype(s)
+    c = b.vec(s.cond).astype(bool)
+    b.set(s.result, np.where(c, b.vec(s.a).astype(t), b.vec(s.b).astype(t)))
+
+
+@implements(ir.Cast)
+def _cast(b, s, mask):
+    r = s.result
+    if s.ptr:
+        old = getattr(s.x, "type", None)
+        if isinstance(old, ir.PtrType) and (old.elem.bits < 8) != (r.type.elem.bits < 8):
+            raise KernelRuntimeError(
+                f"{_where(s.loc)}\n  the CPU backend stores {old.elem} elements one "
+                f"per byte, not packed as on the GPU, so it cannot see them as "
+                f"{r.type.elem}; pass packed words (UInt32) instead")
+        b.set(r, _recast_ptr(b.get(s.x), r.type))
+    else:
+        with np.errstate(all="ignore"):
+            b.set(r, b.vec(s.x).astype(_result_dtype(s)))
+
+
+@implements(ir.Call)
+def _call(b, s, mask):
+    with np.errstate(all="ignore"):
+        args = [b.vec(x).astype(np.float64) for x in s.xs]
+        b.set(s.result, _MATH[s.fn](*args).astype(_result_dtype(s)))
+
+
+@implements(ir.Special)
+def _special(b, s, mask):
+    b.set(s.result, b.specials[s.name].astype(np.int32))
+
+
+@implements(ir.Read)
+def _read(b, s, mask):
+    b.set(s.result, b.env[id(s.var)])
+
+
+@implements(ir.Write, ir.Decl)
+def _write(b, s, mask):
+    var, decl = s.args[0], isinstance(s, ir.Decl)
+    if decl and s.args[1] is None:
+        b.env[id(var)] = np.zeros(b.n, dtype=_np(var.type)) \
+            if not isinstance(var.type, ir.PtrType) else None
+        return
+    data = b.get(s.args[1])
+    if isinstance(data, _Ptr):
+        old = b.env.get(id(var))
+        if isinstance(old, _Ptr) and not decl:
+            b.env[id(var)] = _Ptr(data.buf, np.where(mask, data.off, old.off), data.name)
+        else:
+            b.env[id(var)] = data
+    else:
+        b._masked_set(var, data, np.ones(b.n, bool) if decl else mask, _np(var.type))
+
+
+@implements(ir.Addr)
+def _addr(b, s, mask):
+    kind, buf = b.get(s.array)
+    name = f"{'register' if kind == 'local' else 'shared'} array"
+    b.set(s.result, _Ptr((kind, buf, s.array), np.zeros(b.n, np.int64), name))
+
+
+@implements(ir.Offset)
+def _offset(b, s, mask):
+    p = b.get(s.ptr)
+    b.set(s.result, _Ptr(p.buf, p.off + b.vec(s.k).astype(np.int64), p.name))
+
+
+@implements(ir.Load)
+def _load(b, s, mask):
+    b.set(s.result, b.load(s.ptr, s.index, s, mask, s.result))
+
+
+@implements(ir.Store)
+def _store(b, s, mask):
+    b.store(s.ptr, s.index, s.value, s, mask)
+
+
+@implements(ir.AtomicAdd)
+def _atomic_add(b, s, mask):
+    """The active lanes add one after another, in lane order (one order the
+    GPU may take), each reading the sum of those before it."""
+    kind, buf, index, rows = b._index(s.ptr, s.index, s, mask, 1)
+    values = b.vec(s.value).astype(buf.dtype)
+    old = np.zeros(b.n, buf.dtype)
+    with np.errstate(all="ignore"):
+        for lane in np.nonzero(mask)[0]:
+            i = index[lane]
+            old[lane] = buf[i]
+            buf[i:i + 1] += values[lane]
+    b._masked_set(s.result, old, mask, buf.dtype)
+
+
+@implements(ir.Barrier)
+def _barrier(b, s, mask):
+    b.sched.sync_threads(s, mask)
+
+
+@implements(ir.Print)
+def _print(b, s, mask):
+    vals = [b.vec(x) for x in s.xs]
+    for lane in np.nonzero(mask)[0]:
+        print(s.fmt.replace("%lld", "%d") % tuple(v[lane] for v in vals), end="")
+
+
+@implements(ir.Comment)
+def _comment(b, s, mask):
+    pass
+
+
+@implements(ir.Asm)
+def _asm(b, s, mask):
+    raise MoyeError(f"{_where(s.loc)}\n  the CPU backend cannot run inline assembly "
+                    f"({s.text!r})")
+
+
+implements(ir.CpAsync)(lambda b, s, mask: b.copies.issue(s, mask))
+implements(ir.CpAsyncCommit)(lambda b, s, mask: b.copies.commit(mask))
+implements(ir.CpAsyncWait)(lambda b, s, mask: b.copies.wait(s, mask))
+for _cls, _run in {ir.LdMatrix: collectives.ldmatrix, ir.StMatrix: collectives.stmatrix,
+                   ir.Mma: collectives.mma, ir.Shfl: collectives.shfl, ir.Wgmma: wgmma.wgmma,
+                   # a wgmma completes when issued (wgmma.py): nothing to fence or wait for
+                   ir.WgmmaFence: None, ir.WgmmaCommit: None, ir.WgmmaWait: None,
+                   ir.WgmmaFenceOperand: None}.items():
+    implements(_cls)(_run or (lambda b, s, mask: None))
 
 
 def _fence_proxy_async(h, s, mask):
@@ -405,17 +498,29 @@ def _fence_proxy_async(h, s, mask):
         h.block.race.fence_proxy_async(np.nonzero(mask)[0])
 
 
-_HOPPER = {"mbarrier_init": Hopper.init, "mbarrier_arrive": Hopper.arrive,
-           "mbarrier_arrive_expect_tx": lambda h, s, mask: h.arrive(s, mask, tx=True),
-           "mbarrier_try_wait": Hopper.try_wait, "mbarrier_wait": Hopper.wait,
-           "fence_proxy_async": _fence_proxy_async, "fence_barrier_init": lambda h, s, mask: None,
-           "tma_load": Hopper.load, "tma_store": Hopper.store,
-           "tma_store_commit": lambda h, s, mask: h.commit(mask),
-           "tma_store_wait": Hopper.store_wait,
-           "named_barrier": lambda h, s, mask: h.block.named.sync(s, mask),
-           "named_barrier_arrive": lambda h, s, mask: h.block.named.arrive(s, mask),
-           "setmaxnreg": lambda h, s, mask: None,       # registers are not a limit here
-           **_CLUSTER_OPS}
+def _on_hopper(run):
+    """The implementation of a Hopper instruction `run(hopper, s, mask)` (tma.py,
+    cluster.py), which returns the value of its result, if any."""
+    def implementation(b, s, mask):
+        out = run(b.hopper, s, mask)
+        if s.result is not None:
+            b._masked_set(s.result, out, mask, _result_dtype(s))
+    return implementation
+
+
+for _cls, _run in {
+        ir.MbarrierInit: Hopper.init, ir.MbarrierArrive: Hopper.arrive,
+        ir.MbarrierArriveExpectTx: lambda h, s, mask: h.arrive(s, mask, tx=True),
+        ir.MbarrierTryWait: Hopper.try_wait, ir.MbarrierWait: Hopper.wait,
+        ir.FenceProxyAsync: _fence_proxy_async, ir.FenceBarrierInit: lambda h, s, mask: None,
+        ir.TmaLoad: Hopper.load, ir.TmaStore: Hopper.store,
+        ir.TmaStoreCommit: lambda h, s, mask: h.commit(mask),
+        ir.TmaStoreWait: Hopper.store_wait,
+        ir.NamedBarrier: lambda h, s, mask: h.block.named.sync(s, mask),
+        ir.NamedBarrierArrive: lambda h, s, mask: h.block.named.arrive(s, mask),
+        ir.SetMaxNReg: lambda h, s, mask: None,       # registers are not a limit here
+        **_CLUSTER_OPS}.items():
+    implements(_cls)(_on_hopper(_run))
 
 
 def _pack(parts, dtype):

@@ -3,15 +3,14 @@ that cannot take the writes: a read-only one, or a broadcast view (a mode
 of extent > 1 with stride 0, whose elements alias each other, so the
 threads writing them would race).
 
-A parameter is written when a store, or a TMA store through its tensor
-map, goes to an address that derives from its pointer (through pointer
+A parameter is written when an instruction that writes memory (its class
+names the operand it `writes` through: a store's pointer, a TMA store's
+tensor map) goes to an address that derives from its pointer (through pointer
 offsets, casts and the variables that hold them)."""
 import numpy as np
 
 from ...errors import LaunchError
-from ...kernel import ir
-
-_WRITES = {"store": 0, "tma_store": 0}       # op -> the operand it writes through
+from ... import ir
 
 
 def written_params(kernel):
@@ -23,7 +22,7 @@ def written_params(kernel):
     while changed:                  # a pointer variable written in a loop feeds itself
         changed = False
         for s in instrs:
-            if s.op in ("write", "decl"):
+            if isinstance(s, (ir.Write, ir.Decl)):
                 target, sources = s.args[0], s.args[1:2]
             elif s.result is not None and isinstance(s.result.type, ir.PtrType):
                 target, sources = s.result, s.args
@@ -35,9 +34,8 @@ def written_params(kernel):
                 changed = True
     out = set()
     for s in instrs:
-        k = _WRITES.get(s.op)
-        if k is not None:
-            out |= roots.get(id(s.args[k]), set())
+        if s.writes is not None:
+            out |= roots.get(id(getattr(s, s.writes)), set())
     return out
 
 

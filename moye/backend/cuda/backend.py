@@ -3,7 +3,7 @@ import ctypes
 import json
 
 from ...errors import MoyeError
-from ...kernel import ir
+from ... import ir
 from ...kernel.dispatch import FastLaunch
 from ...kernel.limits import (SMEM_LIMIT, check_architecture,  # noqa: F401
                               check_launch_smem, check_shared_memory, check_smem, check_stream)

@@ -8,7 +8,7 @@ by a `// file.py:LINE  source` comment.
 import math
 import os
 
-from ...kernel import ir
+from ... import ir
 
 PRELUDE = """\
 #include <cuda_fp16.h>
@@ -153,66 +153,14 @@ class _Writer:
         return self.operand(x)
 
     def instr(self, s, ind):
-        op, a, r = s.op, s.args, s.result
+        r = s.result
         rt = r.type if r is not None else None
         decl = "" if r is None else f"{ctype(rt)} const {self.name(r)} = " \
             if isinstance(rt, ir.PtrType) else f"const {ctype(rt)} {self.name(r)} = "
-        if op in _BINOP:
-            t = rt if op not in ("lt", "le", "gt", "ge", "eq", "ne") else None
-            self.emit(ind, f"{decl}{self.arg(a[0], t)} {_BINOP[op]} {self.arg(a[1], t)};")
-        elif op == "neg":
-            self.emit(ind, f"{decl}-{self.operand(a[0])};")
-        elif op == "not":
-            self.emit(ind, f"{decl}!{self.operand(a[0])};")
-        elif op == "abs":
-            self.emit(ind, f"{decl}abs({self.operand(a[0])});")
-        elif op in ("min", "max"):
-            self.emit(ind, f"{decl}{op}({self.arg(a[0], rt)}, {self.arg(a[1], rt)});")
-        elif op == "select":
-            self.emit(ind, f"{decl}{self.operand(a[0])} ? {self.arg(a[1], rt)} : "
-                           f"{self.arg(a[2], rt)};")
-        elif op == "cast":
-            if s.attrs.get("ptr"):
-                self.emit(ind, f"{decl}reinterpret_cast<{ctype(rt)}>({self.operand(a[0])});")
-            else:
-                self.emit(ind, f"{decl}static_cast<{ctype(rt)}>({self.arg(a[0])});")
-        elif op == "call":
-            table = _MATH64 if rt.name == "Float64" else _MATH32
-            args = ", ".join(self.arg(x, rt) for x in a)
-            self.emit(ind, f"{decl}{table[s.attrs['fn']]}({args});")
-        elif op == "special":
-            self.emit(ind, f"{decl}{s.attrs['name']};")
-        elif op == "read":
-            self.emit(ind, f"{decl}{self.name(a[0])};")
-        elif op == "write":
-            self.emit(ind, f"{self.name(a[0])} = {self.arg(a[1], a[0].type)};")
-        elif op == "decl":
-            init = f" = {self.arg(a[1], a[0].type)}" if a[1] is not None else ""
-            self.emit(ind, f"{ctype(a[0].type)} {self.name(a[0])}{init};")
-        elif op == "addr":
-            self.emit(ind, f"{decl}&{self.name(a[0])}[0];")
-        elif op == "offset":
-            self.emit(ind, f"{decl}{self.operand(a[0])} + {self.operand(a[1])};")
-        elif op == "load":
-            self.emit(ind, f"{decl}{self.access(a[0], a[1], s.attrs, rt)};")
-        elif op == "store":
-            elem = s.attrs["elem"]
-            self.emit(ind, f"{self.access(a[0], a[1], s.attrs, None)} = "
-                           f"{self.arg(a[2], elem if s.attrs.get('width', 1) == 1 else None)};")
-        elif op == "barrier":
-            self.emit(ind, "__syncthreads();")
-        elif op == "print":
-            fmt = s.attrs["fmt"].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-            args = "".join(", " + self.operand(x) for x in a)
-            self.emit(ind, f'printf("{fmt}"{args});')
-        elif op == "asm":
-            self.emit(ind, s.attrs["text"])
-        elif op == "comment":
-            self.emit(ind, "// " + s.attrs["text"])
-        elif op in _COLLECTIVE:
-            _COLLECTIVE[op](self, s, ind, decl)
-        else:
-            raise NotImplementedError(f"CUDA codegen: no rule for IR op {op!r}")
+        emit = EMITTERS.get(type(s))
+        if emit is None:
+            raise NotImplementedError(f"CUDA codegen: no rule for IR op {s.op!r}")
+        emit(self, s, ind, decl)
 
     def access(self, base, idx, attrs, rt):
         width = attrs.get("width", 1)
@@ -235,7 +183,8 @@ def generate(kernel, block_threads=None):
         else:
             params.append(f"{ctype(p.type)} {w.name(p.value)}")
     # setmaxnreg needs a register cap at entry: one block per multiprocessor
-    one = ", 1" if any(s.op == "setmaxnreg" for s in ir.instructions(kernel.body)) else ""
+    one = ", 1" if any(isinstance(s, ir.SetMaxNReg) for s in ir.instructions(kernel.body)) \
+        else ""
     bounds = f"__launch_bounds__({block_threads}{one}) " if block_threads else ""
     w.lines.append(PRELUDE)
     if any(isinstance(p.type, ir.OpaqueType) for p in kernel.params):
@@ -261,6 +210,146 @@ def generate(kernel, block_threads=None):
     w.body(kernel.body, ind)
     w.lines.append("}")
     return "\n".join(w.lines) + "\n"
+
+
+# -- the emitters, one per instruction class ----------------------------------------------
+EMITTERS = {}       # ir instruction class -> emit(writer, instr, indent, "const T name = ")
+
+
+def emits(*classes):
+    """Register the decorated function as the C++ emitter of these IR
+    instruction classes: `emit(w, s, ind, decl)` writes statement `s` at
+    indent `ind` through writer `w`; `decl` declares its result ("" for none)."""
+    def register(fn):
+        for cls in classes:
+            if cls in EMITTERS:
+                raise TypeError(f"two CUDA emitters for {cls.__name__}")
+            EMITTERS[cls] = fn
+        return fn
+    return register
+
+
+@emits(ir.Add, ir.Sub, ir.Mul, ir.Div, ir.Mod, ir.And, ir.Or, ir.Xor, ir.Shl, ir.Shr)
+def _emit_binary(w, s, ind, decl):
+    t = s.result.type
+    w.emit(ind, f"{decl}{w.arg(s.a, t)} {_BINOP[s.op]} {w.arg(s.b, t)};")
+
+
+@emits(ir.Lt, ir.Le, ir.Gt, ir.Ge, ir.Eq, ir.Ne)
+def _emit_compare(w, s, ind, decl):
+    w.emit(ind, f"{decl}{w.arg(s.a)} {_BINOP[s.op]} {w.arg(s.b)};")
+
+
+@emits(ir.Neg)
+def _emit_neg(w, s, ind, decl):
+    w.emit(ind, f"{decl}-{w.operand(s.x)};")
+
+
+@emits(ir.Not)
+def _emit_not(w, s, ind, decl):
+    w.emit(ind, f"{decl}!{w.operand(s.x)};")
+
+
+@emits(ir.Abs)
+def _emit_abs(w, s, ind, decl):
+    w.emit(ind, f"{decl}abs({w.operand(s.x)});")
+
+
+@emits(ir.Min, ir.Max)
+def _emit_minmax(w, s, ind, decl):
+    t = s.result.type
+    w.emit(ind, f"{decl}{s.op}({w.arg(s.a, t)}, {w.arg(s.b, t)});")
+
+
+@emits(ir.Select)
+def _emit_select(w, s, ind, decl):
+    t = s.result.type
+    w.emit(ind, f"{decl}{w.operand(s.cond)} ? {w.arg(s.a, t)} : {w.arg(s.b, t)};")
+
+
+@emits(ir.Cast)
+def _emit_cast(w, s, ind, decl):
+    if s.ptr:
+        w.emit(ind, f"{decl}reinterpret_cast<{ctype(s.result.type)}>({w.operand(s.x)});")
+    else:
+        w.emit(ind, f"{decl}static_cast<{ctype(s.result.type)}>({w.arg(s.x)});")
+
+
+@emits(ir.Call)
+def _emit_call(w, s, ind, decl):
+    rt = s.result.type
+    table = _MATH64 if rt.name == "Float64" else _MATH32
+    w.emit(ind, f"{decl}{table[s.fn]}({', '.join(w.arg(x, rt) for x in s.xs)});")
+
+
+@emits(ir.Special)
+def _emit_special(w, s, ind, decl):
+    w.emit(ind, f"{decl}{s.name};")
+
+
+@emits(ir.Read)
+def _emit_read(w, s, ind, decl):
+    w.emit(ind, f"{decl}{w.name(s.var)};")
+
+
+@emits(ir.Write)
+def _emit_write(w, s, ind, decl):
+    w.emit(ind, f"{w.name(s.var)} = {w.arg(s.x, s.var.type)};")
+
+
+@emits(ir.Decl)
+def _emit_decl(w, s, ind, decl):
+    init = f" = {w.arg(s.init, s.var.type)}" if s.init is not None else ""
+    w.emit(ind, f"{ctype(s.var.type)} {w.name(s.var)}{init};")
+
+
+@emits(ir.Addr)
+def _emit_addr(w, s, ind, decl):
+    w.emit(ind, f"{decl}&{w.name(s.array)}[0];")
+
+
+@emits(ir.Offset)
+def _emit_offset(w, s, ind, decl):
+    w.emit(ind, f"{decl}{w.operand(s.ptr)} + {w.operand(s.k)};")
+
+
+@emits(ir.Load)
+def _emit_load(w, s, ind, decl):
+    w.emit(ind, f"{decl}{w.access(s.ptr, s.index, s.attrs, s.result.type)};")
+
+
+@emits(ir.Store)
+def _emit_store(w, s, ind, decl):
+    w.emit(ind, f"{w.access(s.ptr, s.index, s.attrs, None)} = "
+                f"{w.arg(s.value, s.elem if s.width == 1 else None)};")
+
+
+@emits(ir.AtomicAdd)
+def _emit_atomic_add(w, s, ind, decl):
+    w.emit(ind, f"{decl}atomicAdd(&{w.operand(s.ptr)}[{w.operand(s.index)}], "
+                f"{w.arg(s.value, s.elem)});")
+
+
+@emits(ir.Barrier)
+def _emit_barrier(w, s, ind, decl):
+    w.emit(ind, "__syncthreads();")
+
+
+@emits(ir.Print)
+def _emit_print(w, s, ind, decl):
+    fmt = s.fmt.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    args = "".join(", " + w.operand(x) for x in s.xs)
+    w.emit(ind, f'printf("{fmt}"{args});')
+
+
+@emits(ir.Asm)
+def _emit_asm(w, s, ind, decl):
+    w.emit(ind, s.text)
+
+
+@emits(ir.Comment)
+def _emit_comment(w, s, ind, decl):
+    w.emit(ind, "// " + s.text)
 
 
 # -- asynchronous copies and warp collectives: inline PTX -----------------------------
@@ -309,7 +398,7 @@ def _sum_terms(w, x, limit=8):
         t = todo.pop()
         d = w.defs.get(id(t)) if isinstance(t, ir.Value) else None
         # a Var operand is read where it appears, so it may have changed since t was defined
-        if d is not None and d.op == "add" and getattr(d.result.type, "name", "") == "Int32" \
+        if isinstance(d, ir.Add) and getattr(d.result.type, "name", "") == "Int32" \
                 and not any(isinstance(a, ir.Var) for a in d.args) \
                 and len(terms) + len(todo) + 2 <= limit:
             todo.extend(reversed(d.args))
@@ -329,6 +418,7 @@ def _brace(start, count):
     return "{" + ", ".join(f"%{start + i}" for i in range(count)) + "}"
 
 
+@emits(ir.CpAsync)
 def _emit_cp_async(w, s, ind, decl):
     a = s.args
     dst = _smem_addr(w, a[0], a[1])
@@ -342,10 +432,12 @@ def _emit_cp_async(w, s, ind, decl):
                     f':: "r"({dst}), "l"({src}));')
 
 
+@emits(ir.CpAsyncCommit)
 def _emit_commit(w, s, ind, decl):
     w.emit(ind, 'asm volatile("cp.async.commit_group;\\n" ::);')
 
 
+@emits(ir.CpAsyncWait)
 def _emit_wait(w, s, ind, decl):
     n = s.attrs.get("n")
     if n is None:
@@ -359,6 +451,7 @@ def _matrix_ptx(op, s):
             ".shared.b16")
 
 
+@emits(ir.LdMatrix)
 def _emit_ldmatrix(w, s, ind, decl):
     dst, words, src, idx = s.args
     regs = _regs(w, dst, words)
@@ -366,6 +459,7 @@ def _emit_ldmatrix(w, s, ind, decl):
     _asm(w, ind, text, [("r", r) for r in regs], [("r", _smem_addr(w, src, idx))])
 
 
+@emits(ir.StMatrix)
 def _emit_stmatrix(w, s, ind, decl):
     dst, idx, src, words = s.args
     regs = _regs(w, src, words)
@@ -374,6 +468,7 @@ def _emit_stmatrix(w, s, ind, decl):
                 + ", ".join(f'"r"({r})' for r in regs) + ' : "memory");')
 
 
+@emits(ir.Mma)
 def _emit_mma(w, s, ind, decl):
     d, dw, a, aw, b, bw, c, cw = s.args
     groups = [(_reg_type(x), _regs(w, x, ws)) for x, ws in ((d, dw), (a, aw), (b, bw), (c, cw))]
@@ -391,6 +486,7 @@ _SHFL = {"idx": "__shfl_sync", "up": "__shfl_up_sync", "down": "__shfl_down_sync
          "bfly": "__shfl_xor_sync"}
 
 
+@emits(ir.Shfl)
 def _emit_shfl(w, s, ind, decl):
     x, lane, width = s.args
     fn = _SHFL[s.attrs["mode"]]
@@ -403,16 +499,19 @@ def _bar_addr(w, s, at):
     return _smem_addr(w, s.args[at], s.args[at + 1])
 
 
+@emits(ir.MbarrierInit)
 def _emit_mbarrier_init(w, s, ind, decl):
     w.emit(ind, f'asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: '
                 f'"r"({_bar_addr(w, s, 0)}), "r"({w.operand(s.args[2])}) : "memory");')
 
 
+@emits(ir.MbarrierArrive)
 def _emit_mbarrier_arrive(w, s, ind, decl):
     w.emit(ind, 'asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\\n" '
                 f':: "r"({_bar_addr(w, s, 0)}) : "memory");')
 
 
+@emits(ir.MbarrierArriveExpectTx)
 def _emit_mbarrier_arrive_expect_tx(w, s, ind, decl):
     w.emit(ind, 'asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, '
                 f'[%0], %1; }}\\n" :: "r"({_bar_addr(w, s, 0)}), '
@@ -423,6 +522,7 @@ _TRY_WAIT = ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 
              "selp.u32 %0, 1, 0, p; }\\n")
 
 
+@emits(ir.MbarrierTryWait)
 def _emit_mbarrier_try_wait(w, s, ind, decl):
     done = w.name(s.result) + "_u"
     w.emit(ind, f"uint32_t {done};")
@@ -431,6 +531,7 @@ def _emit_mbarrier_try_wait(w, s, ind, decl):
     w.emit(ind, f"{decl}{done} != 0;")
 
 
+@emits(ir.MbarrierWait)
 def _emit_mbarrier_wait(w, s, ind, decl):
     w.emit(ind, "{")
     w.emit(ind + "  ", f"const uint32_t bar = {_bar_addr(w, s, 0)};")
@@ -444,6 +545,7 @@ def _tmap(w, x):
     return f"reinterpret_cast<uint64_t>(&{w.operand(x)})"
 
 
+@emits(ir.TmaLoad)
 def _emit_tma_load(w, s, ind, decl):
     dst, idx, bar, bar_idx, tmap, *coords = s.args
     r = s.attrs["rank"]
@@ -455,6 +557,7 @@ def _emit_tma_load(w, s, ind, decl):
                 + ' : "memory");')
 
 
+@emits(ir.TmaStore)
 def _emit_tma_store(w, s, ind, decl):
     tmap, src, idx, *coords = s.args
     r = s.attrs["rank"]
@@ -465,6 +568,7 @@ def _emit_tma_store(w, s, ind, decl):
                 + ' : "memory");')
 
 
+@emits(ir.TmaLoadMulticast)
 def _emit_tma_load_multicast(w, s, ind, decl):
     dst, idx, bar, bar_idx, tmap, mask, *coords = s.args
     r = s.attrs["rank"]
@@ -479,6 +583,7 @@ def _emit_tma_load_multicast(w, s, ind, decl):
 
 
 # -- Hopper: thread-block clusters ------------------------------------------------------
+@emits(ir.ClusterSpecial)
 def _emit_cluster_special(w, s, ind, decl):
     raw = w.name(s.result) + "_u"
     w.emit(ind, f"uint32_t {raw};")
@@ -486,11 +591,13 @@ def _emit_cluster_special(w, s, ind, decl):
     w.emit(ind, f"{decl}static_cast<int>({raw});")
 
 
+@emits(ir.ClusterArrive)
 def _emit_cluster_arrive(w, s, ind, decl):
     sem = "relaxed" if s.attrs.get("relaxed") else "release"
     w.emit(ind, f'asm volatile("barrier.cluster.arrive.{sem}.aligned;\\n" ::: "memory");')
 
 
+@emits(ir.MbarrierArriveCluster)
 def _emit_mbarrier_arrive_cluster(w, s, ind, decl):
     w.emit(ind, 'asm volatile("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; '
                 'mbarrier.arrive.shared::cluster.b64 _, [remote]; }\\n" :: '
@@ -498,6 +605,7 @@ def _emit_mbarrier_arrive_cluster(w, s, ind, decl):
 
 
 # -- Hopper: wgmma (sm_90a) -------------------------------------------------------------
+@emits(ir.Wgmma)
 def _emit_wgmma(w, s, ind, decl):
     d, dw, a, ai, b, bi = s.args
     c, regs = _reg_type(d), _regs(w, d, dw)
@@ -532,6 +640,7 @@ def _emit_wgmma(w, s, ind, decl):
     w.emit(ind, "}")
 
 
+@emits(ir.WgmmaFenceOperand)
 def _emit_wgmma_fence_operand(w, s, ind, decl):
     d, dw = s.args
     c = _reg_type(d)
@@ -548,12 +657,14 @@ def _emit_wgmma_fence_operand(w, s, ind, decl):
 
 
 # -- warp specialization ------------------------------------------------------------------
+@emits(ir.NamedBarrier, ir.NamedBarrierArrive)
 def _emit_named_barrier(w, s, ind, decl):
-    op = "arrive" if s.op == "named_barrier_arrive" else "sync"
+    op = "arrive" if isinstance(s, ir.NamedBarrierArrive) else "sync"
     w.emit(ind, f'asm volatile("bar.{op} %0, %1;\\n" :: "r"({w.operand(s.args[0])}), '
                 f'"r"({w.operand(s.args[1])}) : "memory");')
 
 
+@emits(ir.SetMaxNReg)
 def _emit_setmaxnreg(w, s, ind, decl):
     way = "inc" if s.attrs["inc"] else "dec"
     w.emit(ind, f'asm volatile("setmaxnreg.{way}.sync.aligned.u32 {int(s.attrs["n"])};\\n" ::: '
@@ -576,23 +687,12 @@ def _wait_group_asm(text):
     return emit
 
 
-_COLLECTIVE = {
-    "cp_async": _emit_cp_async, "cp_async_commit": _emit_commit, "cp_async_wait": _emit_wait,
-    "ldmatrix": _emit_ldmatrix, "stmatrix": _emit_stmatrix, "mma": _emit_mma, "shfl": _emit_shfl,
-    "mbarrier_init": _emit_mbarrier_init, "mbarrier_arrive": _emit_mbarrier_arrive,
-    "mbarrier_arrive_expect_tx": _emit_mbarrier_arrive_expect_tx,
-    "mbarrier_try_wait": _emit_mbarrier_try_wait, "mbarrier_wait": _emit_mbarrier_wait,
-    "mbarrier_arrive_cluster": _emit_mbarrier_arrive_cluster,
-    "fence_proxy_async": _fixed_asm("fence.proxy.async.shared::cta"),
-    "fence_barrier_init": _fixed_asm("fence.mbarrier_init.release.cluster"),
-    "tma_load": _emit_tma_load, "tma_load_multicast": _emit_tma_load_multicast,
-    "tma_store": _emit_tma_store, "tma_store_commit": _fixed_asm("cp.async.bulk.commit_group"),
-    "tma_store_wait": _wait_group_asm("cp.async.bulk.wait_group.read"),
-    "wgmma": _emit_wgmma, "wgmma_fence": _fixed_asm("wgmma.fence.sync.aligned"),
-    "wgmma_commit": _fixed_asm("wgmma.commit_group.sync.aligned"),
-    "wgmma_wait": _wait_group_asm("wgmma.wait_group.sync.aligned"),
-    "wgmma_fence_operand": _emit_wgmma_fence_operand,
-    "named_barrier": _emit_named_barrier, "named_barrier_arrive": _emit_named_barrier,
-    "setmaxnreg": _emit_setmaxnreg, "cluster_special": _emit_cluster_special,
-    "cluster_arrive": _emit_cluster_arrive,
-    "cluster_wait": _fixed_asm("barrier.cluster.wait.acquire.aligned")}
+# the instructions that are one fixed line of PTX
+emits(ir.FenceProxyAsync)(_fixed_asm("fence.proxy.async.shared::cta"))
+emits(ir.FenceBarrierInit)(_fixed_asm("fence.mbarrier_init.release.cluster"))
+emits(ir.TmaStoreCommit)(_fixed_asm("cp.async.bulk.commit_group"))
+emits(ir.TmaStoreWait)(_wait_group_asm("cp.async.bulk.wait_group.read"))
+emits(ir.WgmmaFence)(_fixed_asm("wgmma.fence.sync.aligned"))
+emits(ir.WgmmaCommit)(_fixed_asm("wgmma.commit_group.sync.aligned"))
+emits(ir.WgmmaWait)(_wait_group_asm("wgmma.wait_group.sync.aligned"))
+emits(ir.ClusterWait)(_fixed_asm("barrier.cluster.wait.acquire.aligned"))
