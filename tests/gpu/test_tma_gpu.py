@@ -93,3 +93,15 @@ def test_pipelined_loads_flip_phases(torch, stages):
     pipelined_kernel[1024 // 32, 128](dst, load, ring, Layout((4, 32), (32, 1)), stages)
     torch.cuda.synchronize()
     assert torch.equal(dst, src)
+
+
+def test_tma_kernel_from_the_disk_cache(tmp_path):
+    """A later process loads the TMA kernels from the disk cache and launches
+    them: the tensor-map parameter is recognised by value, not by identity
+    with the IR's TENSOR_MAP (it is rebuilt from the cache)."""
+    env = {**os.environ, "MOYE_CACHE_DIR": str(tmp_path)}
+    for _ in range(2):
+        run = subprocess.run([os.sys.executable, "-m", "moye.examples.tma_copy", "192", "320"],
+                             env=env, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "copy exact, transpose exact" in run.stdout

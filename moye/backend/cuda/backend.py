@@ -35,7 +35,7 @@ class CudaExecutable:
         if len(values) != len(self.param_types):
             raise MoyeError(f"kernel '{self.kernel.name}': {len(self.param_types)} parameters, "
                             f"but the arguments give {len(values)} values")
-        args = [(_ctype(t), v if t is not ir.TENSOR_MAP else driver.tensor_map_bytes(v))
+        args = [(_ctype(t), v if t != ir.TENSOR_MAP else driver.tensor_map_bytes(v))
                 for t, v in zip(self.param_types, values)]
         driver.launch(self.function, grid, block, args, shared_mem=smem, stream=stream,
                       cluster=cluster)
