@@ -5,6 +5,7 @@ copy kernel (UTMALDG / UTMASTG where cuobjdump is installed)."""
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -101,7 +102,7 @@ def test_tma_kernel_from_the_disk_cache(tmp_path):
     with the IR's TENSOR_MAP (it is rebuilt from the cache)."""
     env = {**os.environ, "MOYE_CACHE_DIR": str(tmp_path)}
     for _ in range(2):
-        run = subprocess.run([os.sys.executable, "-m", "moye.examples.tma_copy", "192", "320"],
+        run = subprocess.run([sys.executable, "-m", "moye.examples.tma_copy", "192", "320"],
                              env=env, capture_output=True, text=True)
         assert run.returncode == 0, run.stderr[-2000:]
         assert "copy exact, transpose exact" in run.stdout
