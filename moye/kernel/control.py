@@ -230,7 +230,10 @@ class for_loop:
     could after unrolling; the reason is an IR comment, and the loop's site
     unrolls while tracing from then on in this trace."""
 
-    def __init__(self, iterable, names, values, site=None, live=(), reads=()):
+    def __init__(self, iterable, names, values, site=None, live=(), reads=(), roots=None):
+        """`reads`: the names the body reads (the Python objects it may change
+        are found from them, in the caller's frame); `roots` the objects
+        themselves instead, for a library loop."""
         self.names, self.values, self.entry = names, list(values), list(values)
         self.site, self.live = site, live
         self.pending, self.forced, self.python = True, False, None
@@ -246,20 +249,37 @@ class for_loop:
             if why is None:
                 self.mode, self.span = "unrolled", span
                 if not self.forced:
-                    self.python = _PythonState(_frame_values(sys._getframe(1), reads))
+                    self.python = _PythonState(
+                        _frame_values(sys._getframe(1), reads) if roots is None else roots)
                     if not self.python.complete:
                         self._static(b, span, None)
                         return
                 self._open(b, iterable, "full" if len(span) <= FULL_UNROLL_LIMIT else None)
                 return
-            iterable = span
+            self._static(b, span, self._remember(b, why))
+            return
         self._static(b, iterable, None)
+
+    def _remember(self, b, why):
+        """Record why this loop's site unrolls while tracing; the reason to
+        print as an IR comment the first time, else None. A library loop
+        (no site) is not remembered: its next call may go otherwise."""
+        if not why or self.site in b.static_sites:
+            return None
+        if self.site is not None:
+            b.static_sites[self.site] = why
+        return why
+
+    @property
+    def dynamic(self):
+        """Whether the loop is an IR loop (run-time or traced once)."""
+        return self.mode != "static"
 
     def _why_static(self, b, span):
         if len(span) < 2:
             return ""
         if self.site in b.static_sites:
-            return b.static_sites[self.site]
+            return b.static_sites[self.site]      # said once, at its first fall-back
         for n, v in zip(self.names, self.values):
             if isinstance(v, MoYeArray) and isinstance(v.engine, PointerEngine) and \
                     v.engine.space == "local":
@@ -267,7 +287,7 @@ class for_loop:
         return None
 
     def _static(self, b, iterable, why):
-        self.mode, self.dynamic = "static", False
+        self.mode = "static"
         if isinstance(iterable, builtins.range) and \
                 iterable[STATIC_UNROLL_LIMIT:STATIC_UNROLL_LIMIT + 1]:
             raise _too_long(f"this `for` over {iterable} would unroll more than "
@@ -278,10 +298,10 @@ class for_loop:
 
     def _open(self, b, r, unroll):
         """Emit the IR loop (its carried names' variables first)."""
-        self.dynamic = True
         self.parent = b.bodies[-1]
         self.mark = (len(self.parent), len(b.specials), len(b.kernel.arrays), len(b.bodies),
-                     len(b.loop_kinds), len(b.guards), b.dynamic_ifs, b.unrolled)
+                     len(b.loop_kinds), len(b.guards), b.dynamic_ifs, b.unrolled,
+                     len(b.static_sites))
         self.slots = [_Slot(n, v) for n, v in zip(self.names, self.values)]
         for s, v in zip(self.slots, self.values):
             if s.kind in ("scalar", "array"):
@@ -348,7 +368,8 @@ class for_loop:
         """Undo the unrolled attempt: its IR, the builder's state, the Python
         objects it changed; then run the loop while tracing."""
         b = current()
-        n_body, n_specials, n_arrays, n_bodies, n_kinds, n_guards, ifs, unrolled_ = self.mark
+        n_body, n_specials, n_arrays, n_bodies, n_kinds, n_guards, ifs, unrolled_, n_sites = \
+            self.mark
         self.open = None
         del b.bodies[n_bodies:], b.memo[n_bodies:], b.loop_kinds[n_kinds:], b.guards[n_guards:]
         b.dynamic_ifs, b.unrolled = ifs, unrolled_
@@ -362,12 +383,12 @@ class for_loop:
         for a in b.kernel.arrays[n_arrays:]:
             b.kernel.array_locs.pop(a.id, None)
         del b.kernel.arrays[n_arrays:]
+        for site in list(b.static_sites)[n_sites:]:    # inner loops' verdicts on this attempt
+            del b.static_sites[site]
         if self.python is not None:
             self.python.restore()
-        first = self.site not in b.static_sites
-        b.static_sites[self.site] = why
         self.values, self.pending = list(self.entry), True
-        self._static(b, self.span, why if first else None)
+        self._static(b, self.span, self._remember(b, why))
 
     def _decline(self):
         """Why the unrolled attempt cannot stand (None if it can)."""
@@ -525,6 +546,26 @@ def _followed(x):
     return hasattr(x, "__dict__")
 
 
+def _reachable(fn):
+    """What a function can reach besides its arguments: its closure's values,
+    the globals its code names, its bound object, its defaults."""
+    out = [getattr(fn, "__self__", None)]
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        out += [c.cell_contents for c in fn.__closure__ or () if _bound(c)]
+        out += [fn.__globals__[n] for n in code.co_names if n in fn.__globals__]
+        out += list(fn.__defaults__ or ())
+    return out
+
+
+def _bound(cell):
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
 def _frame_values(frame, names):
     """The values of `names` as the kernel's frame sees them (unbound ones skipped)."""
     local, glob = frame.f_locals, frame.f_globals
@@ -543,7 +584,7 @@ def kernel_loop(engine, start, stop, body):
     kernel's own `for` over a static range, traced once where the body allows."""
     if not isinstance(engine, PointerEngine) or stop - start < 2:
         return False
-    loop = for_loop(range(start, stop), (), ())
+    loop = for_loop(range(start, stop), (), (), roots=_reachable(body))
     while loop.attempt():
         try:
             for k in loop:

@@ -2,23 +2,9 @@
 bincount, exactly, and the old values a ticket counter hands out."""
 import pytest
 
-import moye
+from ..kernel.kernels_for_tests import histogram, tickets
 
 pytestmark = pytest.mark.gpu
-
-
-@moye.kernel
-def histogram(counts, keys, n):
-    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
-    if i < n:
-        moye.atomic_add(counts, keys[i], 1)
-
-
-@moye.kernel
-def tickets(counter, order, n):
-    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
-    if i < n:
-        order[i] = moye.atomic_add(counter, 0, 1)
 
 
 def test_histogram(torch):

@@ -117,3 +117,18 @@ def array_ops(out, x):
     s = moye.shared_array(x.dtype, Layout((8, 4)))
     fill_(s, 0.0)
     moye.cushow("thread", t, "first", r[0])
+
+
+# global atomics (tests/kernel/test_atomics_cpu.py, tests/gpu/test_atomics_gpu.py)
+@moye.kernel
+def histogram(counts, keys, n):
+    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
+    if i < n:
+        moye.atomic_add(counts, keys[i], 1)
+
+
+@moye.kernel
+def tickets(counter, order, n):
+    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
+    if i < n:
+        order[i] = moye.atomic_add(counter, 0, 1)

@@ -6,12 +6,7 @@ import pytest
 import moye
 from moye.kernel.frontend import BACKENDS
 
-
-@moye.kernel
-def histogram(counts, keys, n):
-    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
-    if i < n:
-        moye.atomic_add(counts, keys[i], 1)
+from .kernels_for_tests import histogram, tickets
 
 
 @moye.kernel
@@ -19,13 +14,6 @@ def weighted_sum(total, values, n):
     i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
     if i < n:
         moye.atomic_add(total, 0, values[i])
-
-
-@moye.kernel
-def tickets(counter, order, n):
-    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
-    if i < n:
-        order[i] = moye.atomic_add(counter, 0, 1)
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.uint64])

@@ -390,9 +390,6 @@ def test_register_fragments_swapped_in_the_loop_fall_back():
 
 
 
-@pytest.mark.xfail(strict=True, reason="for_loop.__init__ passes None instead of the reason "
-                   "from _why_static to _static, so a loop that falls back because a register "
-                   "fragment is reassigned in its body has no IR comment")
 def test_register_fragment_swap_says_why_in_the_ir():
     k = trace(ping_pong, poisoned(4), rand(7))
     (text,) = comments(k)
@@ -492,10 +489,6 @@ def test_outer_variable_needed_in_the_inner_body_unrolls_the_outer_loop_only_res
     assert_close(out, x.astype(np.float64) * np.repeat(COEFFS[:3], 4))
 
 
-@pytest.mark.xfail(strict=True, reason="the inner loop's attempt fails first (c[i] with the "
-                   "outer's symbolic i), records the inner site in Builder.static_sites, and "
-                   "the outer's fall-back keeps that record: the inner loop, which needs no "
-                   "static int itself, is unrolled while tracing in every outer iteration")
 def test_outer_variable_needed_in_the_inner_body_unrolls_the_outer_loop_only():
     k = trace(outer_needs_ints_in_inner_body, poisoned(12), rand(12))
     assert [(f.stop, f.unroll) for f in fors(k)] == [(4, "full")] * 3
@@ -881,9 +874,6 @@ def library_loop_appending(out, x):
     out[1] = vals[-1]
 
 
-@pytest.mark.xfail(strict=True, reason="control.kernel_loop builds its for_loop with no names "
-                   "to watch (reads=()), so a library loop body that changes Python objects is "
-                   "traced once and not detected: len(vals) is 1, not 4 (a silent wrong value)")
 def test_library_loop_whose_body_changes_python_objects_falls_back():
     x, out = rand(4), poisoned(2)
     run(library_loop_appending, out, x)

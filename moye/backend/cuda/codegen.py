@@ -647,10 +647,10 @@ def _emit_wgmma_fence_operand(w, s, ind, decl):
     if len(dw) > 2 and all(isinstance(i, int) for i in dw) and \
             all(b - a == dw[1] - dw[0] for a, b in zip(dw, dw[1:])):
         # a run of registers: one loop, unrolled by NVRTC, instead of a line each
-        r, first, step = w.operand(d), dw[0], dw[1] - dw[0]
+        base, first, step = w.operand(d), dw[0], dw[1] - dw[0]
         w.emit(ind, "#pragma unroll")
         w.emit(ind, f"for (int r = 0; r < {len(dw)}; ++r) "
-                    f'asm volatile("" : "+{c}"({r}[{first} + r * {step}]) :: "memory");')
+                    f'asm volatile("" : "+{c}"({base}[{first} + r * {step}]) :: "memory");')
         return
     for r in _regs(w, d, dw):
         w.emit(ind, f'asm volatile("" : "+{c}"({r}) :: "memory");')
