@@ -20,7 +20,7 @@ stand-in cuLaunchKernel's own call is timed alone and shown.
 
     python benchmarks/bind_overhead.py [--json out.json]
 
-It runs on an older checkout too (before kernel/binder.py), to compare.
+It runs on an older checkout too (before compiler/binder.py), to compare.
 """
 import argparse
 import json
@@ -135,12 +135,12 @@ def trivial(n):
 def binder_calls():
     """(bind(args), values(binding)) of this checkout's binder."""
     try:
-        from moye.kernel.binder import bind_arguments
+        from moye.compiler.binder import bind_arguments
 
         def values(binding):
             return binding.values()
-    except ImportError:                         # before kernel/binder.py
-        from moye.kernel.arguments import bind_arguments, runtime_values as values
+    except ImportError:                         # before compiler/binder.py
+        from moye.compiler.arguments import bind_arguments, runtime_values as values
     return bind_arguments, values
 
 
@@ -200,7 +200,7 @@ def main():
     fake = stand_in_backend()
     rows = [{"workload": what, "us": best_us(fn)} for what, fn in workloads(fake).items()]
     tree = "binder" if Path(__file__).resolve().parent.parent.joinpath(
-        "moye/kernel/binder.py").exists() else "before the binder"
+        "moye/compiler/binder.py").exists() else "before the binder"
     print(f"host time per call, stand-in driver, no GPU ({tree}; min of {ROUNDS} x {BATCH})")
     print(f"{'workload':58} {'us':>7}")
     for r in rows:

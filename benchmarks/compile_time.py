@@ -165,8 +165,8 @@ def child(mode, name, arch):
         t0 = clock()
         nvrtc.compile_cuda(source, twin_symbols(source), arch)
         return {"twin_s": clock() - t0, "twin_lines": len(source.splitlines())}
-    from moye.kernel.binder import bind_arguments
-    from moye.kernel.frontend import BACKENDS
+    from moye.compiler.binder import bind_arguments
+    from moye.compiler.frontend import BACKENDS
     case = case_named(name)
     kern, args, threads = case.build(importlib.import_module(f"moye.examples.{case.module}"))
     block = (threads, 1, 1)

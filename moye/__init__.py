@@ -16,10 +16,11 @@ from .atom.arch import *  # noqa: F401,F403
 from .atom.arch.copy_ops import *  # noqa: F401,F403
 from .tiled import *  # noqa: F401,F403
 from .analysis import analyze  # noqa: F401
-from .kernel import *  # noqa: F401,F403
-from .kernel import range  # noqa: A004  (moye.range; `from moye import *` keeps Python's)
+from .compiler import *  # noqa: F401,F403
+from .compiler import range  # noqa: A004  (moye.range; `from moye import *` keeps Python's)
+from .device import *  # noqa: F401,F403
 from .viz import print_typst, render  # noqa: F401
-from .kernel.frontend import BACKENDS as _BACKENDS
+from .compiler.frontend import BACKENDS as _BACKENDS
 from .backend.cuda.backend import CudaBackend as _CudaBackend
 from .backend.cpu import CpuBackend as _CpuBackend
 

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import BoundsError, MoyeError
 from ..layout import Layout, as_layout, cosize, slice_and_offset
 from ..layout import inttuple as T
-from ..layout.layout import _norm_coord
+from ..layout.layout import norm_coord
 from ..types import as_element_type
 from .engine import HostEngine, allocate, image_bounds
 
@@ -138,7 +138,7 @@ class MoYeArray:
     def __getitem__(self, coord):
         if _plain(coord):
             return self.engine.load(self._offset(coord))
-        coord = _norm_coord(coord)
+        coord = norm_coord(coord)
         if T.has_none(coord):
             _check_coord(coord, self.layout.shape)
             sub, offset = slice_and_offset(coord, self.layout)
@@ -149,7 +149,7 @@ class MoYeArray:
         if _plain(coord):
             self.engine.store(self._offset(coord), value)
             return
-        coord = _norm_coord(coord)
+        coord = norm_coord(coord)
         if T.has_none(coord):
             from .ops import copyto
             copyto(self[coord], value)
@@ -332,7 +332,7 @@ _coordinate_checks = []
 def on_dynamic_coordinate(check):
     """Register `check(c, extent, describe)`, called for every dynamic
     coordinate `c` of a mode with a static extent; `describe()` names it (the
-    kernel tracer checks coordinates of unrolled loops, kernel/unrolled.py)."""
+    kernel tracer checks coordinates of unrolled loops, compiler/unrolled.py)."""
     _coordinate_checks.append(check)
     return check
 

@@ -279,7 +279,7 @@ _loop_runners = []
 def on_loop(runner):
     """Register `runner(engine, start, stop, body)`: it runs body(k) for k in
     range(start, stop) as code for arrays of its engines and returns True,
-    or returns False (the kernel tracer's, in kernel/control.py)."""
+    or returns False (the kernel tracer's, in compiler/control.py)."""
     _loop_runners.append(runner)
     return runner
 

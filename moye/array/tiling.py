@@ -8,7 +8,7 @@ others: an int (any, e.g. 1) keeps the mode, ``None`` drops it. MoYe writes
 """
 from ..layout import dice, zipped_divide
 from ..layout import inttuple as T
-from ..layout.layout import _norm_coord
+from ..layout.layout import norm_coord
 from .threads import check_thread_index
 
 
@@ -52,7 +52,7 @@ def tile(a, tiler, coord, proj=None):
         >>> tile(a, (4, 2, 8), (1, 0, None), proj=(1, None, 1)).layout
         (4,8,1):(1,8,0)
     """
-    tiler, coord = _norm_tiler(tiler), _norm_coord(coord)
+    tiler, coord = _norm_tiler(tiler), norm_coord(coord)
     if proj is not None:
         tiler, coord = dice(proj, tiler), dice(proj, coord)
     return inner_partition(a, tiler, coord)

@@ -164,7 +164,7 @@ def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, save_c, M, N, K,
 
 def element_type(x):
     """moye's element type of an array (torch, CuPy, DLPack, NumPy)."""
-    from moye.kernel.arguments import as_array_arg
+    from moye.compiler.arguments import as_array_arg
     return as_array_arg(x, "array").dtype
 
 

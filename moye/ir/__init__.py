@@ -12,10 +12,11 @@ hardware feature (`arith`, `memory`, `async_copy`, `warp`, `hopper`,
 `cluster`), each with named operands, its result type, whether it is pure
 and the architecture it needs (instr.py says how). The tracer builds the
 IR, `verify` checks it, `printer` prints it, and each backend registers one
-emitter (CUDA) or implementation (CPU) per instruction class.
+emitter (CUDA) or implementation (CPU) per instruction class. `targets`
+holds what each target architecture allows (shared memory, launch limits).
 
 This package sits below the tracer: it imports only `moye.types`,
-`moye.errors` and itself.
+`moye.errors`, `moye.layout.scalar` and itself.
 
     >>> from moye import ir
     >>> ir.INSTRUCTIONS["load"] is ir.Load, ir.Wgmma.arch, ir.Add.pure
@@ -29,6 +30,7 @@ from .printer import format_instr, format_kernel
 from .values import (TENSOR_MAP, Array, Loc, OpaqueType, Param, PtrType, Value, Var, type_of,
                      where)
 from .verify import ARCH_NAME, check_architecture, verify
+from . import targets
 
 # every instruction class by its own name: ir.Load, ir.CpAsync, ir.Wgmma, ...
 globals().update({cls.__name__: cls for cls in INSTRUCTIONS.values()})

@@ -1,5 +1,5 @@
 """cp.async (sm_80): one thread's asynchronous copy from global to shared memory.
-The atoms are in `atom/arch/cp_async.py`, their lowering in `kernel/atoms.py`."""
+The atoms are in `atom/arch/cp_async.py`, their lowering in `device/atoms.py`."""
 from .instr import Instr, is_pointer
 
 

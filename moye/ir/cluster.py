@@ -1,6 +1,6 @@
 """Thread-block clusters (sm_90). A block's rank in its cluster (`cta`) is an
 Int32, x fastest; a multicast mask is a UInt16 with bit r for the block of
-rank r. The device library's side is `kernel/cluster.py`."""
+rank r. The device library's side is `device/cluster.py`."""
 from .. import types as T
 from .instr import Instr
 

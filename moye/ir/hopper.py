@@ -2,7 +2,7 @@
 
 An mbarrier is a UInt64 element (bar, bar_idx) of a shared array; count, tx
 bytes and phase are Int32 operands. The device library's side is
-`kernel/hopper.py` and `kernel/wgmma.py`; the atoms `atom/arch/tma.py` and
+`device/hopper.py` and `device/wgmma.py`; the atoms `atom/arch/tma.py` and
 `atom/arch/sm90.py`.
 """
 from .. import types as T

@@ -10,7 +10,7 @@ act on its inner layout and keep the outer function, as in CuTe.
 from ..errors import DynamicValueError, LayoutError, MoyeTypeError
 from . import inttuple as T
 from . import scalar as S
-from .layout import Layout, _L, as_layout, make_ordered_layout
+from .layout import Layout, layout_from_parts, as_layout, make_ordered_layout
 from .memo import memoized
 
 
@@ -31,10 +31,10 @@ def _transform_layout(layout, tiler, fn, keep_rest=True):
     if len(tiler) > len(shape):
         raise LayoutError(f"{fn.__name__}: the tiler {_fmt_tiler(tiler)} has {len(tiler)} modes "
                           f"but layout {layout} has only {len(shape)}")
-    modes = [fn(_L(s, d), t) for s, d, t in zip(shape, stride, tiler)]
+    modes = [fn(layout_from_parts(s, d), t) for s, d, t in zip(shape, stride, tiler)]
     if keep_rest:
-        modes += [_L(s, d) for s, d in zip(shape[len(tiler):], stride[len(tiler):])]
-    return _L(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
+        modes += [layout_from_parts(s, d) for s, d in zip(shape[len(tiler):], stride[len(tiler):])]
+    return layout_from_parts(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
 
 
 def _fmt_tiler(t):
@@ -63,9 +63,9 @@ def _bw_coalesce(fs, fd, ns, nd):
             strides.insert(0, d)
     if len(shapes) == 1:
         if type(shapes[0]) is int and shapes[0] == 1:
-            return _L(1, 0)
-        return _L(shapes[0], strides[0])
-    return _L(tuple(shapes), tuple(strides))
+            return layout_from_parts(1, 0)
+        return layout_from_parts(shapes[0], strides[0])
+    return layout_from_parts(tuple(shapes), tuple(strides))
 
 
 @memoized
@@ -99,7 +99,7 @@ def filter_zeros(layout, profile=None):
     if type(layout) is not Layout:
         return _through(layout, filter_zeros, profile)
     ref = layout.stride if profile is None else profile
-    return _L(T.filter_zeros(ref, layout.shape), layout.stride)
+    return layout_from_parts(T.filter_zeros(ref, layout.shape), layout.stride)
 
 
 @memoized
@@ -150,12 +150,12 @@ def composition(lhs, rhs):
 def _compose(flat_lhs, rshape, rstride, lhs, rhs):
     if type(rshape) is tuple:
         parts = [_compose(flat_lhs, s, d, lhs, rhs) for s, d in zip(rshape, rstride)]
-        return _L(tuple(p.shape for p in parts), tuple(p.stride for p in parts))
+        return layout_from_parts(tuple(p.shape for p in parts), tuple(p.stride for p in parts))
     if type(rstride) is int and rstride == 0:
-        return _L(rshape, rstride)
+        return layout_from_parts(rshape, rstride)
     lshape, lstride = flat_lhs.shape, flat_lhs.stride
     if type(lshape) is not tuple:
-        return _L(rshape, S.mul(rstride, lstride))
+        return layout_from_parts(rshape, S.mul(rstride, lstride))
     result_shape, result_stride = [], []
     rest_shape, rest_stride = rshape, rstride
     for cs, cd in zip(lshape[:-1], lstride[:-1]):
@@ -181,14 +181,14 @@ def _compose(flat_lhs, rshape, rstride, lhs, rhs):
         rest_shape = S.floordiv(rest_shape, new_shape)
         rest_stride = next_stride
     if not result_shape:
-        return _L(rest_shape, S.mul(rest_stride, lstride[-1]))
+        return layout_from_parts(rest_shape, S.mul(rest_stride, lstride[-1]))
     if type(rest_shape) is int and rest_shape == 1:
         if len(result_shape) == 1:
-            return _L(result_shape[0], result_stride[0])
-        return _L(tuple(result_shape), tuple(result_stride))
+            return layout_from_parts(result_shape[0], result_stride[0])
+        return layout_from_parts(tuple(result_shape), tuple(result_stride))
     result_shape.append(rest_shape)
     result_stride.append(S.mul(rest_stride, lstride[-1]))
-    return _L(tuple(result_shape), tuple(result_stride))
+    return layout_from_parts(tuple(result_shape), tuple(result_stride))
 
 
 # -- complement ---------------------------------------------------------------
@@ -246,7 +246,7 @@ def complement(layout, cotarget=None):
     new_stride = S.mul(stride[0], shape[0])
     rest_shape = _coalesce_shape(T.ceil_div(cotarget, new_stride))
     rest_stride = T.compact_col_major(rest_shape, new_stride)
-    return coalesce(_L((tuple(result_shape), rest_shape), (tuple(result_stride), rest_stride)))
+    return coalesce(layout_from_parts((tuple(result_shape), rest_shape), (tuple(result_stride), rest_stride)))
 
 
 def _coalesce_shape(shape):
@@ -310,7 +310,7 @@ def right_inverse(layout):
             result_shape.append(lshape[i])
             result_stride.append(preprod[i])
             curr = S.mul(lshape[i], lstride[i])
-    return coalesce(_L(tuple(result_shape), tuple(result_stride)))
+    return coalesce(layout_from_parts(tuple(result_shape), tuple(result_stride)))
 
 
 @memoized
@@ -328,7 +328,7 @@ def left_inverse(layout):
             raise MoyeTypeError(f"left_inverse: expected a Layout, got {layout!r}")
         return inverse()
     lshape, lstride = _wrapped_coalesce(layout)
-    _require_positive_strides(_L(lshape, lstride), layout, "left_inverse")
+    _require_positive_strides(layout_from_parts(lshape, lstride), layout, "left_inverse")
     for d in lstride:
         if type(d) is not int:
             raise DynamicValueError(f"left_inverse: layout {layout} has dynamic strides; "
@@ -347,7 +347,7 @@ def left_inverse(layout):
         result_stride.append(preprod[i])
         size = S.mul(size, result_shape[-1])
     result_shape.append(lshape[order[-1]])
-    return coalesce(_L(tuple(result_shape), tuple(result_stride)))
+    return coalesce(layout_from_parts(tuple(result_shape), tuple(result_stride)))
 
 
 # -- divides --------------------------------------------------------------------
@@ -363,7 +363,7 @@ def logical_divide(layout, tiler):
         return _through(layout, logical_divide, tiler)
     if type(tiler) is Layout:
         rest = complement(tiler, coalesce(layout).shape)
-        return composition(layout, _L((tiler.shape, rest.shape), (tiler.stride, rest.stride)))
+        return composition(layout, layout_from_parts((tiler.shape, rest.shape), (tiler.stride, rest.stride)))
     if type(tiler) is tuple or isinstance(tiler, list):
         return _transform_layout(layout, tuple(tiler), logical_divide)
     if tiler is None:
@@ -390,7 +390,7 @@ def tile_unzip(layout, tiler):
     layout into a rank-2 ((tiles...), (rests...)). CuTe: tile_unzip."""
     if type(layout) is not Layout:
         return _through(layout, tile_unzip, tiler)
-    return _L(_zip2_by(layout.shape, tiler), _zip2_by(layout.stride, tiler))
+    return layout_from_parts(_zip2_by(layout.shape, tiler), _zip2_by(layout.stride, tiler))
 
 
 @memoized
@@ -411,7 +411,7 @@ def _unpack(layout, first, second):
     else:
         s0, d0 = (s[0],), (d[0],)
     s1, d1 = (s[1], d[1]) if second and type(s[1]) is tuple else ((s[1],), (d[1],))
-    return _L(s0 + s1, d0 + d1)
+    return layout_from_parts(s0 + s1, d0 + d1)
 
 
 @memoized
@@ -451,7 +451,7 @@ def logical_product(block, tiler):
         from .layout import cosize
         comp = complement(block, S.mul(T.product(block.shape), cosize(tiler)))
         rep = composition(comp, tiler)
-        return _L((block.shape, rep.shape), (block.stride, rep.stride))
+        return layout_from_parts((block.shape, rep.shape), (block.stride, rep.stride))
     if type(tiler) is tuple or isinstance(tiler, list):
         return _transform_layout(block, tuple(tiler), logical_product)
     if tiler is None:
@@ -490,8 +490,8 @@ def _zip_modes(a, b):
     if type(a.shape) is tuple:
         if type(b.shape) is not tuple or len(a.shape) != len(b.shape):
             raise LayoutError(f"cannot zip the modes of {a} with those of {b}: their ranks differ")
-        return _L(tuple(zip(a.shape, b.shape)), tuple(zip(a.stride, b.stride)))
-    return _L(((a.shape, b.shape),), ((a.stride, b.stride),))
+        return layout_from_parts(tuple(zip(a.shape, b.shape)), tuple(zip(a.stride, b.stride)))
+    return layout_from_parts(((a.shape, b.shape),), ((a.stride, b.stride),))
 
 
 def _rank_product(block, tiler, raked):
@@ -577,8 +577,8 @@ def max_common_layout(a, b):
     common = coalesce(composition(a, inv_b))
     s0, d0 = _first_mode(common)
     if type(s0) is int and type(d0) is int and d0 == 1:
-        return composition(inv_b, _L(s0, d0))
-    return _L(1, 0)
+        return composition(inv_b, layout_from_parts(s0, d0))
+    return layout_from_parts(1, 0)
 
 
 @memoized
@@ -608,15 +608,15 @@ def nullspace(layout):
         (4,3):(2,8)
     """
     if type(layout) is not Layout:
-        return _L(1, 0)
+        return layout_from_parts(1, 0)
     fs, fd = T.flatten_to_tuple(layout.shape), T.flatten_to_tuple(layout.stride)
     picks = [i for i, d in enumerate(fd) if type(d) is int and d == 0]
     if not picks:
-        return _L(1, 0)
+        return layout_from_parts(1, 0)
     rstride = T.compact_col_major(fs)
     if len(picks) == 1:
-        return _L(fs[picks[0]], rstride[picks[0]])
-    return _L(tuple(fs[i] for i in picks), tuple(rstride[i] for i in picks))
+        return layout_from_parts(fs[picks[0]], rstride[picks[0]])
+    return layout_from_parts(tuple(fs[i] for i in picks), tuple(rstride[i] for i in picks))
 
 
 @memoized
@@ -632,7 +632,7 @@ def upcast(layout, n):
         if cast is None:
             raise MoyeTypeError(f"upcast: expected a layout, got {layout!r}")
         return cast(n)
-    return _L(*_upcast(layout.shape, layout.stride, n, layout))
+    return layout_from_parts(*_upcast(layout.shape, layout.stride, n, layout))
 
 
 def _upcast(s, d, n, layout):
@@ -665,7 +665,7 @@ def downcast(layout, n):
     if not any(type(d) is int and abs(d) == 1 for d in T.flatten_to_tuple(layout.stride)):
         raise LayoutError(f"downcast: layout {layout} has no stride-1 mode, "
                           "so its elements are not adjacent")
-    return _L(*_downcast(layout.shape, layout.stride, n))
+    return layout_from_parts(*_downcast(layout.shape, layout.stride, n))
 
 
 def _downcast(s, d, n):
@@ -712,7 +712,7 @@ def max_alignment(layout):
     c = coalesce(layout)
     s = tuple(x if type(x) is int else 1 for x in T.flatten_to_tuple(c.shape))
     d = tuple(x if type(x) is int else 0 for x in T.flatten_to_tuple(c.stride))
-    static = _L(s, d)
+    static = layout_from_parts(s, d)
     permuted = logical_divide(static, right_inverse(static))
     s0 = T.product(permuted.shape[0])
     d1 = permuted.stride[1]
@@ -738,7 +738,7 @@ def make_fragment_like(layout):
         return make_fragment_like(inner)
     shape, stride = layout.shape, layout.stride
     if type(shape) is tuple and len(shape) > 1 and _is_static_tuple(shape):
-        mode0 = _L(shape[0], T.compact_col_major(T.filter_zeros(stride[0], shape[0])))
+        mode0 = layout_from_parts(shape[0], T.compact_col_major(T.filter_zeros(stride[0], shape[0])))
         rest = make_ordered_layout(shape[1:], stride[1:])
         return tiled_product(mode0, rest)
     return Layout(shape)

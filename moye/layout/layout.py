@@ -45,7 +45,7 @@ class Layout:
 
     def __iter__(self):
         if type(self.shape) is tuple:
-            return (_L(s, d) for s, d in zip(self.shape, self.stride))
+            return (layout_from_parts(s, d) for s, d in zip(self.shape, self.stride))
         return iter((self,))
 
     def __getitem__(self, i):
@@ -57,7 +57,7 @@ class Layout:
             return r
         if type(self.shape) is tuple:
             try:
-                return _L(self.shape[i], self.stride[i])
+                return layout_from_parts(self.shape[i], self.stride[i])
             except IndexError:
                 raise BoundsError(f"layout {self} has no mode {i} "
                                   f"(rank {len(self.shape)})") from None
@@ -73,9 +73,9 @@ class Layout:
             coord = coord[0]
         elif not coord:
             raise MoyeTypeError("a layout is evaluated at a coordinate: L(i) or L(i, j, ...)")
-        coord = _norm_coord(coord)
+        coord = norm_coord(coord)
         if T.has_none(coord):
-            return _L(T.slice_(coord, self.shape), T.slice_(coord, self.stride))
+            return layout_from_parts(T.slice_(coord, self.shape), T.slice_(coord, self.stride))
         return T.crd2idx(coord, self.shape, self.stride)
 
     # -- identity ---------------------------------------------------------
@@ -131,7 +131,7 @@ class Layout:
         return tuple(T.coord_to_index(c, s) for c, s in zip(hier, self.shape))
 
 
-def _L(shape, stride, _new=object.__new__):
+def layout_from_parts(shape, stride, _new=object.__new__):
     """A Layout from already-normalized, congruent parts (no checks)."""
     layout = _new(Layout)
     layout.shape = shape
@@ -141,9 +141,9 @@ def _L(shape, stride, _new=object.__new__):
     return layout
 
 
-def _norm_coord(c):
+def norm_coord(c):
     if type(c) is tuple:
-        return tuple(_norm_coord(e) for e in c)
+        return tuple(norm_coord(e) for e in c)
     if type(c) is int or c is None:
         return c
     if type(c) is slice:
@@ -151,7 +151,7 @@ def _norm_coord(c):
             return None
         raise LayoutError(f"only the full slice ':' may appear in a coordinate, got {c}")
     if isinstance(c, list):
-        return tuple(_norm_coord(e) for e in c)
+        return tuple(norm_coord(e) for e in c)
     return S.as_scalar(c, "coordinate")
 
 
@@ -178,7 +178,7 @@ def make_layout(*args):
         (2,4):(3,1)
     """
     if args and all(isinstance(a, Layout) for a in args):
-        return _L(tuple(a.shape for a in args), tuple(a.stride for a in args))
+        return layout_from_parts(tuple(a.shape for a in args), tuple(a.stride for a in args))
     if args and any(_is_layout_like(a) for a in args):
         from .swizzle import ComposedLayout
         if len(args) == 1 and isinstance(args[0], ComposedLayout):
@@ -204,7 +204,7 @@ def make_ordered_layout(shape, order):
         (2,2,2,2):(1,4,8,2)
     """
     shape = T.check_extents(T.as_int_tuple(shape, "shape"), "make_ordered_layout: shape")
-    return _L(shape, T.compact_order(shape, T.as_int_tuple(order, "order")))
+    return layout_from_parts(shape, T.compact_order(shape, T.as_int_tuple(order, "order")))
 
 
 def make_layout_like(layout):
@@ -214,7 +214,7 @@ def make_layout_like(layout):
         (2,2,2,2):(0,2,4,1)
     """
     layout = as_layout(layout)
-    return _L(layout.shape, T.compact_order(T.filter_zeros(layout.stride, layout.shape),
+    return layout_from_parts(layout.shape, T.compact_order(T.filter_zeros(layout.stride, layout.shape),
                                             layout.stride))
 
 
@@ -312,8 +312,8 @@ def slice_and_offset(coord, layout):
     """
     if hasattr(layout, "__moye_slice_and_offset__"):
         return layout.__moye_slice_and_offset__(coord)
-    coord = _norm_coord(coord)
-    sub = _L(T.slice_(coord, layout.shape), T.slice_(coord, layout.stride))
+    coord = norm_coord(coord)
+    sub = layout_from_parts(T.slice_(coord, layout.shape), T.slice_(coord, layout.stride))
     return sub, T.crd2idx(T.zero_like_slice(coord), layout.shape, layout.stride)
 
 
@@ -323,10 +323,10 @@ def dice(coord, layout):
         >>> dice((1, None), Layout((4, 4)))
         (4):(1)
     """
-    coord = _norm_coord(coord)
+    coord = norm_coord(coord)
     if not isinstance(layout, Layout):
         return T.dice(coord, layout)
-    return _L(T.dice(coord, layout.shape), T.dice(coord, layout.stride))
+    return layout_from_parts(T.dice(coord, layout.shape), T.dice(coord, layout.stride))
 
 
 # -- mode manipulation -------------------------------------------------------
@@ -352,13 +352,13 @@ def select(layout, *modes):
     for m in modes:
         if not -len(s) <= m < len(s):
             raise BoundsError(f"select: layout {layout} has no mode {m} (rank {len(s)})")
-    return _L(tuple(s[m] for m in modes), tuple(d[m] for m in modes))
+    return layout_from_parts(tuple(s[m] for m in modes), tuple(d[m] for m in modes))
 
 
 def take(layout, begin, end):
     """The modes in [begin, end). CuTe: take<B,E>."""
     s, d = _modes(layout)
-    return _L(s[begin:end], d[begin:end])
+    return layout_from_parts(s[begin:end], d[begin:end])
 
 
 def append(layout, x=None, n=None):
@@ -375,10 +375,10 @@ def append(layout, x=None, n=None):
             x = Layout(1, 0)
         k = n - len(s)
         if k <= 0:
-            return layout if isinstance(layout, Layout) else _L(s, d)
-        return _L(s + (x.shape,) * k, d + (x.stride,) * k)
+            return layout if isinstance(layout, Layout) else layout_from_parts(s, d)
+        return layout_from_parts(s + (x.shape,) * k, d + (x.stride,) * k)
     x = Layout(1, 0) if x is None else as_layout(x)
-    return _L(s + (x.shape,), d + (x.stride,))
+    return layout_from_parts(s + (x.shape,), d + (x.stride,))
 
 
 def prepend(layout, x=None, n=None):
@@ -389,14 +389,14 @@ def prepend(layout, x=None, n=None):
     k = 1 if n is None else n - len(s)
     if k <= 0:
         return layout
-    return _L((x.shape,) * k + s, (x.stride,) * k + d)
+    return layout_from_parts((x.shape,) * k + s, (x.stride,) * k + d)
 
 
 def replace(layout, i, x):
     """`layout` with mode `i` replaced by `x`. CuTe: replace<I>."""
     s, d = _modes(layout)
     x = as_layout(x)
-    return _L(s[:i] + (x.shape,) + s[i + 1:], d[:i] + (x.stride,) + d[i + 1:])
+    return layout_from_parts(s[:i] + (x.shape,) + s[i + 1:], d[:i] + (x.stride,) + d[i + 1:])
 
 
 def group_modes(layout, begin, end=None):
@@ -409,7 +409,7 @@ def group_modes(layout, begin, end=None):
         end = len(s)
     if end < 0:
         end += len(s)
-    return _L(s[:begin] + (s[begin:end],) + s[end:], d[:begin] + (d[begin:end],) + d[end:])
+    return layout_from_parts(s[:begin] + (s[begin:end],) + s[end:], d[:begin] + (d[begin:end],) + d[end:])
 
 
 def flatten(layout):
@@ -421,7 +421,7 @@ def flatten(layout):
         return T.flatten(layout)
     if hasattr(layout, "__moye_through__"):
         return layout.__moye_through__(flatten)
-    return _L(T.flatten(layout.shape), T.flatten(layout.stride))
+    return layout_from_parts(T.flatten(layout.shape), T.flatten(layout.stride))
 
 
 def unflatten(layout, profile):
@@ -429,7 +429,7 @@ def unflatten(layout, profile):
     CuTe: unflatten."""
     if not isinstance(layout, Layout):
         return T.unflatten(layout, profile)
-    return _L(T.unflatten(layout.shape, profile), T.unflatten(layout.stride, profile))
+    return layout_from_parts(T.unflatten(layout.shape, profile), T.unflatten(layout.stride, profile))
 
 
 def transpose(layout):
@@ -441,7 +441,7 @@ def transpose(layout):
         return layout.__moye_through__(transpose)
     if len(layout) != 2:
         raise LayoutError(f"transpose: layout {layout} has rank {len(layout)}, not 2")
-    return _L((layout.shape[1], layout.shape[0]), (layout.stride[1], layout.stride[0]))
+    return layout_from_parts((layout.shape[1], layout.shape[0]), (layout.stride[1], layout.stride[0]))
 
 
 def zip_layouts(a, b):
@@ -450,4 +450,4 @@ def zip_layouts(a, b):
     sb, db = _modes(b)
     if len(sa) != len(sb):
         raise LayoutError(f"zip: layouts {a} and {b} have different ranks")
-    return _L(tuple(zip(sa, sb)), tuple(zip(da, db)))
+    return layout_from_parts(tuple(zip(sa, sb)), tuple(zip(da, db)))

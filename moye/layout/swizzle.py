@@ -13,7 +13,7 @@ inner layout and keep the outer function and the offset, as in CuTe.
 from ..errors import LayoutError, MoyeTypeError
 from . import inttuple as T
 from . import scalar as S
-from .layout import Layout, _norm_coord, as_layout, cosize, make_layout, slice_and_offset
+from .layout import Layout, norm_coord, as_layout, cosize, make_layout, slice_and_offset
 
 
 class Swizzle:
@@ -122,7 +122,7 @@ class ComposedLayout:
 
     def __call__(self, *coord):
         c = coord[0] if len(coord) == 1 else coord
-        c = _norm_coord(c)
+        c = norm_coord(c)
         if T.has_none(c):
             sub, off = slice_and_offset(c, self.inner)
             return ComposedLayout(self.outer, S.add(self.offset, off), sub)

@@ -11,13 +11,13 @@ from ..errors import MoyeError
 from ..layout import (Layout, coalesce, composition, logical_product, product_each, raked_product,
                       right_inverse, size, upcast, zipped_divide)
 from ..layout import inttuple as T
-from ..layout.layout import _L
+from ..layout.layout import layout_from_parts
 
 
 def _zip(layout):
     """((a0,a1),(b0,b1)) -> ((a0,b0),(a1,b1)): CuTe's zip of a layout."""
     s, d = layout.shape, layout.stride
-    return _L(tuple(zip(*s)), tuple(zip(*d)))
+    return layout_from_parts(tuple(zip(*s)), tuple(zip(*d)))
 
 
 def slice_of(x, coord):

@@ -6,7 +6,7 @@ import pytest
 
 import moye
 from moye.backend.cuda import cache, nvrtc
-from moye.kernel import identity
+from moye import package_hash
 
 SRC = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }'
 
@@ -109,7 +109,7 @@ def test_keys_see_every_input(monkeypatch):
         assert cache.key(*changed) != k
     assert cache.key(*base, "more") != k
     assert cache.key("ab", "c", (), "") != cache.key("a", "bc", (), "")     # no ambiguity
-    monkeypatch.setitem(identity._state, "package", "another moye's source")
+    monkeypatch.setitem(package_hash._state, "package", "another moye's source")
     assert cache.key(*base) != k                      # moye's own files are in the key
 
 
@@ -119,14 +119,14 @@ def test_the_package_key_is_a_hash_of_moyes_files(tmp_path, monkeypatch):
     copy = tmp_path / "moye"
     shutil.copytree(os.path.dirname(moye.__file__), copy,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(identity, "_PACKAGE", str(copy))
-    monkeypatch.delitem(identity._state, "package", raising=False)
-    first = identity.package_key()
-    assert identity.package_key() == first and len(first) == 64
+    monkeypatch.setattr(package_hash, "_PACKAGE", str(copy))
+    monkeypatch.delitem(package_hash._state, "package", raising=False)
+    first = package_hash.package_key()
+    assert package_hash.package_key() == first and len(first) == 64
     helper = copy / "layout" / "layout.py"
     helper.write_text(helper.read_text() + "\n# an edit\n")
-    monkeypatch.delitem(identity._state, "package")
-    assert identity.package_key() != first
+    monkeypatch.delitem(package_hash._state, "package")
+    assert package_hash.package_key() != first
 
 
 def test_clear_cache_removes_only_moye_files(cache_dir):
@@ -156,7 +156,7 @@ def test_a_cached_cubin_the_driver_refuses_is_built_again(monkeypatch):
     stand-in driver here: the cubin is only handed over, never run."""
     import numpy as np
     from moye.backend.cuda import backend, driver
-    from moye.kernel.binder import bind_arguments
+    from moye.compiler.binder import bind_arguments
     loaded = []
 
     class Module:

@@ -9,7 +9,7 @@ import moye
 from moye import Float32, Layout
 from moye import ir
 from moye.backend.cuda import cache
-from moye.kernel.frontend import BACKENDS
+from moye.compiler.frontend import BACKENDS
 
 ARCHS = ["sm_80", "sm_90a"]
 

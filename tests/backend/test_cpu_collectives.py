@@ -11,7 +11,7 @@ from moye import types as T
 from moye.atom.arch import mma_ops_list, sm70, sm75, sm80
 from moye.atom.mma import mma_reference
 from moye.backend.cpu import ptx_fragments as ptx
-from moye.backend.cpu.interpreter import KernelRuntimeError, _Ptr, run_kernel
+from moye.backend.cpu.interpreter import KernelRuntimeError, Pointer, run_kernel
 from moye import ir
 from moye.layout import size
 
@@ -66,7 +66,7 @@ class Builder:
 
 
 def run(b, grid, block, *args, race_check=False):
-    params = {id(p.value): _Ptr(a, np.zeros(1, np.int64), f"'{p.name}'")
+    params = {id(p.value): Pointer(a, np.zeros(1, np.int64), f"'{p.name}'")
               for p, a in zip(b.kernel.params, args)}
     run_kernel(b.kernel, (grid, 1, 1), (block, 1, 1), params, race_check=race_check)
 

@@ -116,7 +116,7 @@ def test_tensor_core_matmul_names_k():
 @pytest.mark.parametrize("a_major, d_vector", [("K", 8), ("MN", 1)])
 def test_predicated_gemm_compiles_without_spills(a_major, d_vector, arch):
     from moye.backend.cuda import nvrtc
-    from moye.kernel.frontend import BACKENDS
+    from moye.compiler.frontend import BACKENDS
     args, threads = gemm.make_config("Float16", a_major, "K", residue=True, d_vector=d_vector)
     A = np.ones((256, 128), np.float16) if a_major == "K" else np.ones((128, 256), np.float16).T
     D = np.zeros((256, 256), np.float16)

@@ -37,7 +37,7 @@ def test_hopper_gemm(torch, dtype, M, N, K, blocks, cluster):
 def test_hopper_gemm_sass(torch, tmp_path):
     """HGMMA from shared memory, TMA loads and stores, stmatrix; no local memory."""
     from moye.examples import hopper_gemm as hg
-    from moye.kernel.frontend import BACKENDS
+    from moye.compiler.frontend import BACKENDS
     cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
     if not os.path.exists(cuobjdump):
         pytest.skip("no cuobjdump")

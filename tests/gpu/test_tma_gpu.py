@@ -66,7 +66,7 @@ def test_tma_3d(torch):
 
 def test_sass_has_tma_instructions(torch, tmp_path):
     from moye.examples import tma_copy
-    from moye.kernel.frontend import BACKENDS
+    from moye.compiler.frontend import BACKENDS
     cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
     if not os.path.exists(cuobjdump):
         pytest.skip("no cuobjdump")

@@ -48,7 +48,7 @@ def test_gemm_every_swizzle(torch, dtype, swizzle, n):
 
 def test_sass_has_hgmma(torch, tmp_path):
     from moye.examples import wgmma_matmul
-    from moye.kernel.frontend import BACKENDS
+    from moye.compiler.frontend import BACKENDS
     cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
     if not os.path.exists(cuobjdump):
         pytest.skip("no cuobjdump")

@@ -15,7 +15,7 @@ import pytest
 
 import moye
 from moye import LaunchError, MoyeTypeError
-from moye.kernel.binder import bind_arguments
+from moye.compiler.binder import bind_arguments
 
 from .hostile import Hostile, check, ids
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import moye
-from moye.kernel.frontend import BACKENDS
+from moye.compiler.frontend import BACKENDS
 
 from .kernels_for_tests import histogram, tickets
 

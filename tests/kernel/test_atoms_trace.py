@@ -8,8 +8,8 @@ import moye
 from moye import CopyAtom, Float16, Float32, Layout, MoYeArray, UInt128, make_tiled_mma
 from moye.atom.arch import sm80
 from moye import ir
-from moye.kernel.frontend import spec_text
-from moye.kernel.tracer import KernelError
+from moye.compiler.frontend import spec_text
+from moye.compiler.tracer import KernelError
 
 
 def instrs(kernel, op):

@@ -1,4 +1,4 @@
-"""The binder (kernel/binder.py): parameter records, the specialization key
+"""The binder (compiler/binder.py): parameter records, the specialization key
 and the values of a launch, against the IR parameter list tracing makes."""
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 import moye
 from moye import LaunchError, MoyeTypeError
 from moye import ir
-from moye.kernel.binder import (ArrayParam, ScalarParam, StaticParam, bind, key_text)
+from moye.compiler.binder import (ArrayParam, ScalarParam, StaticParam, bind, key_text)
 
 rng = np.random.default_rng(17)
 

@@ -12,7 +12,7 @@ import moye
 from moye import Layout, MoYeArray, MoyeError
 from moye.backend.cpu import KernelRuntimeError, race_checking
 from moye.examples import tma_copy, tma_multicast
-from moye.kernel.frontend import BACKENDS
+from moye.compiler.frontend import BACKENDS
 
 rng = np.random.default_rng(9)
 

@@ -18,9 +18,9 @@ import pytest
 
 import moye
 from moye import MoyeError
-from moye.kernel import dlpack
-from moye.kernel.arguments import as_array_arg, needs_64bit_indices
-from moye.kernel.binder import ArrayParam, array_param, bind_arguments
+from moye.compiler import dlpack
+from moye.compiler.arguments import as_array_arg, needs_64bit_indices
+from moye.compiler.binder import ArrayParam, array_param, bind_arguments
 
 rng = np.random.default_rng(5)
 

@@ -289,7 +289,7 @@ def test_tracing_errors(what, match):
 
 
 def test_sm80_target_is_refused():
-    from moye.kernel.frontend import BACKENDS
+    from moye.compiler.frontend import BACKENDS
     src = padded((64, 64), np.float16)
     tile = tma_copy.swizzled_tile(64, np.float16)
     load = moye.make_tma_copy(moye.TMA_LOAD, src, tile)

@@ -1,4 +1,4 @@
-"""What a kernel's disk-cache key sees (kernel/identity.py): its callees and
+"""What a kernel's disk-cache key sees (compiler/identity.py): its callees and
 the globals they read in any module, through helper modules written to a
 temporary folder; and a stale-kernel test across two processes sharing a
 disk cache, with a helper changed between them (compile-only with NVRTC
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import moye
-from moye.kernel import identity
+from moye.compiler import identity
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -116,7 +116,7 @@ if sys.argv[1] == "gpu":
 import numpy as np
 import stale_kernel
 from moye.backend.cuda.backend import CudaBackend
-from moye.kernel.binder import bind_arguments
+from moye.compiler.binder import bind_arguments
 
 k = stale_kernel.scale_kernel
 block = (32, 1, 1)

@@ -6,7 +6,7 @@ import pytest
 
 import moye
 from moye import LaunchError
-from moye.kernel.arguments import as_array_arg
+from moye.compiler.arguments import as_array_arg
 
 from .test_frontend_args import CudaProducer, TorchLike, fake_cuda  # noqa: F401 (a fixture)
 

@@ -9,7 +9,7 @@ import pytest
 
 import moye
 from moye import ir
-from moye.kernel.frontend import BACKENDS
+from moye.compiler.frontend import BACKENDS
 
 POISON = -(2**30) + 7
 

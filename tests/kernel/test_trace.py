@@ -5,7 +5,7 @@ import pytest
 import moye
 from moye import Layout
 from moye import ir
-from moye.kernel.tracer import KernelError
+from moye.compiler.tracer import KernelError
 
 from . import kernels_for_tests as K
 

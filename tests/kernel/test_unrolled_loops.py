@@ -14,9 +14,9 @@ import moye
 from moye import Float32, Layout, MMAAtom, UniversalFMA, gemm, make_fragment_like, size
 from moye.errors import MoyeTypeError
 from moye import ir
-from moye.kernel.control import FULL_UNROLL_LIMIT
-from moye.kernel.frontend import BACKENDS
-from moye.kernel.tracer import KernelError
+from moye.compiler.control import FULL_UNROLL_LIMIT
+from moye.compiler.frontend import BACKENDS
+from moye.compiler.tracer import KernelError
 
 RNG = np.random.default_rng(17)
 ARCHS = ["sm_80", "sm_90a"]

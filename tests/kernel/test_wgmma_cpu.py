@@ -113,7 +113,7 @@ def test_tracing_errors():
 
 
 def test_sm90_without_a_is_refused():
-    from moye.kernel.frontend import BACKENDS
+    from moye.compiler.frontend import BACKENDS
     A = np.ones((64, 64), np.float16)
     load_a, load_b, mma = wgmma_matmul.tiles(A, A, 64)
     kernel = wgmma_matmul.wgmma_matmul_kernel.trace(np.zeros((64, 64), np.float32), load_a,

@@ -5,11 +5,10 @@ import numpy as np
 
 from ...errors import MoyeError
 from ... import ir
-from ...kernel.binder import TMAParam
-from ...kernel.limits import (CPU_ARCH, check_arch, check_architecture, check_launch_smem,
-                              check_shared_memory)
+from ...compiler.binder import TMAParam
+from ...ir.targets import CPU_ARCH, check_arch, check_launch_smem, check_shared_memory
 from .errors import ArgumentName
-from .interpreter import KernelRuntimeError, _Ptr, run_kernel
+from .interpreter import KernelRuntimeError, Pointer, run_kernel
 from .outputs import check_writable, written_params
 from .tma import TensorMap
 
@@ -52,7 +51,7 @@ class CpuExecutable:
                 value, param = next(values), next(params)
                 if q.role == "pointer":
                     buf = _linear_view(a.obj, p.name)
-                    value = _Ptr(buf, np.zeros(1, np.int64), ArgumentName(
+                    value = Pointer(buf, np.zeros(1, np.int64), ArgumentName(
                         p.name, a.shape, [d * buf.itemsize for d in a.strides]))
                 elif q.role == "tensor_map":
                     value = TensorMap(_linear_view(a.array.obj, p.name), a.args, p.name)
@@ -97,7 +96,7 @@ class CpuBackend:
         arch = arch or self.arch
         check_arch(arch)
         check_shared_memory(kernel, arch)
-        check_architecture(kernel, arch)
+        ir.check_architecture(kernel, arch)
         return CpuExecutable(kernel, arch)
 
     def compile_specialization(self, spec, trace, block, arch=None):

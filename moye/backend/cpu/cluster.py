@@ -26,7 +26,7 @@ import numpy as np
 
 from ... import ir
 from .errors import KernelRuntimeError, where
-from .tma import _Load
+from .tma import PendingLoad
 
 
 def cluster_order(grid, cluster):
@@ -182,7 +182,7 @@ def multicast_load(h, s, mask):
             if b.race is not None:
                 b.race.async_issue_bytes(s, arr, lane, trow, pos.ravel(),
                                          tmap.args.element_bytes)
-            h.loads.append(_Load(bar=target, arr=arr, dst=raw, row=trow, bytes=pos, data=data,
+            h.loads.append(PendingLoad(bar=target, arr=arr, dst=raw, row=trow, bytes=pos, data=data,
                                  lane=lane, loc=s.loc))
 
 

@@ -48,7 +48,7 @@ from .race import RaceCheck
 from .tma import Hopper
 
 
-class _Ptr:
+class Pointer:
     """A pointer: a buffer and per-lane element offsets into it."""
     __slots__ = ("buf", "off", "name")
 
@@ -111,7 +111,7 @@ class _Block:
             "gridDim.x": np.full(n, grid[0]), "gridDim.y": np.full(n, grid[1]),
             "gridDim.z": np.full(n, grid[2])}
         self.block_ids, self.block = block_ids, block
-        self.env = {k: (_Ptr(v.buf, np.zeros(n, np.int64), v.name) if isinstance(v, _Ptr) else v)
+        self.env = {k: (Pointer(v.buf, np.zeros(n, np.int64), v.name) if isinstance(v, Pointer) else v)
                     for k, v in params.items()}
         for a in kernel.arrays:
             rows = nb if a.space == "shared" else n
@@ -135,7 +135,7 @@ class _Block:
 
     def vec(self, x, dtype=None):
         v = self.get(x)
-        if isinstance(v, _Ptr):
+        if isinstance(v, Pointer):
             return v
         a = np.asarray(v)
         if a.ndim == 0:
@@ -211,7 +211,7 @@ class _Block:
             data = np.full(self.n, data)
         if t is not None and data.dtype != t:
             data = data.astype(t)
-        if old is None or isinstance(old, _Ptr) or isinstance(data, _Ptr):
+        if old is None or isinstance(old, Pointer) or isinstance(data, Pointer):
             self.env[id(value)] = data
         else:
             self.env[id(value)] = np.where(mask, data, old)
@@ -411,10 +411,10 @@ def _write(b, s, mask):
             if not isinstance(var.type, ir.PtrType) else None
         return
     data = b.get(s.args[1])
-    if isinstance(data, _Ptr):
+    if isinstance(data, Pointer):
         old = b.env.get(id(var))
-        if isinstance(old, _Ptr) and not decl:
-            b.env[id(var)] = _Ptr(data.buf, np.where(mask, data.off, old.off), data.name)
+        if isinstance(old, Pointer) and not decl:
+            b.env[id(var)] = Pointer(data.buf, np.where(mask, data.off, old.off), data.name)
         else:
             b.env[id(var)] = data
     else:
@@ -425,13 +425,13 @@ def _write(b, s, mask):
 def _addr(b, s, mask):
     kind, buf = b.get(s.array)
     name = f"{'register' if kind == 'local' else 'shared'} array"
-    b.set(s.result, _Ptr((kind, buf, s.array), np.zeros(b.n, np.int64), name))
+    b.set(s.result, Pointer((kind, buf, s.array), np.zeros(b.n, np.int64), name))
 
 
 @implements(ir.Offset)
 def _offset(b, s, mask):
     p = b.get(s.ptr)
-    b.set(s.result, _Ptr(p.buf, p.off + b.vec(s.k).astype(np.int64), p.name))
+    b.set(s.result, Pointer(p.buf, p.off + b.vec(s.k).astype(np.int64), p.name))
 
 
 @implements(ir.Load)
@@ -542,8 +542,8 @@ def _recast_ptr(p, new_type):
     if isinstance(p.buf, tuple):
         kind, buf, arr = p.buf
         view = buf.view(new) if kind == "shared" else buf.view(new)
-        return _Ptr((kind, view, arr), p.off * ratio_num // ratio_den, p.name)
-    return _Ptr(p.buf.view(new), p.off * ratio_num // ratio_den, p.name)
+        return Pointer((kind, view, arr), p.off * ratio_num // ratio_den, p.name)
+    return Pointer(p.buf.view(new), p.off * ratio_num // ratio_den, p.name)
 
 
 LANES_PER_BATCH = 8192
@@ -551,7 +551,7 @@ LANES_PER_BATCH = 8192
 
 def run_kernel(kernel, grid, block, params, race_check=False, cluster=None):
     """Run an IR kernel over `grid` blocks of `block` threads; `params` maps
-    each parameter's Value id to its value (a buffer _Ptr or a scalar).
+    each parameter's Value id to its value (a buffer Pointer or a scalar).
     Blocks run in batches side by side (one at a time with `race_check`, so
     that each block's writes are seen as the GPU could order them); with
     `cluster` (x, y, z), whole clusters (one at a time with `race_check`;

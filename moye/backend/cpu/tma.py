@@ -70,7 +70,8 @@ class TensorMap:
         return addr
 
 
-class _Load:
+class PendingLoad:
+    """A TMA load on its way: the mbarrier it completes, where its bytes go."""
     __slots__ = ("bar", "arr", "dst", "row", "bytes", "data", "lane", "loc")
 
     def __init__(self, **kw):
@@ -264,7 +265,7 @@ class Hopper:
             data[inside] = src[index[inside]]
             if b.race is not None:
                 b.race.async_issue_bytes(s, arr, lane, row, pos.ravel(), tmap.args.element_bytes)
-            self.loads.append(_Load(bar=key, arr=arr, dst=raw, row=row, bytes=pos, data=data,
+            self.loads.append(PendingLoad(bar=key, arr=arr, dst=raw, row=row, bytes=pos, data=data,
                                     lane=lane, loc=s.loc))
 
     def store(self, s, mask):

@@ -4,9 +4,9 @@ import json
 
 from ...errors import MoyeError
 from ... import ir
-from ...kernel.dispatch import FastLaunch
-from ...kernel.limits import (SMEM_LIMIT, check_architecture,  # noqa: F401
-                              check_launch_smem, check_shared_memory, check_smem, check_stream)
+from ...compiler.binder import FastLaunch
+from ...ir.targets import (SMEM_LIMIT, check_launch_smem, check_shared_memory,  # noqa: F401
+                           check_smem, check_stream)
 from .codegen import generate
 
 
@@ -41,8 +41,8 @@ class CudaExecutable:
                       cluster=cluster)
 
     def fast_launch(self, block):
-        """The dispatch.FastLaunch of this kernel with `block` threads: what
-        the frontend's launch functions (kernel/dispatch.py) call to pack
+        """The binder.FastLaunch of this kernel with `block` threads: what
+        the frontend's launch functions (compiler/dispatch.py) call to pack
         the values into a parameter buffer with one struct call and launch
         through cuda.bindings' cuLaunchKernel (its Cython wrapper costs less
         than libcuda through ctypes)."""
@@ -214,7 +214,7 @@ class CudaBackend:
         from . import driver, nvrtc
         arch = arch or driver.device_arch()
         check_shared_memory(kernel, arch)
-        check_architecture(kernel, arch)
+        ir.check_architecture(kernel, arch)
         source = self.source(kernel, block)
         module = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], arch)
         function = driver.load_module(module.cubin).get_function(ir.symbol(kernel.name))
@@ -259,7 +259,7 @@ class CudaBackend:
                 return built
         kernel = trace()
         check_shared_memory(kernel, arch)
-        check_architecture(kernel, arch)
+        ir.check_architecture(kernel, arch)
         source = self.source(kernel, block)
         module = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], arch)
         built = Specialization(kernel.name, kernel.dynamic_smem, ir.shared_bytes(kernel),
@@ -270,5 +270,5 @@ class CudaBackend:
     def compile_only(self, kernel, block, arch):
         """NVRTC compilation without a GPU (for CI): the cubin bytes."""
         from . import nvrtc
-        check_architecture(kernel, arch)
+        ir.check_architecture(kernel, arch)
         return nvrtc.compile_cuda(self.source(kernel, block), [ir.symbol(kernel.name)], arch)

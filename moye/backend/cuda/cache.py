@@ -22,7 +22,7 @@ import re
 import stat
 import tempfile
 
-from ...kernel.identity import package_key
+from ...package_hash import package_key
 
 _MAGIC = b"MOYECACHE1\n"
 _HEADER = len(_MAGIC) + 8 + 32
@@ -39,7 +39,7 @@ def directory():
 def key(source, arch, options, compiler_version, *more):
     """The cache key (hex sha256) of a compilation: its source, target
     architecture, options, the compiler's identity and moye's own source
-    (identity.package_key: a hash of the package's files)."""
+    (moye.package_hash.package_key: a hash of the package's files)."""
     h = hashlib.sha256()
     for part in (source, arch, repr(tuple(options)), compiler_version, package_key()) + more:
         data = part if isinstance(part, bytes) else str(part).encode()

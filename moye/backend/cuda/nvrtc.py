@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ...errors import CompileError, LaunchError, MoyeError
-from ...kernel.limits import ARCH_NAME
+from ...ir import ARCH_NAME
 from . import cache
 
 __all__ = ["CompiledModule", "CompileError", "compile_cuda", "include_dirs", "version",

@@ -34,16 +34,18 @@ from ..atom.arch.tma import TMA_LOAD, TMA_STORE, TMAOp, layout_offsets, tensor_m
 from ..errors import MoyeError
 from ..layout.swizzle import ComposedLayout
 from .. import ir
-from .arguments import as_array_arg
+from ..compiler.arguments import as_array_arg
+from ..compiler.binder import TensorMapArgument
+from .builtins import block_dim, shfl_sync, thread_idx
 from .cluster import __all__ as _cluster_all
 from .cluster import *  # noqa: F401,F403  (exported with hopper's names)
 from .cluster import cta_operand, multicast_operand
-from .memory import PointerEngine
-from .tracer import KernelError, Sym, coerce, divisor_of, current, user_location
+from ..compiler.memory import PointerEngine
+from ..compiler.tracer import KernelError, Sym, coerce, divisor_of, current, user_location
 
 
 # -- the host side ----------------------------------------------------------------------
-class TMACopy:
+class TMACopy(TensorMapArgument):
     """Copies by the TMA between tiles of one global array and shared memory
     laid out as `smem_layout`; made by make_tma_copy, passed to kernels.
     `tile` is the tile's shape in the array's mode order, `bytes` what one
@@ -63,6 +65,9 @@ class TMACopy:
     def key(self):
         """What a kernel specialized for this copy depends on (and its device)."""
         return self.spec
+
+    def traced(self, param):
+        return TMADescriptor(self, param)
 
     def smem_offsets(self):
         if self._offsets is None:
@@ -397,7 +402,6 @@ def warp_idx():
     """This thread's warp in the block, as a value the compiler knows is the
     same across the warp (the warp's lane 0 broadcasts it; CuTe:
     canonical_warp_idx_sync). Branch on warp_idx() // 4 for warpgroup roles."""
-    from .builtins import block_dim, shfl_sync, thread_idx
     t = thread_idx.x + block_dim.x * (thread_idx.y + block_dim.y * thread_idx.z)
     return shfl_sync(t // 32, 0)
 

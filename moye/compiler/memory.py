@@ -17,6 +17,19 @@ from .unrolled import check_register_index
 from .tracer import KernelError, Sym, coerce, divisor_of, current
 
 
+# How copy, copy_if and gemm with an atom become instructions: the device
+# library (moye.device.atoms) fills this when it loads, so that the compiler
+# does not import it.
+ATOM_LOWERING = {}
+
+
+def lowers_atoms(copy, copy_if, mma):
+    """Register the lowering of atom copies, predicated copies and MMAs in
+    kernels: copy(atom, dst, src), copy_if(atom, pred, dst, src) and
+    mma(atom, d, a, b, c)."""
+    ATOM_LOWERING.update(copy=copy, copy_if=copy_if, mma=mma)
+
+
 class PointerEngine:
     """Elements of `dtype` at `base` (a pointer Value or an ir.Array) + `offset`.
     `align` is the byte alignment known for `base`."""
@@ -67,7 +80,7 @@ class PointerEngine:
 
     def write(self, layout, values):
         if isinstance(values, Loaded):
-            return _copy(self, layout, values.engine, values.layout)
+            return copy_elements(self, layout, values.engine, values.layout)
         n = size(layout)
         if isinstance(values, (Sym, int, float)):
             for i in range(n):
@@ -95,18 +108,15 @@ class PointerEngine:
 
     def atom_copy(self, atom, dst, src):
         """copyto(atom, dst, src) in a kernel: the atom's instruction per atom."""
-        from .atoms import copy_atom
-        copy_atom(atom, dst, src)
+        ATOM_LOWERING["copy"](atom, dst, src)
 
     def atom_copy_if(self, atom, pred, dst, src):
         """copy_if(atom, pred, dst, src) in a kernel: one predicate per atom."""
-        from .atoms import copy_if_atom
-        copy_if_atom(atom, pred, dst, src)
+        ATOM_LOWERING["copy_if"](atom, pred, dst, src)
 
     def atom_mma(self, atom, d, a, b, c):
         """gemm with a warp-wide MMA atom in a kernel: one instruction per (m, n, k)."""
-        from .atoms import mma_atom
-        mma_atom(atom, d, a, b, c)
+        ATOM_LOWERING["mma"](atom, d, a, b, c)
 
     def __repr__(self):
         return f"PointerEngine({self.base!r}+{self.offset!r}, {self.dtype}, {self.space})"
@@ -143,7 +153,7 @@ def _aligned(engine, vec):
     return engine.align % nbytes == 0 and divisor_of(engine.offset) % vec == 0
 
 
-def _copy(dst, dst_layout, src, src_layout):
+def copy_elements(dst, dst_layout, src, src_layout):
     """dst[dst_layout] = src[src_layout], moving the widest aligned vectors
     (up to 16 bytes) that both layouts keep contiguous."""
     n, m = size(dst_layout), size(src_layout)
@@ -154,7 +164,7 @@ def _copy(dst, dst_layout, src, src_layout):
     if not isinstance(n, int):
         raise KernelError(f"copy of a dynamic number of elements ({dst_layout} from "
                           f"{src_layout}): copies in kernels need a static size; tile first")
-    split = _vector_split(dst, dst_layout, src, src_layout, n)
+    split = vector_split(dst, dst_layout, src, src_layout, n)
     if split is None:
         for i in range(n):
             dst.store(dst_layout(i), src.load(src_layout(i)))
@@ -164,7 +174,7 @@ def _copy(dst, dst_layout, src, src_layout):
         dst.store(d((0, j)), src.load(s((0, j)), vec), vec)
 
 
-def _vector_split(dst, dst_layout, src, src_layout, n):
+def vector_split(dst, dst_layout, src, src_layout, n):
     """(vec, dst, src) with both layouts divided into (vec, rest) where each
     vec run is contiguous and aligned in both; None if no vector fits."""
     if dst.dtype.bits != src.dtype.bits or dst.dtype.bits % 8 or not isinstance(n, int):
@@ -193,3 +203,18 @@ def _vector_split(dst, dst_layout, src, src_layout, n):
 
 def _rest_aligned(layout, vec):
     return all(divisor_of(x) % vec == 0 for x in IT.flatten_to_tuple(layout[1].stride))
+
+
+def register_allocate(dtype, size):
+    """The kernel's allocator for owning arrays: a register array."""
+    if not isinstance(size, int):
+        raise KernelError(f"a register fragment needs a static size, got {size!r}")
+    dtype = T.as_element_type(dtype)
+    if dtype.bits < 8:
+        # sub-byte elements (Int4, UInt1) live packed in 32-bit registers; they are
+        # reached through recast(fragment, UInt32), as the MMA instructions take them
+        arr = ir.Array(T.UInt32, -(-size * dtype.bits // 32), "local", 16)
+    else:
+        arr = ir.Array(dtype, size, "local", 16)
+    current().kernel.arrays.append(arr)
+    return PointerEngine(arr, dtype, "local", 0, 16)

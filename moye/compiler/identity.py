@@ -32,12 +32,10 @@ import types
 import numpy as np
 
 from ..errors import MoyeTypeError
+from ..package_hash import file_digest, package_key
 from ..layout import ComposedLayout, Layout, Swizzle
 from ..types import ElementType
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_state = {}
-_file_digests = {}              # path -> ((size, mtime_ns), digest)
 
 
 def content_key(value, what="the value"):
@@ -64,40 +62,6 @@ def function_key(fn):
     except RecursionError:          # a call chain too deep to walk: this process only
         return f"unwalkable:{os.getpid()}:{id(fn)}"
     return h.hexdigest()
-
-
-def package_key():
-    """A hash of moye's own source files (computed once per process) and the
-    Python version: any edit to moye changes the disk cache's keys."""
-    key = _state.get("package")
-    if key is None:
-        h = hashlib.sha256(sys.version.encode())
-        for root, dirs, files in os.walk(_PACKAGE):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(root, name)
-                    h.update(os.path.relpath(path, _PACKAGE).encode() + b"\0")
-                    h.update(_file_digest(path) or b"?")
-        key = _state["package"] = h.hexdigest()
-    return key
-
-
-def _file_digest(path):
-    """sha256 of a file's bytes (remembered while its size and mtime stay),
-    or None where it cannot be read."""
-    try:
-        st = os.stat(path)
-        stamp = (st.st_size, st.st_mtime_ns)
-        hit = _file_digests.get(path)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).digest()
-    except OSError:
-        return None
-    _file_digests[path] = (stamp, digest)
-    return digest
 
 
 def _library(module_name):
@@ -274,7 +238,7 @@ class _Hasher:
             self.alive.append(m)
             path = getattr(m, "__file__", None)
             self.put("module", m.__name__)
-            self.put("file", (_file_digest(path) if path else None) or b"")
+            self.put("file", (file_digest(path) if path else None) or b"")
         else:
             self.put("module again", m.__name__)
         attributes = vars(m)

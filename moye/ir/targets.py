@@ -1,5 +1,5 @@
-"""What a launch may ask of the GPU, in one place for the frontend and both
-backends: the grid and block limits the CUDA driver checks, the shared
+"""The targets: what a launch may ask of the GPU, in one place for the
+frontend and both backends: the grid and block limits the CUDA driver checks, the shared
 memory a block may use per architecture, the instructions each
 architecture has, and the types `smem=` and `stream=` take.
 
@@ -14,7 +14,9 @@ the GPU would refuse fails on the CPU first.
 """
 from ..errors import LaunchError, MoyeTypeError
 from ..layout.scalar import is_int
-from .. import ir
+from .verify import ARCH_NAME  # noqa: F401  (an NVRTC target: sm_80, sm_90a, sm_100f)
+from .instr import shared_bytes
+from .values import where
 
 MAX_BLOCK_THREADS = 1024
 MAX_BLOCK = (1024, 1024, 64)
@@ -25,8 +27,6 @@ SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
               "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
               "sm_90a": 227 * 1024, "sm_100a": 227 * 1024}
 CPU_ARCH = "sm_90a"         # the CPU backend's default target: every instruction moye emits
-
-ARCH_NAME = ir.ARCH_NAME     # an NVRTC target: sm_80, sm_90a, sm_100f
 
 _XYZ = "xyz"
 
@@ -101,14 +101,14 @@ def check_shared_memory(kernel, arch):
     """Refuse a kernel whose shared arrays exceed what `arch` gives a block;
     the message names the shared arrays' lines."""
     try:
-        check_launch_smem(kernel.name, ir.shared_bytes(kernel), 0, arch)
+        check_launch_smem(kernel.name, shared_bytes(kernel), 0, arch)
     except LaunchError as e:
         lines = []
         for a in kernel.arrays:
             if a.space == "shared":
                 loc = kernel.array_locs.get(a.id)
                 lines.append(f"  {a.size * a.elem.bits // 8} bytes at "
-                             f"{ir.where(loc) if loc else '?'}")
+                             f"{where(loc) if loc else '?'}")
         raise LaunchError(str(e) + "".join("\n" + s for s in lines)) from None
 
 
@@ -122,8 +122,3 @@ def check_launch_smem(name, static, smem, arch):
         raise LaunchError(f"kernel '{name}' needs {static + smem} bytes of shared memory{more}, "
                           f"more than the {limit} an {arch} block may use")
 
-
-def check_architecture(kernel, arch):
-    """Refuse a kernel that uses instructions its target lacks: each IR
-    instruction class states the architecture it needs (`ir.check_architecture`)."""
-    ir.check_architecture(kernel, arch)

@@ -18,7 +18,6 @@ from ..layout.scalar import is_int
 from ..tiled.copy import TiledCopy
 from ..tiled.mma import TiledMMA
 from . import dlpack
-from .builtins import Constexpr
 from .identity import content_key
 
 INDEX_LIMIT = 2**31            # extents and spans from here on need 64-bit indices
@@ -31,6 +30,17 @@ class ArrayArg:
     def __init__(self, obj, ptr, shape, strides, dtype, device):
         self.obj, self.ptr, self.shape, self.strides = obj, ptr, shape, strides
         self.dtype, self.device = dtype, device
+
+
+class Constexpr:
+    """Marks a kernel argument (or a parameter annotation) as compile-time:
+    its value is baked into the kernel and part of its specialization."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return f"Constexpr({self.value!r})"
 
 
 def needs_64bit_indices(shape, strides):

@@ -26,7 +26,7 @@ variables, so that it can be carried through dynamic loops:
 from .builtins import ifelse
 from .hopper import (fence_barrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx,
                      mbarrier_array, mbarrier_init, mbarrier_wait)
-from .tracer import KernelError
+from ..compiler.tracer import KernelError
 
 
 class TmaPipeline:

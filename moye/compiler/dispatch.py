@@ -40,7 +40,7 @@ binding would pick (an extent-1 mode of stride 1 beside another stride-1
 mode): that kernel is still right, as the mode it takes for stride 1 has
 stride 1.
 """
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
 
@@ -155,37 +155,6 @@ class _Writer:
             self.check(width)
         self.values += [ptr] + [f"{shape}[{k}]" for k in range(p.rank)] + \
             [str(strides[k]) for k in p.stride_modes]
-
-
-@dataclass(frozen=True)
-class FastLaunch:
-    """What a launch function needs of the backend (CudaExecutable.fast_launch):
-    `pack(buffer, offset, *values)` writes the values (in IR parameter
-    order) into a parameter buffer; `slots` is a pool of (buffer, offset,
-    params address) and `new_slot()` makes one; `launch` and `launch_ex`
-    are cuLaunchKernel and cuLaunchKernelEx, `ok` their success code,
-    `function` the kernel, `block` its block; `dynamic_smem` its own
-    dynamic shared memory and `launch_smem(smem)` the total for `smem` more
-    (checked); `current_stream()` the default stream, `stream_handle(s)`
-    a stream object's handle; `cluster_config(grid, block, smem, stream,
-    cluster)` cuLaunchKernelEx's configuration; `failed(err, grid, block,
-    smem, stream, params, cluster)` handles a failed launch;
-    `tensor_map(tma_copy)` is the bytes of a TMACopy's tensor map."""
-    pack: object
-    slots: list
-    new_slot: object
-    launch: object
-    launch_ex: object
-    ok: object
-    function: object
-    block: tuple
-    dynamic_smem: int
-    launch_smem: object
-    current_stream: object
-    stream_handle: object
-    cluster_config: object
-    failed: object
-    tensor_map: object
 
 
 class Entry:

@@ -12,7 +12,8 @@ a `Binding`: per Python parameter one frozen record,
   value's size);
 - `StaticParam`: a layout, atom, tiled copy, element type, Constexpr, ...
   by its exact key (`arguments.static_key`); it becomes no IR parameter;
-- `TMAParam`: a TMACopy, by its spec; it becomes one tensor-map parameter.
+- `TMAParam`: a `TensorMapArgument` (moye.TMACopy), by its spec; it
+  becomes one tensor-map parameter.
 
 The records are the specialization key (`Binding.key`, their tuple: equal
 records trace to the same kernel), its text for the disk cache
@@ -36,10 +37,22 @@ import numpy as np
 from .. import types as T
 from ..errors import LaunchError, MoyeTypeError
 from .. import ir
-from .arguments import INDEX_LIMIT, as_array_arg, is_static, needs_64bit_indices, static_key
+from .arguments import INDEX_LIMIT, Constexpr, as_array_arg, is_static, needs_64bit_indices, \
+    static_key
 from .arguments import spec_text  # noqa: F401 - the key text of static values
-from .builtins import Constexpr
-from .hopper import TMACopy
+
+
+class TensorMapArgument:
+    """An argument passed as one CUtensorMap parameter: the device library's
+    TMACopy derives from it, so that the binder need not import it. It has
+    `spec` (its specialization key), `device`, `array` (the global array, an
+    arguments.ArrayArg), `args` (the map's encoding arguments, a
+    moye.atom.arch.tma.TensorMapArgs) and `traced(param)`, what the kernel
+    body sees given the parameter's IR value."""
+    spec = device = array = args = None
+
+    def traced(self, param):
+        raise MoyeTypeError(f"{type(self).__name__} does not say how a kernel sees it")
 
 
 @dataclass(frozen=True)
@@ -145,7 +158,7 @@ class StaticParam:
 
 @dataclass(frozen=True)
 class TMAParam:
-    """A TMACopy argument (kernel/hopper.py): its spec (op, element type,
+    """A TensorMapArgument (moye.TMACopy): its spec (op, element type,
     tile, swizzle, shared layout, device); one tensor-map parameter."""
     name: str
     spec: tuple
@@ -168,7 +181,7 @@ _ARRAY_PARAMS = {}          # what decides an ArrayParam -> it (bounded)
 def array_param(name, arr):
     """The ArrayParam of arguments.ArrayArg `arr`, remembered by what
     decides it (a launch binds arrays of the same layouts again and again).
-        >>> from moye.kernel.arguments import as_array_arg
+        >>> from moye.compiler.arguments import as_array_arg
         >>> array_param("x", as_array_arg(np.zeros((3, 5), np.float16).T)).unit
         0
     """
@@ -296,7 +309,7 @@ def bind(names, defaults, constexpr_names, args):
             params.append(StaticParam(name, static_key(value, name), value))
             arguments.append(value)
             continue
-        if isinstance(a, TMACopy):
+        if isinstance(a, TensorMapArgument):
             params.append(TMAParam(name, a.spec, a.device))
             arguments.append(a)
             continue
@@ -322,3 +335,34 @@ def bind_arguments(fn_sig, constexpr_names, args):
     """bind() for a Python signature."""
     names, defaults = signature_parts(fn_sig)
     return bind(names, defaults, constexpr_names, args)
+
+
+@dataclass(frozen=True)
+class FastLaunch:
+    """What a launch function needs of the backend (CudaExecutable.fast_launch):
+    `pack(buffer, offset, *values)` writes the values (in IR parameter
+    order) into a parameter buffer; `slots` is a pool of (buffer, offset,
+    params address) and `new_slot()` makes one; `launch` and `launch_ex`
+    are cuLaunchKernel and cuLaunchKernelEx, `ok` their success code,
+    `function` the kernel, `block` its block; `dynamic_smem` its own
+    dynamic shared memory and `launch_smem(smem)` the total for `smem` more
+    (checked); `current_stream()` the default stream, `stream_handle(s)`
+    a stream object's handle; `cluster_config(grid, block, smem, stream,
+    cluster)` cuLaunchKernelEx's configuration; `failed(err, grid, block,
+    smem, stream, params, cluster)` handles a failed launch;
+    `tensor_map(tma_copy)` is the bytes of a TensorMapArgument's tensor map."""
+    pack: object
+    slots: list
+    new_slot: object
+    launch: object
+    launch_ex: object
+    ok: object
+    function: object
+    block: tuple
+    dynamic_smem: int
+    launch_smem: object
+    current_stream: object
+    stream_handle: object
+    cluster_config: object
+    failed: object
+    tensor_map: object

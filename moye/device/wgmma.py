@@ -24,8 +24,8 @@ from ..atom.arch.sm90 import descriptor_bits, gmma_descriptor
 from ..layout import size
 from ..layout.swizzle import ComposedLayout
 from ..errors import MoyeError
-from .atoms import gemm_extents, register_lists
-from .tracer import KernelError, coerce, divisor_of, current
+from .fragments import gemm_extents, register_lists
+from ..compiler.tracer import KernelError, coerce, divisor_of, current
 
 
 def wgmma_fence():

@@ -9,7 +9,7 @@ those values is computed (`Builder.known`), and this module evaluates them
 for every iteration, skipping iterations that a dynamic `if` on such a
 value excludes.
 
-    >>> from moye.kernel import tracer
+    >>> from moye.compiler import tracer
     >>> b = tracer.Builder("k")
     >>> b.unrolled += 1                 # inside one unrolled loop
     >>> with tracer.tracing_context(b):

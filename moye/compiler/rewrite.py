@@ -1,5 +1,5 @@
 """The control-flow rewrite: plain Python `for`, `if` and `while` in a kernel
-become calls into `moye.kernel.control`, which decides while tracing
+become calls into `moye.compiler.control`, which decides while tracing
 whether each is static (run by Python: loops unroll, branches fold) or
 dynamic (emitted as IR control flow).
 
@@ -44,6 +44,7 @@ import textwrap
 import types
 
 from ..errors import KernelError
+from . import control
 
 RT = "__moye_rt"
 
@@ -367,7 +368,6 @@ def rewrite_function(fn):
     closure. None if its source cannot be read (made by `exec`, typed at an
     interactive prompt): the caller traces it as it is. Raises a KernelError
     naming the line for what a kernel cannot run as written."""
-    from . import control
     file, name = fn.__code__.co_filename, fn.__name__
 
     def where(line, what):

@@ -9,12 +9,12 @@ from ..array import MoYeArray
 from ..errors import MoyeTypeError
 from ..layout import Layout, cosize, size
 from .. import ir
-from .memory import PointerEngine
-from .tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
+from ..compiler.memory import PointerEngine, copy_elements, vector_split
+from ..compiler.tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
                      user_location)
 
 
-class _Dim3:
+class Dim3:
     """`.x`, `.y`, `.z` of a special register (0-based ids), read by `read`
     (the CUDA builtins' by default), shown as moye.`label`."""
 
@@ -37,10 +37,10 @@ class _Dim3:
         return f"moye.{self._label}"
 
 
-thread_idx = _Dim3("threadIdx")
-block_idx = _Dim3("blockIdx")
-block_dim = _Dim3("blockDim")
-grid_dim = _Dim3("gridDim")
+thread_idx = Dim3("threadIdx")
+block_idx = Dim3("blockIdx")
+block_dim = Dim3("blockDim")
+grid_dim = Dim3("gridDim")
 
 
 def sync_threads():
@@ -62,21 +62,6 @@ def shared_array(dtype, layout, align=128):
     b.kernel.arrays.append(arr)
     b.kernel.array_locs[arr.id] = user_location()
     return MoYeArray.view_of(PointerEngine(arr, dtype, "shared", 0, align), layout)
-
-
-def register_allocate(dtype, size):
-    """The kernel's allocator for owning arrays: a register array."""
-    if not isinstance(size, int):
-        raise KernelError(f"a register fragment needs a static size, got {size!r}")
-    dtype = T.as_element_type(dtype)
-    if dtype.bits < 8:
-        # sub-byte elements (Int4, UInt1) live packed in 32-bit registers; they are
-        # reached through recast(fragment, UInt32), as the MMA instructions take them
-        arr = ir.Array(T.UInt32, -(-size * dtype.bits // 32), "local", 16)
-    else:
-        arr = ir.Array(dtype, size, "local", 16)
-    current().kernel.arrays.append(arr)
-    return PointerEngine(arr, dtype, "local", 0, 16)
 
 
 def cp_async_commit():
@@ -101,7 +86,6 @@ def cucopyto(dst, src):
     with cp_async_wait), otherwise the widest aligned vector loads and
     stores. MoYe: cucopyto!.
     """
-    from .memory import _copy, _vector_split
     d, s_ = dst.engine, src.engine
     if not isinstance(d, PointerEngine) or not isinstance(s_, PointerEngine):
         raise KernelError("cucopyto: both arrays must be kernel arrays (global, shared or "
@@ -110,7 +94,7 @@ def cucopyto(dst, src):
     if size(src.layout) != n:
         raise KernelError(f"cucopyto: dst {dst.layout} and src {src.layout} differ in size")
     if s_.space == "global" and d.space == "shared":
-        split = _vector_split(d, dst.layout, s_, src.layout, n)
+        split = vector_split(d, dst.layout, s_, src.layout, n)
         vec = split[0] if split else 1
         nbytes = vec * d.dtype.bits // 8
         if nbytes >= 4:
@@ -123,7 +107,7 @@ def cucopyto(dst, src):
                 b.instr("cp_async", (d.base, _index(di), s_.base, _index(si)), bytes=nbytes,
                         cache="cg" if nbytes == 16 else "ca")
             return dst
-    _copy(d, dst.layout, s_, src.layout)
+    copy_elements(d, dst.layout, s_, src.layout)
     return dst
 
 
@@ -250,19 +234,8 @@ def atomic_add(array, index, value):
     return Sym(old, elem)
 
 
-class Constexpr:
-    """Marks a kernel argument (or a parameter annotation) as compile-time:
-    its value is baked into the kernel and part of its specialization."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def __repr__(self):
-        return f"Constexpr({self.value!r})"
-
-
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "shared_array",
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "fma", "cast", "cushow", "atomic_add", "Constexpr"]
+           "cos", "tanh", "fma", "cast", "cushow", "atomic_add"]

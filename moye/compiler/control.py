@@ -598,7 +598,7 @@ def kernel_loop(engine, start, stop, body):
 
 def _too_long(what):
     return KernelError(f"{what}; a loop unrolled while tracing may run at most "
-                       f"{STATIC_UNROLL_LIMIT} times (moye.kernel.control.STATIC_UNROLL_LIMIT). "
+                       f"{STATIC_UNROLL_LIMIT} times (moye.compiler.control.STATIC_UNROLL_LIMIT). "
                        "For a loop that stays a loop in the kernel, write range(n) or "
                        "moye.range(n, unroll=1)")
 

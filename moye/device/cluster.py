@@ -20,8 +20,8 @@ bytes on the mbarrier at the same offset in each. `mbarrier_arrive(bar,
 cta=r)` arrives on block r's mbarrier at bar's offset.
 """
 from .. import types as T
-from .builtins import _Dim3
-from .tracer import KernelError, Sym, coerce, current, special, user_location
+from .builtins import Dim3
+from ..compiler.tracer import KernelError, Sym, coerce, current, special, user_location
 
 
 def _cluster_special(name):
@@ -30,16 +30,16 @@ def _cluster_special(name):
     return special(name, "cluster_special", user_location())
 
 
-cluster_idx = _Dim3("clusterid", _cluster_special, "cluster_idx")
+cluster_idx = Dim3("clusterid", _cluster_special, "cluster_idx")
 cluster_idx.__doc__ = ("This block's cluster in the grid of clusters (%clusterid; CuTe: "
                        "cluster_id_in_grid).")
-cluster_grid_dim = _Dim3("nclusterid", _cluster_special, "cluster_grid_dim")
+cluster_grid_dim = Dim3("nclusterid", _cluster_special, "cluster_grid_dim")
 cluster_grid_dim.__doc__ = ("Clusters in the grid, per dimension (%nclusterid; CuTe: "
                             "cluster_grid_dims).")
-cluster_dim = _Dim3("cluster_nctaid", _cluster_special, "cluster_dim")
+cluster_dim = Dim3("cluster_nctaid", _cluster_special, "cluster_dim")
 cluster_dim.__doc__ = ("Blocks in a cluster, per dimension: the launch's `cluster` "
                        "(%cluster_nctaid; CuTe: cluster_shape).")
-block_idx_in_cluster = _Dim3("cluster_ctaid", _cluster_special, "block_idx_in_cluster")
+block_idx_in_cluster = Dim3("cluster_ctaid", _cluster_special, "block_idx_in_cluster")
 block_idx_in_cluster.__doc__ = ("This block's position in its cluster (%cluster_ctaid; CuTe: "
                                 "block_id_in_cluster).")
 

@@ -24,14 +24,12 @@ from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout import Layout
 from ..layout.scalar import is_int
 from .. import ir
-from .arguments import keyword_arguments_error, spec_text  # noqa: F401
+from .arguments import Constexpr, keyword_arguments_error, spec_text  # noqa: F401
 from .binder import ScalarParam, StaticParam, TMAParam, bind, identifier, key_text
-from .builtins import Constexpr, register_allocate
-from .hopper import TMADescriptor
 from .identity import function_key
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, entry_key, make_entry
-from .limits import check_arch_name, check_block, check_grid, check_smem, check_stream
-from .memory import PointerEngine
+from ..ir.targets import check_arch_name, check_block, check_grid, check_smem, check_stream
+from .memory import PointerEngine, register_allocate
 from .rewrite import rewrite_function
 from .tracer import Builder, KernelError, Sym, tracing_context
 
@@ -68,7 +66,7 @@ def _trace_arguments(builder, binding):
         if t is StaticParam:
             values.append(a)
         elif t is TMAParam:
-            values.append(TMADescriptor(a, params[0].value))
+            values.append(a.traced(params[0].value))
         elif t is ScalarParam:
             values.append(Sym(params[0].value, p.dtype, 1))
         else:
@@ -152,7 +150,7 @@ class KernelFunction:
         one, else the legacy default stream), `backend` "cuda" or "cpu".
         With `cluster` (blocks per cluster, an int or a 1-3 tuple dividing
         the grid, at most 8 blocks) the grid's blocks run in thread-block
-        clusters (sm_90; cuLaunchKernelEx): see kernel/cluster.py."""
+        clusters (sm_90; cuLaunchKernelEx): see device/cluster.py."""
         try:
             return self._launches[config]
         except (KeyError, TypeError):

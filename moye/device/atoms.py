@@ -8,126 +8,15 @@ aligned in memory for cp.async and ldmatrix's row, packed into whole
 registers (two f16 in a b32, ...) in register fragments.
 """
 from .. import types as T
-from ..layout import Layout, make_layout, size
-from ..layout import inttuple as IT
-from .memory import PointerEngine, _copy
-from .tracer import KernelError, Sym, coerce, divisor_of, current
-
-REGISTER_TYPES = {"b32": T.UInt32, "u32": T.UInt32, "s32": T.Int32, "f32": T.Float32,
-                  "f64": T.Float64}
-
-
-def _values_rest(layout):
-    """(mode 0, the other modes grouped as one) of a partition's layout."""
-    if IT.rank(layout.shape) == 1:
-        return Layout(layout.shape, layout.stride), Layout(1, 0)
-    rest = [layout[i] for i in range(1, IT.rank(layout.shape))]
-    return layout[0], (rest[0] if len(rest) == 1 else make_layout(*rest))
-
-
-def atom_instances(array, n, what):
-    """Per repeat of an atom of `n` values: the static offsets of its values
-    relative to the first, and the first's offset (static or dynamic).
-    Through a swizzled layout (outer o offset o inner) a run of n values
-    stays a run when the inner layout keeps it contiguous and aligned to n
-    and the swizzle leaves the low bits that address it alone."""
-    layout = array.layout
-    if hasattr(layout, "outer"):
-        return _swizzled_instances(array, n, what)
-    values, rest = _values_rest(layout)
-    v = size(values)
-    if not isinstance(v, int) or v % n:
-        raise KernelError(f"{what}: mode 0 of the partition {array.layout} holds {v} values, "
-                          f"not a multiple of the atom's {n}")
-    if not isinstance(size(rest), int):
-        raise KernelError(f"{what}: the partition {array.layout} repeats the atom a dynamic "
-                          "number of times; tile the array to a static shape first")
-    out = []
-    for r in range(size(rest)):
-        r_off = rest(r)
-        for c in range(v // n):
-            first = values(c * n)
-            rel = []
-            for i in range(n):
-                d = values(c * n + i) - first if i else 0
-                rel.append(d if isinstance(d, int) else None)
-            out.append((rel, array.engine.offset + first + r_off))
-    return out
-
-
-def _swizzled_instances(array, n, what):
-    from ..array import MoYeArray
-    lay = array.layout
-    inner = MoYeArray.view_of(PointerEngine(None, array.engine.dtype, array.engine.space, 0),
-                              lay.inner)
-    low = 1 << getattr(lay.outer, "base", 0)
-    period = getattr(lay.outer, "period", None)
-    out = []
-    for rel, first in atom_instances(inner, n, what):
-        # a static multiple of the swizzle's period passes through it: the
-        # instances then share one swizzled (dynamic) offset plus constants
-        past = first - first % period if period and isinstance(first, int) else 0
-        pre = lay.offset + (first - past)
-        if _is_run(rel) and n <= low and divisor_of(pre) % n == 0:
-            start = lay.outer(pre)
-            if isinstance(start, Sym):
-                start = Sym(start.value, start.type, min(_pow2(divisor_of(pre)), low))
-            out.append((rel, array.engine.offset + start + past))
-        else:
-            out.append(([None] * len(rel), array.engine.offset + lay.outer(pre) + past))
-    return out
-
-
-def _pow2(n):
-    return n & -n if n > 0 else 1 << 30
-
-
-def _is_run(rel):
-    return all(d == i for i, d in enumerate(rel))
-
-
-def register_lists(arr, count, rtype, what, name):
-    """Per atom of a register fragment (V, M, K) or (V, M, N), m fastest:
-    (base, register indices), `count` registers of type `rtype` each."""
-    out = {}
-    for j, (rel, first) in enumerate(atom_instances(_v_mn(arr), size(arr, 0), what)):
-        base, words = register_list(arr.engine, rel, first, REGISTER_TYPES[rtype],
-                                    f"{what} {name}")
-        if len(words) != count:
-            raise KernelError(f"{what}: {name} gives {len(words)} registers per atom (mode 0 of "
-                              f"{arr.layout}); the instruction takes {count}")
-        out[j] = (base, words)
-    return out
-
-
-def register_list(engine, rel, first, reg_type, what):
-    """The (base, word indices) of values at `first + rel[i]` of a register
-    fragment packed into registers of `reg_type`."""
-    if engine.space != "local":
-        raise KernelError(f"{what}: expected a register fragment, got {engine.space} memory "
-                          "(make one with make_fragment_like / make_fragment_A/B/C)")
-    q = reg_type.bits // engine.dtype.bits if reg_type.bits >= engine.dtype.bits else 0
-    if q == 0 or reg_type.bits % engine.dtype.bits or len(rel) % q:
-        raise KernelError(f"{what}: {len(rel)} {engine.dtype} values do not fill whole "
-                          f"{reg_type.bits}-bit registers")
-    if not isinstance(first, int):
-        raise KernelError(f"{what}: a register fragment is indexed with a dynamic value")
-    words = []
-    for j in range(0, len(rel), q):
-        group = rel[j:j + q]
-        start = first + group[0] if group[0] is not None else None
-        if start is None or any(d != group[0] + i for i, d in enumerate(group)) or start % q:
-            raise KernelError(f"{what}: values {j}..{j + q - 1} of the fragment are not one "
-                              f"{reg_type.bits}-bit register (offsets {group} from {first}); "
-                              "build the fragment with make_fragment_A/B/C or make_fragment_like")
-        words.append(start // q)
-    return _recast_base(engine, reg_type), tuple(words)
-
-
-def _recast_base(engine, t):
-    if engine.dtype is t:
-        return engine.base
-    return engine.recast(t).base
+from ..array import copyto, make_fragment_like
+from ..compiler.control import if_
+from ..compiler.memory import PointerEngine, copy_elements, lowers_atoms, register_allocate
+from ..compiler.tracer import KernelError, Sym, coerce, divisor_of, current
+from ..layout import size
+from ..tiled.predicated import atom_slice
+from .fragments import (REGISTER_TYPES, atom_instances, gemm_extents, is_run, register_list,
+                        register_lists)
+from .wgmma import wgmma_atom
 
 
 def _operand(x):
@@ -158,7 +47,7 @@ def _universal(atom, dst, src):
         s_inst = atom_instances(src, n, "copyto")
         nbytes = atom.op.bits // 8
         ok = len(d_inst) == len(s_inst) and all(
-            _is_run(r) and _aligned(e, f, nbytes)
+            is_run(r) and _aligned(e, f, nbytes)
             for inst, e in ((d_inst, dst.engine), (s_inst, src.engine)) for r, f in inst)
         if ok:
             d0, s0 = _at_base(dst.engine), _at_base(src.engine)
@@ -169,7 +58,7 @@ def _universal(atom, dst, src):
         for i in range(size(dst.layout)):
             dst.engine.store(dst.layout(i), src.engine.load(src.layout(i)))
         return
-    _copy(dst.engine, dst.layout, src.engine, src.layout)
+    copy_elements(dst.engine, dst.layout, src.engine, src.layout)
 
 
 def _at_base(e):
@@ -183,7 +72,7 @@ def _aligned(engine, first, nbytes):
 
 
 def _contiguous(engine, rel, first, nbytes, what, side):
-    if not _is_run(rel):
+    if not is_run(rel):
         raise KernelError(f"{what}: the {side} values of one atom are not contiguous in memory "
                           f"(offsets {rel}); the instruction moves {nbytes} contiguous bytes")
     elems = nbytes * 8 // engine.dtype.bits
@@ -258,8 +147,6 @@ def copy_if_atom(atom, pred, dst, src):
     if atom.op.kind == "cp_async":
         per = len(atom_instances(dst, atom.num_val_dst, f"copy_if({atom.op})")) // len(pred)
         return _cp_async(atom, dst, src, [p for p in pred for _ in range(per)])
-    from ..tiled.predicated import atom_slice
-    from .control import if_
     for r, p in enumerate(pred):
         d, s = atom_slice(dst, r), atom_slice(src, r)
         if not isinstance(p, Sym):
@@ -279,7 +166,6 @@ def mma_atom(atom, d, a, b, c):
     fragments, one mma.sync per (m, n, k); k outermost, n serpentine."""
     op = atom.op
     if op.info.get("kind") == "wgmma":
-        from .wgmma import wgmma_atom
         return wgmma_atom(atom, d, a, b, c)
     regs = op.info["registers"]
     what = f"gemm({op})"
@@ -288,7 +174,6 @@ def mma_atom(atom, d, a, b, c):
     c_after = op.info.get("c_after", False)
     lists = {}
     if c_after:         # the instruction gets a zero C; C is added to D after it
-        from .builtins import register_allocate
         count, rtype = regs["c"]
         zero = register_allocate(REGISTER_TYPES[rtype], count)
         for i in range(count):
@@ -313,38 +198,13 @@ def mma_atom(atom, d, a, b, c):
                         d[v, m, n] = d[v, m, n] + c[v, m, n]
 
 
-def gemm_extents(what, d, a, b, c, fragment_maker):
-    """(M, N, K) of a gemm over (V, M, K) x (V, N, K) -> (V, M, N) fragments,
-    D in registers (made by `fragment_maker`, named in the error)."""
-    M, N, K = size(a, 1), size(b, 1), size(a, 2)
-    if size(b, 2) != K or size(c, 1) != M or size(c, 2) != N or size(d, 1) != M \
-            or size(d, 2) != N:
-        raise KernelError(f"{what}: A {IT.fmt(a.shape)}, B {IT.fmt(b.shape)}, C "
-                          f"{IT.fmt(c.shape)} do not form (V,M,K) x (V,N,K) -> (V,M,N)")
-    if d.engine.space != "local":
-        raise KernelError(f"{what}: D must be a register fragment ({fragment_maker}), got "
-                          f"{d.engine.space} memory")
-    return M, N, K
-
-
 def _in_registers(arr):
     """`arr` itself if in registers, else a register copy of it."""
     if arr.engine.space == "local":
         return arr
-    from ..array import copyto, make_fragment_like
     frag = make_fragment_like(arr)
     copyto(frag, arr)
     return frag
 
 
-def _v_mn(arr):
-    """The array with modes (V, (M, K)) so atom_instances walks m fastest."""
-    from ..array import MoYeArray
-    lay = arr.layout
-    if IT.rank(lay.shape) == 2:
-        lay = make_layout(lay[0], lay[1], Layout(1, 0))
-    return MoYeArray.view_of(arr.engine, make_layout(lay[0], make_layout(lay[1], lay[2])))
-
-
-def is_kernel_array(x):
-    return isinstance(getattr(x, "engine", None), PointerEngine)
+lowers_atoms(copy_atom, copy_if_atom, mma_atom)
