@@ -9,6 +9,11 @@ the statement). Dynamic control flow turns those into loop-carried or merged
 values: the seeds' `smem_read, smem_write = smem_write, smem_read` in a
 dynamic loop swaps two pointers held in registers.
 
+That liveness is read from the kernel as written: each statement's summary
+(the names it may read before assigning them, the names it surely assigns)
+is computed once, before anything is rewritten, and each statement list is
+folded from its end, so the rewrite takes time linear in the kernel.
+
     for i in ITER:                          L = rt.for_loop(ITER, NAMES, VALUES, ...)
         BODY                    ==>         while L.attempt():
                                                 try:
@@ -68,41 +73,51 @@ def _names_loaded(nodes):
     return out
 
 
-def _read_before_write(body, names):
-    """Names that `body` may read before assigning them, on some path: an
+def _read_first(stmts, memo=None):
+    """Names that `stmts` may read before assigning them, on some path: an
     assignment inside a loop or a branch may not run, so it does not hide
-    the reads after it, but inside that loop or branch it does."""
-    written, early = set(), set()
-    for stmt in body:
-        pending = set(names) - written
-        if not pending:
-            break
-        if isinstance(stmt, ast.For):
-            early |= _names_loaded([stmt.iter]) & pending
-            targets = set(_names_stored([stmt.target]))
-            early |= _read_before_write(stmt.body, pending - targets)
-            early |= _read_before_write(stmt.orelse, pending)
-        elif isinstance(stmt, ast.While):
-            early |= _names_loaded([stmt.test]) & pending
-            early |= _read_before_write(stmt.body + stmt.orelse, pending)
-        elif isinstance(stmt, ast.If):
-            early |= _names_loaded([stmt.test]) & pending
-            early |= _read_before_write(stmt.body, pending) | \
-                _read_before_write(stmt.orelse, pending)
-        else:
-            # in `x = x + 1` the read happens first
-            early |= (_names_loaded([stmt]) - _loop_targets(stmt)) & pending
-            written.update(_names_stored([stmt]))
+    the reads after it, but inside that loop or branch it does. One pass:
+    each statement's own (reads, writes) summary (memoized in `memo`, by
+    node, when given) and a fold from the last statement to the first."""
+    early = set()
+    for stmt in reversed(stmts):
+        reads, writes = _summary(stmt, memo)
+        early = reads | (early - writes)
     return early
 
 
-def _loop_targets(stmt):
-    """Names bound by loop targets and comprehensions inside `stmt`: they are
-    assigned before their uses there."""
-    out = set()
-    for n in ast.walk(stmt):
-        if isinstance(n, (ast.For, ast.comprehension)):
-            out.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
+def _summary(stmt, memo=None):
+    """(names `stmt` may read before assigning them, names it assigns for
+    sure). A loop or branch assigns nothing for sure."""
+    if memo is not None:
+        got = memo.get(id(stmt))
+        if got is not None and got[0] is stmt:
+            return got[1]
+    if isinstance(stmt, ast.For):
+        targets = set(_names_stored([stmt.target]))
+        out = (_names_loaded([stmt.iter]) | (_read_first(stmt.body, memo) - targets)
+               | _read_first(stmt.orelse, memo), frozenset())
+    elif isinstance(stmt, ast.While):
+        out = (_names_loaded([stmt.test]) | _read_first(stmt.body + stmt.orelse, memo),
+               frozenset())
+    elif isinstance(stmt, ast.If):
+        out = (_names_loaded([stmt.test]) | _read_first(stmt.body, memo)
+               | _read_first(stmt.orelse, memo), frozenset())
+    else:
+        # in `x = x + 1` the read happens first; names bound by loop targets and
+        # comprehensions inside `stmt` are assigned before their uses there
+        loaded, stored, bound = set(), set(), set()
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name):
+                if isinstance(n.ctx, ast.Load):
+                    loaded.add(n.id)
+                elif isinstance(n.ctx, ast.Store) and not n.id.startswith("__moye"):
+                    stored.add(n.id)
+            elif isinstance(n, (ast.For, ast.comprehension)):
+                bound.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
+        out = (loaded - bound, stored)
+    if memo is not None:
+        memo[id(stmt)] = (stmt, out)        # the node too: its id stays its own
     return out
 
 
@@ -139,33 +154,45 @@ def _strs(names):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, where):
+    def __init__(self, where, summaries):
         self.where = where       # where(node, message): the KernelError naming node's line
         self.counter = 0
-        self.after = []          # statements following the current one, for liveness
+        self.summaries = summaries  # _summary of each statement of the source, by node
+        self.live = set()        # names the statements after the current one may read first
         self.bases = []          # per function being rewritten: the name of its jump base
 
     def _fresh(self, kind):
         self.counter += 1
         return f"__moye_{kind}{self.counter}"
 
-    # statement lists: track what follows each statement
-    def _visit_body(self, body, following):
+    # statement lists: track what the statements after each one may read first
+    def _visit_body(self, body, live_after_body):
+        live = [None] * len(body)
+        later = live_after_body
+        for i in range(len(body) - 1, -1, -1):
+            live[i] = later
+            reads, writes = _summary(body[i], self.summaries)
+            later = reads | (later - writes)
         out = []
-        for i, stmt in enumerate(body):
-            saved = self.after
-            self.after = body[i + 1:] + following
+        for stmt, live_after in zip(body, live):
+            saved = self.live
+            self.live = live_after
             new = self.visit(stmt)
-            self.after = saved
+            self.live = saved
             out.extend(new if isinstance(new, list) else [new])
         return out
+
+    def _live_in_loop(self, node, following):
+        """What may be read first after a statement of `node`'s body: the
+        loop again, then what follows it."""
+        return _summary(node, self.summaries)[0] | following
 
     def visit_FunctionDef(self, node):
         # a function inside the kernel: its `return` is checked against the control flow
         # opened since it was called, not the kernel's
         base = self._fresh("base") if self.bases else None
         self.bases.append(base)
-        node.body = self._visit_body(node.body, [])
+        node.body = self._visit_body(node.body, set())
         self.bases.pop()
         if base is not None:
             node.body.insert(0, ast.copy_location(
@@ -173,26 +200,25 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
     def _live_after(self, names):
-        later = _read_before_write(self.after, set(names))
-        return [n for n in names if n in later]
+        return [n for n in names if n in self.live]
 
     def visit_For(self, node):
-        following = self.after
+        following = self.live
         node.iter = self.visit(node.iter)
         if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) \
                 and node.iter.func.id == "range":
             # range() of a dynamic bound must not reach Python's range
             node.iter.func = ast.copy_location(_rt("range"), node.iter.func)
-        node.body = self._visit_body(node.body, [node] + following)
+        node.body = self._visit_body(node.body, self._live_in_loop(node, following))
         node.orelse = self._visit_body(node.orelse, following)
         if node.orelse:
             raise self.where(node, "`for ... else` is not supported in a kernel")
         assigned = [n for n in _names_stored(node.body)
                     if n not in _names_stored([node.target])]
-        early = _read_before_write(node.body, assigned)
-        carried = [n for n in assigned if n in early or n in self._live_after([n])]
+        early = _read_first(node.body)
+        carried = [n for n in assigned if n in early or n in self.live]
         loop = self._fresh("for")
-        live = [n for n in carried if n in self._live_after([n])]
+        live = [n for n in carried if n in self.live]
         reads = sorted(n for n in _names_loaded(node.body) if not n.startswith("__moye"))
         setup = ast.Assign([ast.Name(loop, ast.Store())],
                            _call("for_loop", node.iter, _strs(carried), _getters(carried),
@@ -221,14 +247,13 @@ class _Rewriter(ast.NodeTransformer):
         return [ast.copy_location(s, node) for s in out]
 
     def visit_While(self, node):
-        following = self.after
-        node.body = self._visit_body(node.body, [node] + following)
+        node.body = self._visit_body(node.body, self._live_in_loop(node, self.live))
         if node.orelse:
             raise self.where(node, "`while ... else` is not supported in a kernel")
         node.test = self.visit(node.test)
         assigned = _names_stored(node.body)
-        early = _read_before_write(node.body, assigned) | (_names_loaded([node.test]) & set(assigned))
-        carried = [n for n in assigned if n in early or n in self._live_after([n])]
+        early = _read_first(node.body) | _names_loaded([node.test])
+        carried = [n for n in assigned if n in early or n in self.live]
         w = self._fresh("while")
         wl = ast.Name(w, ast.Load())
         setup = ast.Assign([ast.Name(w, ast.Store())],
@@ -244,7 +269,7 @@ class _Rewriter(ast.NodeTransformer):
         return [ast.copy_location(s, node) for s in (setup, loop, done)]
 
     def visit_If(self, node):
-        following = self.after
+        following = self.live
         node.test = self.visit(node.test)
         node.body = self._visit_body(node.body, following)
         node.orelse = self._visit_body(node.orelse, following)
@@ -253,7 +278,7 @@ class _Rewriter(ast.NodeTransformer):
         # names the then-branch assigns and the else-branch reads first: at trace time
         # both branches run, so the else-branch must see them as they were before the if
         seen = [n for n in _names_stored(node.body) if n not in merged]
-        reread = _read_before_write(node.orelse, seen) if node.orelse else set()
+        reread = _read_first(node.orelse)
         restored = merged + [n for n in seen if n in reread]
         b = self._fresh("if")
         bl = ast.Name(b, ast.Load())
@@ -393,7 +418,11 @@ def rewrite_function(fn):
     at = lambda node, what: where(node.lineno + first - 1, what)  # noqa: E731
     _refuse(fdef, at)
     fdef.decorator_list = []
-    fdef = _Rewriter(at).visit(fdef)
+    summaries = {}                          # of the source as written, before any rewrite
+    for n in ast.walk(fdef):
+        if isinstance(n, ast.stmt):
+            _summary(n, summaries)
+    fdef = _Rewriter(at, summaries).visit(fdef)
     freevars = fn.__code__.co_freevars
     if freevars:                            # defined in a function that gives the closure
         factory = ast.FunctionDef("__moye_factory", ast.arguments(
