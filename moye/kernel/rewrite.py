@@ -53,10 +53,26 @@ from ..errors import KernelError
 RT = "__moye_rt"
 
 
+def _walk(node):
+    """Every node under `node`, `node` first, in ast.walk's (breadth-first)
+    order, as a list: ast.walk's generators cost several times more."""
+    out, i = [node], 0
+    while i < len(out):
+        n = out[i]
+        i += 1
+        for field in n._fields:
+            v = getattr(n, field, None)
+            if isinstance(v, ast.AST):
+                out.append(v)
+            elif type(v) is list:
+                out.extend(x for x in v if isinstance(x, ast.AST))
+    return out
+
+
 def _names_stored(nodes):
     out = []
     for node in nodes:
-        for n in ast.walk(node):
+        for n in _walk(node):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in out:
                 out.append(n.id)
             elif isinstance(n, (ast.FunctionDef, ast.Lambda)):
@@ -67,7 +83,7 @@ def _names_stored(nodes):
 def _names_loaded(nodes):
     out = set()
     for node in nodes:
-        for n in ast.walk(node):
+        for n in _walk(node):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
                 out.add(n.id)
     return out
@@ -107,14 +123,14 @@ def _summary(stmt, memo=None):
         # in `x = x + 1` the read happens first; names bound by loop targets and
         # comprehensions inside `stmt` are assigned before their uses there
         loaded, stored, bound = set(), set(), set()
-        for n in ast.walk(stmt):
+        for n in _walk(stmt):
             if isinstance(n, ast.Name):
                 if isinstance(n.ctx, ast.Load):
                     loaded.add(n.id)
                 elif isinstance(n.ctx, ast.Store) and not n.id.startswith("__moye"):
                     stored.add(n.id)
             elif isinstance(n, (ast.For, ast.comprehension)):
-                bound.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
+                bound.update(x.id for x in _walk(n.target) if isinstance(x, ast.Name))
         out = (loaded - bound, stored)
     if memo is not None:
         memo[id(stmt)] = (stmt, out)        # the node too: its id stays its own
@@ -154,10 +170,13 @@ def _strs(names):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, where, summaries):
+    def __init__(self, where, first):
         self.where = where       # where(node, message): the KernelError naming node's line
+        self.first = first       # the file's line of the kernel's `def`
         self.counter = 0
-        self.summaries = summaries  # _summary of each statement of the source, by node
+        # _summary of each statement as written: a list is summarised (folded) before
+        # any statement in it is rewritten, and a loop's own summary is read from here
+        self.summaries = {}
         self.live = set()        # names the statements after the current one may read first
         self.bases = []          # per function being rewritten: the name of its jump base
 
@@ -184,7 +203,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def _live_in_loop(self, node, following):
         """What may be read first after a statement of `node`'s body: the
-        loop again, then what follows it."""
+        loop again (as written), then what follows it."""
         return _summary(node, self.summaries)[0] | following
 
     def visit_FunctionDef(self, node):
@@ -204,12 +223,13 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_For(self, node):
         following = self.live
+        in_loop = self._live_in_loop(node, following)   # before node.iter is rewritten
         node.iter = self.visit(node.iter)
         if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) \
                 and node.iter.func.id == "range":
             # range() of a dynamic bound must not reach Python's range
             node.iter.func = ast.copy_location(_rt("range"), node.iter.func)
-        node.body = self._visit_body(node.body, self._live_in_loop(node, following))
+        node.body = self._visit_body(node.body, in_loop)
         node.orelse = self._visit_body(node.orelse, following)
         if node.orelse:
             raise self.where(node, "`for ... else` is not supported in a kernel")
@@ -222,7 +242,7 @@ class _Rewriter(ast.NodeTransformer):
         reads = sorted(n for n in _names_loaded(node.body) if not n.startswith("__moye"))
         setup = ast.Assign([ast.Name(loop, ast.Store())],
                            _call("for_loop", node.iter, _strs(carried), _getters(carried),
-                                 ast.Constant(f"{loop}:{node.lineno}"), _strs(live),
+                                 ast.Constant(f"{loop}:{node.lineno - self.first + 1}"), _strs(live),
                                  _strs(reads)))
         head = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "carried",
                                                        ast.Load()), [], []))
@@ -367,7 +387,7 @@ _CO_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_G
 
 def _refuse(fdef, where):
     """Raise for the first construct a kernel cannot run as written."""
-    refused = [n for n in ast.walk(fdef) if type(n) in _REFUSED]
+    refused = [n for n in _walk(fdef) if type(n) in _REFUSED]
     if refused:
         node = min(refused, key=lambda n: n.lineno)
         raise where(node, _REFUSED[type(node)])
@@ -381,6 +401,42 @@ def _refuse(fdef, where):
 
 
 _AT_END = {"next", "done", "then_done", "else_done", "result", "targets"}
+
+
+def _place(node, lineno, col, end_lineno, end_col):
+    """ast.fix_missing_locations (a node without a position takes its
+    parent's), and the position of our method calls: Python puts a method
+    call on the line its attribute ends on, and our calls span the whole
+    statement: those that open a loop or branch name its first line, those
+    that end it (writing the carried values) its last."""
+    if "lineno" in node._attributes:
+        if getattr(node, "lineno", None) is None:
+            node.lineno = lineno
+        else:
+            lineno = node.lineno
+        if getattr(node, "end_lineno", None) is None:
+            node.end_lineno = end_lineno
+        else:
+            end_lineno = node.end_lineno
+        if getattr(node, "col_offset", None) is None:
+            node.col_offset = col
+        else:
+            col = node.col_offset
+        if getattr(node, "end_col_offset", None) is None:
+            node.end_col_offset = end_col
+        else:
+            end_col = node.end_col_offset
+    for field in node._fields:
+        v = getattr(node, field, None)
+        if isinstance(v, ast.AST):
+            _place(v, lineno, col, end_lineno, end_col)
+        elif type(v) is list:
+            for x in v:
+                if isinstance(x, ast.AST):
+                    _place(x, lineno, col, end_lineno, end_col)
+    if type(node) is ast.Attribute and type(node.value) is ast.Name and \
+            node.value.id.startswith("__moye") and node.attr not in _AT_END:
+        node.end_lineno, node.end_col_offset = node.lineno, node.col_offset + len(node.attr)
 
 
 def _code_named(code, name):
@@ -406,7 +462,8 @@ def rewrite_function(fn):
                                                 "not a lambda")
     try:
         lines, first = inspect.getsourcelines(fn)
-        fdef = ast.parse(textwrap.dedent("".join(lines))).body[0]
+        # blank lines first: the nodes carry the file's line numbers
+        fdef = ast.parse("\n" * (first - 1) + textwrap.dedent("".join(lines))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         fdef = None
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)) or fdef.name != name:
@@ -415,14 +472,10 @@ def rewrite_function(fn):
                         (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR) else
                         _REFUSED[ast.AsyncFunctionDef])
         return None                         # no source, or not this function's
-    at = lambda node, what: where(node.lineno + first - 1, what)  # noqa: E731
+    at = lambda node, what: where(node.lineno, what)  # noqa: E731
     _refuse(fdef, at)
     fdef.decorator_list = []
-    summaries = {}                          # of the source as written, before any rewrite
-    for n in ast.walk(fdef):
-        if isinstance(n, ast.stmt):
-            _summary(n, summaries)
-    fdef = _Rewriter(at, summaries).visit(fdef)
+    fdef = _Rewriter(at, first).visit(fdef)
     freevars = fn.__code__.co_freevars
     if freevars:                            # defined in a function that gives the closure
         factory = ast.FunctionDef("__moye_factory", ast.arguments(
@@ -430,18 +483,10 @@ def rewrite_function(fn):
             kw_defaults=[], kwarg=None, defaults=[]), [fdef, ast.Return(ast.Name(fdef.name,
                                                                                  ast.Load()))],
             [], None)
-        module = ast.Module([factory], [])
+        module = ast.Module([ast.copy_location(factory, fdef)], [])
     else:
         module = ast.Module([fdef], [])
-    ast.fix_missing_locations(module)
-    for n in ast.walk(module):
-        # Python puts a method call on the line its attribute ends on, and our calls span
-        # the whole statement: those that open a loop or branch name its first line, those
-        # that end it (writing the carried values) its last
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
-                n.value.id.startswith("__moye") and n.attr not in _AT_END:
-            n.end_lineno, n.end_col_offset = n.lineno, n.col_offset + len(n.attr)
-    ast.increment_lineno(module, first - 1)
+    _place(module, 1, 0, 1, 0)
     code = compile(module, file, "exec")
     namespace = fn.__globals__
     namespace[RT] = control
