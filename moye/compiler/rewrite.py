@@ -9,6 +9,11 @@ the statement). Dynamic control flow turns those into loop-carried or merged
 values: the seeds' `smem_read, smem_write = smem_write, smem_read` in a
 dynamic loop swaps two pointers held in registers.
 
+That liveness is read from the kernel as written: each statement's summary
+(the names it may read before assigning them, the names it surely assigns)
+is computed once, before anything is rewritten, and each statement list is
+folded from its end, so the rewrite takes time linear in the kernel.
+
     for i in ITER:                          L = rt.for_loop(ITER, NAMES, VALUES, ...)
         BODY                    ==>         while L.attempt():
                                                 try:
@@ -49,10 +54,26 @@ from . import control
 RT = "__moye_rt"
 
 
+def _walk(node):
+    """Every node under `node`, `node` first, in ast.walk's (breadth-first)
+    order, as a list: ast.walk's generators cost several times more."""
+    out, i = [node], 0
+    while i < len(out):
+        n = out[i]
+        i += 1
+        for field in n._fields:
+            v = getattr(n, field, None)
+            if isinstance(v, ast.AST):
+                out.append(v)
+            elif type(v) is list:
+                out.extend(x for x in v if isinstance(x, ast.AST))
+    return out
+
+
 def _names_stored(nodes):
     out = []
     for node in nodes:
-        for n in ast.walk(node):
+        for n in _walk(node):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in out:
                 out.append(n.id)
             elif isinstance(n, (ast.FunctionDef, ast.Lambda)):
@@ -63,47 +84,57 @@ def _names_stored(nodes):
 def _names_loaded(nodes):
     out = set()
     for node in nodes:
-        for n in ast.walk(node):
+        for n in _walk(node):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
                 out.add(n.id)
     return out
 
 
-def _read_before_write(body, names):
-    """Names that `body` may read before assigning them, on some path: an
+def _read_first(stmts, memo=None):
+    """Names that `stmts` may read before assigning them, on some path: an
     assignment inside a loop or a branch may not run, so it does not hide
-    the reads after it, but inside that loop or branch it does."""
-    written, early = set(), set()
-    for stmt in body:
-        pending = set(names) - written
-        if not pending:
-            break
-        if isinstance(stmt, ast.For):
-            early |= _names_loaded([stmt.iter]) & pending
-            targets = set(_names_stored([stmt.target]))
-            early |= _read_before_write(stmt.body, pending - targets)
-            early |= _read_before_write(stmt.orelse, pending)
-        elif isinstance(stmt, ast.While):
-            early |= _names_loaded([stmt.test]) & pending
-            early |= _read_before_write(stmt.body + stmt.orelse, pending)
-        elif isinstance(stmt, ast.If):
-            early |= _names_loaded([stmt.test]) & pending
-            early |= _read_before_write(stmt.body, pending) | \
-                _read_before_write(stmt.orelse, pending)
-        else:
-            # in `x = x + 1` the read happens first
-            early |= (_names_loaded([stmt]) - _loop_targets(stmt)) & pending
-            written.update(_names_stored([stmt]))
+    the reads after it, but inside that loop or branch it does. One pass:
+    each statement's own (reads, writes) summary (memoized in `memo`, by
+    node, when given) and a fold from the last statement to the first."""
+    early = set()
+    for stmt in reversed(stmts):
+        reads, writes = _summary(stmt, memo)
+        early = reads | (early - writes)
     return early
 
 
-def _loop_targets(stmt):
-    """Names bound by loop targets and comprehensions inside `stmt`: they are
-    assigned before their uses there."""
-    out = set()
-    for n in ast.walk(stmt):
-        if isinstance(n, (ast.For, ast.comprehension)):
-            out.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
+def _summary(stmt, memo=None):
+    """(names `stmt` may read before assigning them, names it assigns for
+    sure). A loop or branch assigns nothing for sure."""
+    if memo is not None:
+        got = memo.get(id(stmt))
+        if got is not None and got[0] is stmt:
+            return got[1]
+    if isinstance(stmt, ast.For):
+        targets = set(_names_stored([stmt.target]))
+        out = (_names_loaded([stmt.iter]) | (_read_first(stmt.body, memo) - targets)
+               | _read_first(stmt.orelse, memo), frozenset())
+    elif isinstance(stmt, ast.While):
+        out = (_names_loaded([stmt.test]) | _read_first(stmt.body + stmt.orelse, memo),
+               frozenset())
+    elif isinstance(stmt, ast.If):
+        out = (_names_loaded([stmt.test]) | _read_first(stmt.body, memo)
+               | _read_first(stmt.orelse, memo), frozenset())
+    else:
+        # in `x = x + 1` the read happens first; names bound by loop targets and
+        # comprehensions inside `stmt` are assigned before their uses there
+        loaded, stored, bound = set(), set(), set()
+        for n in _walk(stmt):
+            if isinstance(n, ast.Name):
+                if isinstance(n.ctx, ast.Load):
+                    loaded.add(n.id)
+                elif isinstance(n.ctx, ast.Store) and not n.id.startswith("__moye"):
+                    stored.add(n.id)
+            elif isinstance(n, (ast.For, ast.comprehension)):
+                bound.update(x.id for x in _walk(n.target) if isinstance(x, ast.Name))
+        out = (loaded - bound, stored)
+    if memo is not None:
+        memo[id(stmt)] = (stmt, out)        # the node too: its id stays its own
     return out
 
 
@@ -140,33 +171,48 @@ def _strs(names):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, where):
+    def __init__(self, where, first):
         self.where = where       # where(node, message): the KernelError naming node's line
+        self.first = first       # the file's line of the kernel's `def`
         self.counter = 0
-        self.after = []          # statements following the current one, for liveness
+        # _summary of each statement as written: a list is summarised (folded) before
+        # any statement in it is rewritten, and a loop's own summary is read from here
+        self.summaries = {}
+        self.live = set()        # names the statements after the current one may read first
         self.bases = []          # per function being rewritten: the name of its jump base
 
     def _fresh(self, kind):
         self.counter += 1
         return f"__moye_{kind}{self.counter}"
 
-    # statement lists: track what follows each statement
-    def _visit_body(self, body, following):
+    # statement lists: track what the statements after each one may read first
+    def _visit_body(self, body, live_after_body):
+        live = [None] * len(body)
+        later = live_after_body
+        for i in range(len(body) - 1, -1, -1):
+            live[i] = later
+            reads, writes = _summary(body[i], self.summaries)
+            later = reads | (later - writes)
         out = []
-        for i, stmt in enumerate(body):
-            saved = self.after
-            self.after = body[i + 1:] + following
+        for stmt, live_after in zip(body, live):
+            saved = self.live
+            self.live = live_after
             new = self.visit(stmt)
-            self.after = saved
+            self.live = saved
             out.extend(new if isinstance(new, list) else [new])
         return out
+
+    def _live_in_loop(self, node, following):
+        """What may be read first after a statement of `node`'s body: the
+        loop again (as written), then what follows it."""
+        return _summary(node, self.summaries)[0] | following
 
     def visit_FunctionDef(self, node):
         # a function inside the kernel: its `return` is checked against the control flow
         # opened since it was called, not the kernel's
         base = self._fresh("base") if self.bases else None
         self.bases.append(base)
-        node.body = self._visit_body(node.body, [])
+        node.body = self._visit_body(node.body, set())
         self.bases.pop()
         if base is not None:
             node.body.insert(0, ast.copy_location(
@@ -174,30 +220,30 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
     def _live_after(self, names):
-        later = _read_before_write(self.after, set(names))
-        return [n for n in names if n in later]
+        return [n for n in names if n in self.live]
 
     def visit_For(self, node):
-        following = self.after
+        following = self.live
+        in_loop = self._live_in_loop(node, following)   # before node.iter is rewritten
         node.iter = self.visit(node.iter)
         if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) \
                 and node.iter.func.id == "range":
             # range() of a dynamic bound must not reach Python's range
             node.iter.func = ast.copy_location(_rt("range"), node.iter.func)
-        node.body = self._visit_body(node.body, [node] + following)
+        node.body = self._visit_body(node.body, in_loop)
         node.orelse = self._visit_body(node.orelse, following)
         if node.orelse:
             raise self.where(node, "`for ... else` is not supported in a kernel")
         assigned = [n for n in _names_stored(node.body)
                     if n not in _names_stored([node.target])]
-        early = _read_before_write(node.body, assigned)
-        carried = [n for n in assigned if n in early or n in self._live_after([n])]
+        early = _read_first(node.body)
+        carried = [n for n in assigned if n in early or n in self.live]
         loop = self._fresh("for")
-        live = [n for n in carried if n in self._live_after([n])]
+        live = [n for n in carried if n in self.live]
         reads = sorted(n for n in _names_loaded(node.body) if not n.startswith("__moye"))
         setup = ast.Assign([ast.Name(loop, ast.Store())],
                            _call("for_loop", node.iter, _strs(carried), _getters(carried),
-                                 ast.Constant(f"{loop}:{node.lineno}"), _strs(live),
+                                 ast.Constant(f"{loop}:{node.lineno - self.first + 1}"), _strs(live),
                                  _strs(reads)))
         head = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "carried",
                                                        ast.Load()), [], []))
@@ -222,14 +268,13 @@ class _Rewriter(ast.NodeTransformer):
         return [ast.copy_location(s, node) for s in out]
 
     def visit_While(self, node):
-        following = self.after
-        node.body = self._visit_body(node.body, [node] + following)
+        node.body = self._visit_body(node.body, self._live_in_loop(node, self.live))
         if node.orelse:
             raise self.where(node, "`while ... else` is not supported in a kernel")
         node.test = self.visit(node.test)
         assigned = _names_stored(node.body)
-        early = _read_before_write(node.body, assigned) | (_names_loaded([node.test]) & set(assigned))
-        carried = [n for n in assigned if n in early or n in self._live_after([n])]
+        early = _read_first(node.body) | _names_loaded([node.test])
+        carried = [n for n in assigned if n in early or n in self.live]
         w = self._fresh("while")
         wl = ast.Name(w, ast.Load())
         setup = ast.Assign([ast.Name(w, ast.Store())],
@@ -245,7 +290,7 @@ class _Rewriter(ast.NodeTransformer):
         return [ast.copy_location(s, node) for s in (setup, loop, done)]
 
     def visit_If(self, node):
-        following = self.after
+        following = self.live
         node.test = self.visit(node.test)
         node.body = self._visit_body(node.body, following)
         node.orelse = self._visit_body(node.orelse, following)
@@ -254,7 +299,7 @@ class _Rewriter(ast.NodeTransformer):
         # names the then-branch assigns and the else-branch reads first: at trace time
         # both branches run, so the else-branch must see them as they were before the if
         seen = [n for n in _names_stored(node.body) if n not in merged]
-        reread = _read_before_write(node.orelse, seen) if node.orelse else set()
+        reread = _read_first(node.orelse)
         restored = merged + [n for n in seen if n in reread]
         b = self._fresh("if")
         bl = ast.Name(b, ast.Load())
@@ -343,7 +388,7 @@ _CO_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_G
 
 def _refuse(fdef, where):
     """Raise for the first construct a kernel cannot run as written."""
-    refused = [n for n in ast.walk(fdef) if type(n) in _REFUSED]
+    refused = [n for n in _walk(fdef) if type(n) in _REFUSED]
     if refused:
         node = min(refused, key=lambda n: n.lineno)
         raise where(node, _REFUSED[type(node)])
@@ -357,6 +402,42 @@ def _refuse(fdef, where):
 
 
 _AT_END = {"next", "done", "then_done", "else_done", "result", "targets"}
+
+
+def _place(node, lineno, col, end_lineno, end_col):
+    """ast.fix_missing_locations (a node without a position takes its
+    parent's), and the position of our method calls: Python puts a method
+    call on the line its attribute ends on, and our calls span the whole
+    statement: those that open a loop or branch name its first line, those
+    that end it (writing the carried values) its last."""
+    if "lineno" in node._attributes:
+        if getattr(node, "lineno", None) is None:
+            node.lineno = lineno
+        else:
+            lineno = node.lineno
+        if getattr(node, "end_lineno", None) is None:
+            node.end_lineno = end_lineno
+        else:
+            end_lineno = node.end_lineno
+        if getattr(node, "col_offset", None) is None:
+            node.col_offset = col
+        else:
+            col = node.col_offset
+        if getattr(node, "end_col_offset", None) is None:
+            node.end_col_offset = end_col
+        else:
+            end_col = node.end_col_offset
+    for field in node._fields:
+        v = getattr(node, field, None)
+        if isinstance(v, ast.AST):
+            _place(v, lineno, col, end_lineno, end_col)
+        elif type(v) is list:
+            for x in v:
+                if isinstance(x, ast.AST):
+                    _place(x, lineno, col, end_lineno, end_col)
+    if type(node) is ast.Attribute and type(node.value) is ast.Name and \
+            node.value.id.startswith("__moye") and node.attr not in _AT_END:
+        node.end_lineno, node.end_col_offset = node.lineno, node.col_offset + len(node.attr)
 
 
 def _code_named(code, name):
@@ -381,7 +462,8 @@ def rewrite_function(fn):
                                                 "not a lambda")
     try:
         lines, first = inspect.getsourcelines(fn)
-        fdef = ast.parse(textwrap.dedent("".join(lines))).body[0]
+        # blank lines first: the nodes carry the file's line numbers
+        fdef = ast.parse("\n" * (first - 1) + textwrap.dedent("".join(lines))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         fdef = None
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)) or fdef.name != name:
@@ -390,10 +472,10 @@ def rewrite_function(fn):
                         (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR) else
                         _REFUSED[ast.AsyncFunctionDef])
         return None                         # no source, or not this function's
-    at = lambda node, what: where(node.lineno + first - 1, what)  # noqa: E731
+    at = lambda node, what: where(node.lineno, what)  # noqa: E731
     _refuse(fdef, at)
     fdef.decorator_list = []
-    fdef = _Rewriter(at).visit(fdef)
+    fdef = _Rewriter(at, first).visit(fdef)
     freevars = fn.__code__.co_freevars
     if freevars:                            # defined in a function that gives the closure
         factory = ast.FunctionDef("__moye_factory", ast.arguments(
@@ -401,18 +483,10 @@ def rewrite_function(fn):
             kw_defaults=[], kwarg=None, defaults=[]), [fdef, ast.Return(ast.Name(fdef.name,
                                                                                  ast.Load()))],
             [], None)
-        module = ast.Module([factory], [])
+        module = ast.Module([ast.copy_location(factory, fdef)], [])
     else:
         module = ast.Module([fdef], [])
-    ast.fix_missing_locations(module)
-    for n in ast.walk(module):
-        # Python puts a method call on the line its attribute ends on, and our calls span
-        # the whole statement: those that open a loop or branch name its first line, those
-        # that end it (writing the carried values) its last
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
-                n.value.id.startswith("__moye") and n.attr not in _AT_END:
-            n.end_lineno, n.end_col_offset = n.lineno, n.col_offset + len(n.attr)
-    ast.increment_lineno(module, first - 1)
+    _place(module, 1, 0, 1, 0)
     code = compile(module, file, "exec")
     namespace = fn.__globals__
     namespace[RT] = control

@@ -124,7 +124,10 @@ def values(b, x):
 def check_range(x, lo, hi, what):
     """A BoundsError unless lo <= x < hi in every iteration that reaches
     here; Unknown if x is not known in every iteration."""
-    vals = values(current(), x.value if isinstance(x, Sym) else x)
+    b, x = current(), x.value if isinstance(x, Sym) else x
+    if _inside(b, x, lo, hi):
+        return
+    vals = values(b, x)
     bad = [i for i in vals if not lo <= i < hi]
     if bad:
         raise BoundsError(f"{what} is {bad[0]} in an iteration of an unrolled loop; it must lie "
@@ -152,6 +155,103 @@ def check_register_index(idx, size):
         raise KernelError("a register fragment is indexed with a dynamic value; fragments live "
                           "in registers and take static indices only (or indices computed from "
                           "the variables of loops NVRTC unrolls)") from None
+
+
+def _inside(b, x, lo, hi):
+    """Whether lo <= x < hi surely holds in every iteration, found from
+    bounds on x (not from each iteration's value) where values(b, x) would
+    find each value and raise nothing; False where unsure: values() decides
+    (and raises, or names the first bad value)."""
+    if isinstance(x, ir.Value):
+        if any(_known_leaves(b, cond) for cond, _ in b.guards):
+            return False            # some iterations skip here: values() knows which
+        try:
+            ids = leaves(b, x)
+        except Unknown:
+            return False
+        if math.prod(len(b.known[i].values) if isinstance(b.known[i], IV) else 0
+                     for i in ids) > COMBINATIONS_LIMIT:
+            return False
+    span = _bounds(b, x, {})
+    return span is not None and lo <= span[0] and span[1] < hi
+
+
+def _known_leaves(b, x):
+    try:
+        leaves(b, x)
+        return True
+    except Unknown:
+        return False
+
+
+def _bounds(b, x, cache):
+    """(least, greatest) int value of x over every combination of its loop
+    variables, where each step is an int operation that cannot fail (values()
+    would raise Unknown on none of them); None otherwise."""
+    if type(x) is int or type(x) is bool:
+        return int(x), int(x)
+    if not isinstance(x, ir.Value):
+        return None
+    if x.id in cache:
+        return cache[x.id]
+    k = b.known.get(x.id)
+    out = None
+    if isinstance(k, IV):
+        out = (min(k.values), max(k.values)) if len(k.values) else None
+    elif k is not None and not isinstance(k, CarriedRead) and not k.result.type.is_float:
+        args = [_bounds(b, a, cache) for a in k.args]
+        if None not in args:
+            rule = _BOUNDS.get((k.op, len(args)))
+            out = rule(args, k.result.type) if rule is not None else None
+    cache[x.id] = out
+    return out
+
+
+def _corners(f, a, c):
+    vals = [f(p, q) for p in a for q in c]
+    return min(vals), max(vals)
+
+
+def _div_bounds(args, t):
+    a, c = args
+    if c[0] <= 0 <= c[1]:
+        return None                 # a division by zero in some iteration
+    return _corners(_c_div, a, c)
+
+
+def _mod_bounds(args, t):
+    (a0, a1), (c0, c1) = args
+    if c0 != c1 or c0 == 0:
+        return None
+    m = abs(c0) - 1                 # C's remainder takes the dividend's sign
+    if 0 <= a0 and a1 <= m or -m <= a0 and a1 <= 0:
+        return a0, a1
+    return (0 if a0 >= 0 else -m), (0 if a1 <= 0 else m)
+
+
+def _abs_bounds(args, t):
+    (a0, a1), = args
+    return (a0, a1) if a0 >= 0 else (-a1, -a0) if a1 <= 0 else (0, max(-a0, a1))
+
+
+def _cast_bounds(args, t):
+    (a0, a1), = args
+    if t.name == "Bool" or t.kind not in ("int", "uint"):
+        return None
+    lo, hi = (-(1 << (t.bits - 1)), 1 << (t.bits - 1)) if t.kind == "int" else (0, 1 << t.bits)
+    return (a0, a1) if lo <= a0 and a1 < hi else None
+
+
+_BOUNDS = {                         # (op, operand count): bounds of the result
+    ("add", 2): lambda args, t: (args[0][0] + args[1][0], args[0][1] + args[1][1]),
+    ("sub", 2): lambda args, t: (args[0][0] - args[1][1], args[0][1] - args[1][0]),
+    ("mul", 2): lambda args, t: _corners(lambda p, q: p * q, *args),
+    ("min", 2): lambda args, t: (min(args[0][0], args[1][0]), min(args[0][1], args[1][1])),
+    ("max", 2): lambda args, t: (max(args[0][0], args[1][0]), max(args[0][1], args[1][1])),
+    ("neg", 1): lambda args, t: (-args[0][1], -args[0][0]),
+    ("div", 2): _div_bounds, ("mod", 2): _mod_bounds, ("abs", 1): _abs_bounds,
+    ("cast", 1): _cast_bounds,
+}
 
 
 def _eval(b, x, env, cache):

@@ -40,6 +40,7 @@ import numpy as np
 
 from ...errors import MoyeError
 from ...layout import Layout, composition, size
+from ...layout.inttuple import flatten_to_tuple
 from ...layout.swizzle import ComposedLayout, Swizzle
 from ...types import BFloat16, Float16, Float32, TFloat32, as_element_type
 from ..mma import MMAOp
@@ -207,6 +208,19 @@ def _canonical(rows, k, ebytes, width, lbo, sbo, major):
     return rb % width + (rb // width) * lbo + (kk % 8) * width + (kk // 8) * sbo
 
 
+def _offsets(layout, n):
+    """`layout(v)` for v < n (at most its size), as an int64 array: one
+    NumPy pass per mode for a layout of ints, not n evaluations."""
+    shape, stride = flatten_to_tuple(layout.shape), flatten_to_tuple(layout.stride)
+    if not all(type(x) is int for x in shape + stride):
+        return np.array([layout(v) for v in range(n)], np.int64)
+    v, out, step = np.arange(n, dtype=np.int64), np.zeros(n, np.int64), 1
+    for s, d in zip(shape, stride):
+        out += (v // step % s) * d
+        step *= s
+    return out
+
+
 def gmma_descriptor(layout, dtype, rows, k, what="wgmma", major="K"):
     """(start, LBO, SBO, swizzle width) of the descriptor that reads the
     (rows, k) operand tile, K- or MN-major, whose value v = row + rows * kk
@@ -240,7 +254,7 @@ def gmma_descriptor(layout, dtype, rows, k, what="wgmma", major="K"):
         width = 16 << bits if bits else 16
     if not isinstance(offset, int) or not isinstance(size(inner), int) or size(inner) < rows * k:
         raise MoyeError(f"{what}: the tile {layout} is not a static ({rows},{k}) tile")
-    pre = np.array([inner(v) for v in range(rows * k)], np.int64).reshape(k, rows).T
+    pre = _offsets(inner, rows * k).reshape(k, rows).T
     start = int(pre[0, 0]) + offset
     got = (pre - pre[0, 0]) * ebytes
     if major == "K":
