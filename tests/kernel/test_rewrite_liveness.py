@@ -9,7 +9,7 @@ import numpy as np
 
 import moye
 from moye import ir
-from moye.kernel import rewrite
+from moye.compiler import rewrite
 
 RNG = np.random.default_rng(1717)
 

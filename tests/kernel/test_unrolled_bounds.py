@@ -7,7 +7,7 @@ import random
 import pytest
 
 from moye.errors import BoundsError
-from moye.kernel import tracer, unrolled
+from moye.compiler import tracer, unrolled
 
 
 def _random_expression(rng, ivs):
