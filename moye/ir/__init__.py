@@ -11,8 +11,10 @@ The instruction set is code: one class per instruction, grouped by
 hardware feature (`arith`, `memory`, `async_copy`, `warp`, `hopper`,
 `cluster`), each with named operands, its result type, whether it is pure
 and the architecture it needs (instr.py says how). The tracer builds the
-IR, `verify` checks it, `printer` prints it, and each backend registers one
-emitter (CUDA) or implementation (CPU) per instruction class. `targets`
+IR, `verify` checks it, `printer` prints it, and each backend has one
+rule (a C++ emitter, a CPU implementation) per instruction class, in the
+registry of `lowering.py`: a feature's rules sit beside its classes, the
+core's in the backends. `targets`
 holds what each target architecture allows (shared memory, launch limits).
 
 This package sits below the tracer: it imports only `moye.types`,
@@ -23,6 +25,7 @@ This package sits below the tracer: it imports only `moye.types`,
     (True, 'sm_90a', True)
 """
 from . import arith, async_copy, cluster, hopper, memory, warp
+from .lowering import LOWERINGS, lowering, lowering_of
 from .instr import (ARCHS, INSTRUCTIONS, For, If, Instr, Kernel, While, children, instructions,
                     instruction_class, operands_of, same_type, shared_bytes, symbol)
 from .passes import eliminate_dead_code
