@@ -488,9 +488,6 @@ def _asm(b, s, mask):
                     f"({s.text!r})")
 
 
-implements(ir.CpAsync)(lambda b, s, mask: b.copies.issue(s, mask))
-implements(ir.CpAsyncCommit)(lambda b, s, mask: b.copies.commit(mask))
-implements(ir.CpAsyncWait)(lambda b, s, mask: b.copies.wait(s, mask))
 implements(ir.LdMatrix)(lambda b, s, mask: b.collectives.ldmatrix(s, mask))
 implements(ir.StMatrix)(lambda b, s, mask: b.collectives.stmatrix(s, mask))
 implements(ir.Mma)(lambda b, s, mask: b.collectives.mma(s, mask))

@@ -418,37 +418,7 @@ def _emit_comment(w, s, ind, decl):
     w.emit(ind, "// " + s.text)
 
 
-# -- asynchronous copies and warp collectives: inline PTX -----------------------------
-
-
-@emits(ir.CpAsync)
-def _emit_cp_async(w, s, ind, decl):
-    a = s.args
-    dst = w.smem_addr(a[0], a[1])
-    src = f"&{w.operand(a[2])}[{w.operand(a[3])}]"
-    n, cache = s.attrs["bytes"], s.attrs["cache"]
-    if len(a) == 5:
-        w.emit(ind, f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {n}, %2;\\n" '
-                    f':: "r"({dst}), "l"({src}), "r"({w.operand(a[4])} ? {n} : 0));')
-    else:
-        w.emit(ind, f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {n};\\n" '
-                    f':: "r"({dst}), "l"({src}));')
-
-
-@emits(ir.CpAsyncCommit)
-def _emit_commit(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("cp.async.commit_group;\\n" ::);')
-
-
-@emits(ir.CpAsyncWait)
-def _emit_wait(w, s, ind, decl):
-    n = s.attrs.get("n")
-    if n is None:
-        w.emit(ind, 'asm volatile("cp.async.wait_all;\\n" ::: "memory");')
-    else:
-        w.emit(ind, f'asm volatile("cp.async.wait_group {int(n)};\\n" ::: "memory");')
-
-
+# -- warp collectives: inline PTX ---------------------------------------------------
 def _matrix_ptx(op, s):
     return (f"{op}.sync.aligned.m8n8.x{s.attrs['count']}{'.trans' if s.attrs['trans'] else ''}"
             ".shared.b16")
