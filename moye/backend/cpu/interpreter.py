@@ -488,10 +488,6 @@ def _asm(b, s, mask):
                     f"({s.text!r})")
 
 
-implements(ir.LdMatrix)(lambda b, s, mask: b.collectives.ldmatrix(s, mask))
-implements(ir.StMatrix)(lambda b, s, mask: b.collectives.stmatrix(s, mask))
-implements(ir.Mma)(lambda b, s, mask: b.collectives.mma(s, mask))
-implements(ir.Shfl)(lambda b, s, mask: b.collectives.shfl(s, mask))
 implements(ir.Wgmma)(lambda b, s, mask: b.warpgroups.wgmma(s, mask))
 # a wgmma completes when issued (wgmma.py): nothing to fence or wait for
 implements(ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait, ir.WgmmaFenceOperand)(

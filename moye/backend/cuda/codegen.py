@@ -418,55 +418,6 @@ def _emit_comment(w, s, ind, decl):
     w.emit(ind, "// " + s.text)
 
 
-# -- warp collectives: inline PTX ---------------------------------------------------
-def _matrix_ptx(op, s):
-    return (f"{op}.sync.aligned.m8n8.x{s.attrs['count']}{'.trans' if s.attrs['trans'] else ''}"
-            ".shared.b16")
-
-
-@emits(ir.LdMatrix)
-def _emit_ldmatrix(w, s, ind, decl):
-    dst, words, src, idx = s.args
-    regs = w.regs(dst, words)
-    text = f"{_matrix_ptx('ldmatrix', s)} {w.brace(0, len(regs))}, [%{len(regs)}]"
-    w.asm(ind, text, [("r", r) for r in regs], [("r", w.smem_addr(src, idx))])
-
-
-@emits(ir.StMatrix)
-def _emit_stmatrix(w, s, ind, decl):
-    dst, idx, src, words = s.args
-    regs = w.regs(src, words)
-    text = f"{_matrix_ptx('stmatrix', s)} [%0], {w.brace(1, len(regs))}"
-    w.emit(ind, f'asm volatile("{text};\\n" :: "r"({w.smem_addr(dst, idx)}), '
-                + ", ".join(f'"r"({r})' for r in regs) + ' : "memory");')
-
-
-@emits(ir.Mma)
-def _emit_mma(w, s, ind, decl):
-    d, dw, a, aw, b, bw, c, cw = s.args
-    groups = [(w.reg_constraint(x), w.regs(x, ws)) for x, ws in ((d, dw), (a, aw), (b, bw), (c, cw))]
-    k, parts = 0, []
-    for _, regs in groups:
-        parts.append(w.brace(k, len(regs)))
-        k += len(regs)
-    text = f"{s.attrs['ptx']} " + ", ".join(parts)
-    outputs = [(groups[0][0], r) for r in groups[0][1]]
-    inputs = [(t, r) for t, regs in groups[1:] for r in regs]
-    w.asm(ind, text, outputs, inputs)
-
-
-_SHFL = {"idx": "__shfl_sync", "up": "__shfl_up_sync", "down": "__shfl_down_sync",
-         "bfly": "__shfl_xor_sync"}
-
-
-@emits(ir.Shfl)
-def _emit_shfl(w, s, ind, decl):
-    x, lane, width = s.args
-    fn = _SHFL[s.attrs["mode"]]
-    w.emit(ind, f"{decl}{fn}(0xffffffffu, {w.operand(x)}, {w.operand(lane)}, "
-                f"{w.operand(width)});")
-
-
 # -- Hopper: mbarriers, fences, TMA ----------------------------------------------------
 def _bar_addr(w, s, at):
     return w.smem_addr(s.args[at], s.args[at + 1])
