@@ -488,33 +488,6 @@ def _asm(b, s, mask):
                     f"({s.text!r})")
 
 
-implements(ir.Wgmma)(lambda b, s, mask: b.warpgroups.wgmma(s, mask))
-# a wgmma completes when issued (wgmma.py): nothing to fence or wait for
-implements(ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait, ir.WgmmaFenceOperand)(
-    lambda b, s, mask: None)
-implements(ir.MbarrierInit)(lambda b, s, mask: b.hopper.init(s, mask))
-implements(ir.MbarrierArrive)(lambda b, s, mask: b.hopper.arrive(s, mask))
-implements(ir.MbarrierArriveExpectTx)(lambda b, s, mask: b.hopper.arrive(s, mask, tx=True))
-implements(ir.MbarrierTryWait)(
-    lambda b, s, mask: b.set_result(s, b.hopper.try_wait(s, mask), mask))
-implements(ir.MbarrierWait)(lambda b, s, mask: b.hopper.wait(s, mask))
-implements(ir.FenceProxyAsync)(lambda b, s, mask: b.hopper.fence_proxy_async(s, mask))
-implements(ir.TmaLoad)(lambda b, s, mask: b.hopper.load(s, mask))
-implements(ir.TmaStore)(lambda b, s, mask: b.hopper.store(s, mask))
-implements(ir.TmaStoreCommit)(lambda b, s, mask: b.hopper.commit(mask))
-implements(ir.TmaStoreWait)(lambda b, s, mask: b.hopper.store_wait(s, mask))
-implements(ir.NamedBarrier)(lambda b, s, mask: b.named.sync(s, mask))
-implements(ir.NamedBarrierArrive)(lambda b, s, mask: b.named.arrive(s, mask))
-# registers are not a limit here; an mbarrier is initialized when mbarrier_init runs
-implements(ir.SetMaxNReg, ir.FenceBarrierInit)(lambda b, s, mask: None)
-implements(ir.ClusterSpecial)(
-    lambda b, s, mask: b.set_result(s, b.cluster.special(s, mask), mask))
-implements(ir.ClusterArrive)(lambda b, s, mask: b.cluster.arrive(s, mask))
-implements(ir.ClusterWait)(lambda b, s, mask: b.cluster.wait(s, mask))
-implements(ir.MbarrierArriveCluster)(lambda b, s, mask: b.cluster.remote_arrive(s, mask))
-implements(ir.TmaLoadMulticast)(lambda b, s, mask: b.cluster.multicast_load(s, mask))
-
-
 def _pack(parts, dtype):
     """Per-lane element vectors (n, width) as one wide value per lane."""
     raw = np.ascontiguousarray(parts).view(np.uint8).reshape(parts.shape[0], -1)
