@@ -450,21 +450,6 @@ def _store(b, s, mask):
     b.store(s.ptr, s.index, s.value, s, mask)
 
 
-@implements(ir.AtomicAdd)
-def _atomic_add(b, s, mask):
-    """The active lanes add one after another, in lane order (one order the
-    GPU may take), each reading the sum of those before it."""
-    kind, buf, index, rows = b.index(s.ptr, s.index, s, mask, 1)
-    values = b.vec(s.value).astype(buf.dtype)
-    old = np.zeros(b.n, buf.dtype)
-    with np.errstate(all="ignore"):
-        for lane in np.nonzero(mask)[0]:
-            i = index[lane]
-            old[lane] = buf[i]
-            buf[i:i + 1] += values[lane]
-    b.masked_set(s.result, old, mask, buf.dtype)
-
-
 @implements(ir.Barrier)
 def _barrier(b, s, mask):
     b.sched.sync_threads(s, mask)

@@ -390,12 +390,6 @@ def _emit_store(w, s, ind, decl):
                 f"{w.arg(s.value, s.elem if s.width == 1 else None)};")
 
 
-@emits(ir.AtomicAdd)
-def _emit_atomic_add(w, s, ind, decl):
-    w.emit(ind, f"{decl}atomicAdd(&{w.operand(s.ptr)}[{w.operand(s.index)}], "
-                f"{w.arg(s.value, s.elem)});")
-
-
 @emits(ir.Barrier)
 def _emit_barrier(w, s, ind, decl):
     w.emit(ind, "__syncthreads();")
