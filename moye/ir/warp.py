@@ -1,4 +1,4 @@
-"""Warp-collective instructions: ldmatrix/stmatrix, mma.sync, shfl.sync.
+"""Warp-collective instructions: ldmatrix/stmatrix, mma.sync, shfl.sync, vote.sync.ballot.
 
 A *register list* is a base in local memory whose element type is the
 register type (UInt32 for PTX b32, Float32 for f32, Int32 for s32, Float64
@@ -9,8 +9,13 @@ their thread-value layouts, are in `atom/arch/ldmatrix.py`,
 rules follow it (`lowering.py` states their contract); the CPU semantics
 of the collectives, from the PTX ISA, are `backend/cpu/collectives.py`.
 """
+import numpy as np
+
+from .. import types as T
+from ..errors import KernelRuntimeError
 from .instr import Instr, type_of
 from .lowering import lowering
+from .values import where
 
 
 def _matrix_ptx(op, s):
@@ -110,3 +115,50 @@ def _emit_shfl(w, s, ind, decl):
 @lowering("cpu", Shfl)
 def _run_shfl(b, s, mask):
     b.collectives.shfl(s, mask)
+
+
+class Ballot(Instr):
+    """vote.sync.ballot.b32 over the full warp (CUDA's __ballot_sync(0xffffffff,
+    pred)): a UInt32 with bit i set where lane i's pred (Bool) is true. Lanes
+    a partial last warp lacks count as exited: their bits are 0."""
+    op = "ballot"
+    operands = ("pred",)
+
+    def result_type(self):
+        return T.UInt32
+
+    def check(self):
+        t = type_of(self.pred)
+        if t is None and not isinstance(self.pred, int) or t is not None and t is not T.Bool:
+            return f"the predicate {self.pred!r} is {t or type(self.pred).__name__}, not Bool"
+        return None
+
+
+@lowering("cuda", Ballot)
+def _emit_ballot(w, s, ind, decl):
+    w.emit(ind, f"{decl}__ballot_sync(0xffffffffu, {w.operand(s.pred)});")
+
+
+@lowering("cpu", Ballot)
+def _run_ballot(b, s, mask):
+    """Each warp (32 consecutive threads of a block; the last may be partial)
+    ORs the bits of its lanes; a warp of which only some threads execute the
+    ballot is refused (undefined on the GPU, as the full mask names them all)."""
+    per_block = -(-b.threads // 32)
+    warp = b.block_of_lane * per_block + b.thread_of_lane // 32
+    lane = (b.thread_of_lane % 32).astype(np.uint32)
+    threads = np.bincount(warp, minlength=len(b.block_ids) * per_block)
+    active = np.bincount(warp, weights=mask, minlength=len(threads)).astype(np.int64)
+    divided = np.nonzero((active > 0) & (active < threads))[0]
+    if divided.size:
+        w = divided[0]
+        first = int(np.nonzero((warp == w) & ~mask)[0][0])
+        raise KernelRuntimeError(
+            f"{where(s.loc)}\n  ballot needs every thread of its warp, but in warp "
+            f"{w % per_block} of block {tuple(int(i) for i in b.block_ids[w // per_block])} "
+            f"{threads[w] - active[w]} of its {threads[w]} threads do not execute it (lane "
+            f"{int(lane[first])} first: a branch or loop divides the warp)")
+    bits = np.where(mask & (b.vec(s.pred) != 0), np.uint32(1) << lane, np.uint32(0))
+    votes = np.zeros(len(threads), np.uint32)
+    np.bitwise_or.at(votes, warp, bits.astype(np.uint32))
+    b.set_result(s, votes[warp], mask)
