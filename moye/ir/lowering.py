@@ -50,6 +50,8 @@ thread). What a rule may use of `b`:
 
     >>> import moye
     >>> from moye import ir
+    >>> ir.lowering_of("cuda", ir.Shfl).__module__, ir.lowering_of("cpu", ir.Shfl).__module__
+    ('moye.ir.warp', 'moye.ir.warp')
     >>> ir.lowering_of("cuda", ir.Load).__module__, ir.lowering_of("cpu", ir.Load).__module__
     ('moye.backend.cuda.codegen', 'moye.backend.cpu.interpreter')
 """
