@@ -13,10 +13,14 @@ from ..types import UInt1, as_element_type
 
 
 class CopyOp:
-    """One copy instruction: its name, threads and bit-level TV layouts."""
+    """One copy instruction: its name, threads and bit-level TV layouts;
+    `instruction` the IR class it becomes (None for a plain load and store),
+    whose rules in `ir.lowering` are its C++ and CPU semantics."""
 
-    def __init__(self, name, thr_id, src, dst, ref=None, *, kind, bits=None, arch=0, **info):
+    def __init__(self, name, thr_id, src, dst, ref=None, *, kind, bits=None, arch=0,
+                 instruction=None, **info):
         self.name, self.thr_id, self.kind, self.arch = name, thr_id, kind, arch
+        self.instruction = instruction
         self.src_bits, self.dst_bits = src, dst
         self.ref_bits = dst if ref is None else ref
         self.bits = bits

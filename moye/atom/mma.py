@@ -11,10 +11,13 @@ from ..types import as_element_type
 
 
 class MMAOp:
-    """One MMA instruction: shape, threads, TV layouts and types."""
+    """One MMA instruction: shape, threads, TV layouts and types; `instruction`
+    the IR class it becomes (None for a scalar FMA), whose rules in
+    `ir.lowering` are its C++ and CPU semantics."""
 
     def __init__(self, name, shape_mnk, thr_id, a_layout, b_layout, c_layout, types, *,
-                 arch=0, ptx=None, **info):
+                 arch=0, ptx=None, instruction=None, **info):
+        self.instruction = instruction
         self.name, self.shape_mnk, self.thr_id = name, shape_mnk, thr_id
         self.a_layout, self.b_layout, self.c_layout = a_layout, b_layout, c_layout
         self.d_type, self.a_type, self.b_type, self.c_type = (as_element_type(t) for t in types)

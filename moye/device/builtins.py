@@ -3,6 +3,7 @@ thread and block indices, barriers, shared arrays, selection, math and
 printing. All ids are 0-based.
 """
 import math
+import numbers
 
 from .. import types as T
 from ..array import MoYeArray
@@ -234,8 +235,31 @@ def atomic_add(array, index, value):
     return Sym(old, elem)
 
 
+def ballot(pred):
+    """The UInt32 mask of the lanes of this warp whose `pred` is true (bit i
+    for lane i); every thread of the warp calls it. CUDA: __ballot_sync with
+    the full mask (PTX vote.sync.ballot.b32).
+        >>> import moye
+        >>> @moye.kernel
+        ... def votes(out, x):
+        ...     t = moye.thread_idx.x
+        ...     out[t] = moye.ballot(x[t] > 0)
+        >>> out = np.zeros(40, np.uint32)
+        >>> votes[1, 40](out, np.arange(40, dtype=np.int32) % 4 - 2)
+        >>> hex(out[0]), hex(out[39])
+        ('0x88888888', '0x88')
+    """
+    if isinstance(pred, Sym):
+        pred = (pred if pred.type is T.Bool else pred != 0).value
+    elif isinstance(pred, numbers.Number):
+        pred = int(bool(pred))
+    else:
+        raise MoyeTypeError(f"ballot: pred must be a Bool or a number, got {pred!r}")
+    return Sym(current().instr("ballot", (pred,), T.UInt32), T.UInt32)
+
+
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "shared_array",
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "fma", "cast", "cushow", "atomic_add"]
+           "cos", "tanh", "fma", "cast", "cushow", "atomic_add", "ballot"]

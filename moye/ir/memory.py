@@ -70,30 +70,6 @@ class Store(Instr):
     check = _memory_check
 
 
-class AtomicAdd(Instr):
-    """atomicAdd(&ptr[index], value): adds `value` to an `elem` element of
-    global memory, atomically, and gives the element's value before."""
-    op = "atomic_add"
-    operands = ("ptr", "index", "value")
-    attributes = {"elem": None}
-    writes = "ptr"
-    TYPES = (T.Int32, T.UInt32, T.UInt64, T.Float32, T.Float64)     # those atomicAdd takes
-
-    def result_type(self):
-        return self.elem
-
-    def check(self):
-        t = type_of(self.ptr)
-        if not isinstance(t, PtrType) or t.space != "global":
-            return f"the base {self.ptr!r} is not a pointer to global memory"
-        if self.elem not in self.TYPES:
-            return f"atomicAdd takes {', '.join(map(str, self.TYPES))}, not {self.elem}"
-        tv = type_of(self.value)
-        if tv is not None and tv is not self.elem:
-            return f"the value is {tv}, not {self.elem}"
-        return None if is_integer(self.index) else f"the index {self.index!r} is not an integer"
-
-
 class Addr(Instr):
     """A pointer to an array's first element."""
     op = "addr"

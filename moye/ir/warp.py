@@ -1,13 +1,25 @@
-"""Warp-collective instructions: ldmatrix/stmatrix, mma.sync, shfl.sync.
+"""Warp-collective instructions: ldmatrix/stmatrix, mma.sync, shfl.sync, vote.sync.ballot.
 
 A *register list* is a base in local memory whose element type is the
 register type (UInt32 for PTX b32, Float32 for f32, Int32 for s32, Float64
 for f64) and a tuple of static indices, one per register, in the order the
 PTX instruction lists them. The atoms these instructions implement, with
-their thread-value layouts, are in `atom/arch/ldmatrix.py` and
-`atom/arch/sm80.py`.
+their thread-value layouts, are in `atom/arch/ldmatrix.py`,
+`atom/arch/stmatrix.py` and `atom/arch/sm80.py`. Each class's C++ and CPU
+rules follow it (`lowering.py` states their contract); the CPU semantics
+of the collectives, from the PTX ISA, are `backend/cpu/collectives.py`.
 """
+import numpy as np
+
+from .. import types as T
+from ..errors import KernelRuntimeError
 from .instr import Instr, type_of
+from .lowering import lowering
+from .values import where
+
+
+def _matrix_ptx(op, s):
+    return f"{op}.sync.aligned.m8n8.x{s.count}{'.trans' if s.trans else ''}.shared.b16"
 
 
 class LdMatrix(Instr):
@@ -19,11 +31,36 @@ class LdMatrix(Instr):
     attributes = {"count": 1, "trans": False}
 
 
+@lowering("cuda", LdMatrix)
+def _emit_ldmatrix(w, s, ind, decl):
+    regs = w.regs(s.dst, s.dst_regs)
+    text = f"{_matrix_ptx('ldmatrix', s)} {w.brace(0, len(regs))}, [%{len(regs)}]"
+    w.asm(ind, text, [("r", r) for r in regs], [("r", w.smem_addr(s.src, s.src_idx))])
+
+
+@lowering("cpu", LdMatrix)
+def _run_ldmatrix(b, s, mask):
+    b.collectives.ldmatrix(s, mask)
+
+
 class StMatrix(Instr):
     """stmatrix: the reverse of ldmatrix, registers to shared memory (sm_90)."""
     op = "stmatrix"
     operands = ("dst", "dst_idx", "src", "src_regs")
     attributes = {"count": 1, "trans": False}
+
+
+@lowering("cuda", StMatrix)
+def _emit_stmatrix(w, s, ind, decl):
+    regs = w.regs(s.src, s.src_regs)
+    text = f"{_matrix_ptx('stmatrix', s)} [%0], {w.brace(1, len(regs))}"
+    w.emit(ind, f'asm volatile("{text};\\n" :: "r"({w.smem_addr(s.dst, s.dst_idx)}), '
+                + ", ".join(f'"r"({r})' for r in regs) + ' : "memory");')
+
+
+@lowering("cpu", StMatrix)
+def _run_stmatrix(b, s, mask):
+    b.collectives.stmatrix(s, mask)
 
 
 class Mma(Instr):
@@ -35,6 +72,25 @@ class Mma(Instr):
     attributes = {"ptx": None}
 
 
+@lowering("cuda", Mma)
+def _emit_mma(w, s, ind, decl):
+    groups = [(w.reg_constraint(x), w.regs(x, regs))
+              for x, regs in ((s.d, s.d_regs), (s.a, s.a_regs), (s.b, s.b_regs),
+                              (s.c, s.c_regs))]
+    k, parts = 0, []
+    for _, regs in groups:
+        parts.append(w.brace(k, len(regs)))
+        k += len(regs)
+    outputs = [(groups[0][0], r) for r in groups[0][1]]
+    inputs = [(t, r) for t, regs in groups[1:] for r in regs]
+    w.asm(ind, f"{s.ptx} " + ", ".join(parts), outputs, inputs)
+
+
+@lowering("cpu", Mma)
+def _run_mma(b, s, mask):
+    b.collectives.mma(s, mask)
+
+
 class Shfl(Instr):
     """__shfl_sync / _up / _down / _xor (mode idx, up, down, bfly) of x over
     the full warp."""
@@ -44,3 +100,65 @@ class Shfl(Instr):
 
     def result_type(self):
         return type_of(self.x)
+
+
+_SHFL = {"idx": "__shfl_sync", "up": "__shfl_up_sync", "down": "__shfl_down_sync",
+         "bfly": "__shfl_xor_sync"}
+
+
+@lowering("cuda", Shfl)
+def _emit_shfl(w, s, ind, decl):
+    w.emit(ind, f"{decl}{_SHFL[s.mode]}(0xffffffffu, {w.operand(s.x)}, {w.operand(s.lane)}, "
+                f"{w.operand(s.width)});")
+
+
+@lowering("cpu", Shfl)
+def _run_shfl(b, s, mask):
+    b.collectives.shfl(s, mask)
+
+
+class Ballot(Instr):
+    """vote.sync.ballot.b32 over the full warp (CUDA's __ballot_sync(0xffffffff,
+    pred)): a UInt32 with bit i set where lane i's pred (Bool) is true. Lanes
+    a partial last warp lacks count as exited: their bits are 0."""
+    op = "ballot"
+    operands = ("pred",)
+
+    def result_type(self):
+        return T.UInt32
+
+    def check(self):
+        t = type_of(self.pred)
+        if t is None and not isinstance(self.pred, int) or t is not None and t is not T.Bool:
+            return f"the predicate {self.pred!r} is {t or type(self.pred).__name__}, not Bool"
+        return None
+
+
+@lowering("cuda", Ballot)
+def _emit_ballot(w, s, ind, decl):
+    w.emit(ind, f"{decl}__ballot_sync(0xffffffffu, {w.operand(s.pred)});")
+
+
+@lowering("cpu", Ballot)
+def _run_ballot(b, s, mask):
+    """Each warp (32 consecutive threads of a block; the last may be partial)
+    ORs the bits of its lanes; a warp of which only some threads execute the
+    ballot is refused (undefined on the GPU, as the full mask names them all)."""
+    per_block = -(-b.threads // 32)
+    warp = b.block_of_lane * per_block + b.thread_of_lane // 32
+    lane = (b.thread_of_lane % 32).astype(np.uint32)
+    threads = np.bincount(warp, minlength=len(b.block_ids) * per_block)
+    active = np.bincount(warp, weights=mask, minlength=len(threads)).astype(np.int64)
+    divided = np.nonzero((active > 0) & (active < threads))[0]
+    if divided.size:
+        w = divided[0]
+        first = int(np.nonzero((warp == w) & ~mask)[0][0])
+        raise KernelRuntimeError(
+            f"{where(s.loc)}\n  ballot needs every thread of its warp, but in warp "
+            f"{w % per_block} of block {tuple(int(i) for i in b.block_ids[w // per_block])} "
+            f"{threads[w] - active[w]} of its {threads[w]} threads do not execute it (lane "
+            f"{int(lane[first])} first: a branch or loop divides the warp)")
+    bits = np.where(mask & (b.vec(s.pred) != 0), np.uint32(1) << lane, np.uint32(0))
+    votes = np.zeros(len(threads), np.uint32)
+    np.bitwise_or.at(votes, warp, bits.astype(np.uint32))
+    b.set_result(s, votes[warp], mask)

@@ -11,11 +11,22 @@ from moye.backend.cuda.codegen import EMITTERS
 
 
 def test_every_instruction_has_a_cuda_emitter_and_a_cpu_implementation():
-    missing = [(cls.__name__, cls in EMITTERS, cls in IMPLEMENTATIONS)
-               for cls in ir.INSTRUCTIONS.values()
-               if cls not in EMITTERS or cls not in IMPLEMENTATIONS]
+    cuda, cpu = ir.LOWERINGS["cuda"], ir.LOWERINGS["cpu"]
+    missing = [(cls.__name__, cls in cuda, cls in cpu) for cls in ir.INSTRUCTIONS.values()
+               if cls not in cuda or cls not in cpu]
     assert missing == []
-    assert set(EMITTERS) == set(IMPLEMENTATIONS) == set(ir.INSTRUCTIONS.values())
+    assert set(cuda) == set(cpu) == set(ir.INSTRUCTIONS.values())
+    assert EMITTERS is cuda and IMPLEMENTATIONS is cpu      # the backends' names for them
+
+
+def test_a_feature_keeps_its_rules_beside_its_classes():
+    for cls in ir.INSTRUCTIONS.values():
+        feature = cls.__module__
+        if feature.rsplit(".", 1)[-1] in ("async_copy", "atomics", "warp", "hopper", "cluster"):
+            assert ir.lowering_of("cuda", cls).__module__ == feature, cls
+            assert ir.lowering_of("cpu", cls).__module__ == feature, cls
+    with pytest.raises(TypeError, match="two cuda lowerings for Ballot"):
+        ir.lowering("cuda", ir.Ballot)(lambda w, s, ind, decl: None)
 
 
 def test_instruction_classes_state_names_purity_and_architecture():

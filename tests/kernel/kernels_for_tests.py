@@ -132,3 +132,10 @@ def tickets(counter, order, n):
     i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
     if i < n:
         order[i] = moye.atomic_add(counter, 0, 1)
+
+
+@moye.kernel
+def vote(out, x):
+    """out[i] = the ballot of x > 0 over thread i's warp."""
+    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
+    out[i] = moye.ballot(x[i] > 0)

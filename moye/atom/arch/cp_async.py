@@ -9,6 +9,7 @@ op has one thread and its source and destination are one value of the
 copied type: (1, bits) -> bit. MoYe: CPOP_ASYNC_CACHEALWAYS{T},
 CPOP_ASYNC_CACHEGLOBAL{T}; CuTe: SM80_CP_ASYNC_CACHEALWAYS<S,D>, ...
 """
+from ... import ir
 from ...errors import MoyeError
 from ...layout import Layout
 from ...types import as_element_type
@@ -44,7 +45,7 @@ def cp_async_op(cache_op, T, D=None):
         args = f"{T}" if D is T else f"{T}, {D}"
         op = _OPS[key] = CopyOp(
             f"{prefix}({args})", Layout(1), Layout((1, T.bits)), Layout((1, D.bits)),
-            kind="cp_async", bits=T.bits, arch=80, cache_op=cache_op, bytes=nbytes,
+            kind="cp_async", bits=T.bits, arch=80, instruction=ir.CpAsync, cache_op=cache_op, bytes=nbytes,
             ptx=f"cp.async.{cache_op}.shared.global [dst], [src], {nbytes}",
             cute_name=f"{prefix.replace('CPOP_', 'SM80_CP_')}<{args}>")
     return op

@@ -21,6 +21,7 @@ element, the two elements, registers)). The reference is the destination.
 
 stmatrix (stmatrix.py) is the same instruction run backwards.
 """
+from ... import ir
 from ...layout import Layout
 from ..copy import CopyOp
 
@@ -87,7 +88,7 @@ def _ldsm(count, transpose):
     dst = fragments_transposed(count) if transpose else fragments(count)
     name, cute_name = matrix_op_names("LDSM", 75, count, transpose)
     return CopyOp(name, Layout(32), row_addresses(count), dst, kind="ldsm", bits=32 * count,
-                  arch=75, count=count, transpose=transpose, address_threads=8 * count,
+                  arch=75, instruction=ir.LdMatrix, count=count, transpose=transpose, address_threads=8 * count,
                   ptx=ldmatrix_ptx(count, transpose), cute_name=cute_name)
 
 

@@ -14,6 +14,7 @@ bf16x2, tf32, 4 x s8, 8 x s4, 32 x b1) travel in `b32` registers; f32 and s32
 accumulators take one register per element; f64 operands take one 64-bit
 `f64` register per element.
 """
+from ... import ir
 from ...layout import Layout, size
 from ...types import as_element_type
 from ..mma import MMAOp
@@ -91,6 +92,7 @@ def mma_sync_op(shape_mnk, types, a_layout, b_layout, c_layout, *, arch, min_sm,
         "d": _registers("d", m * n // threads, types[0]),
     }
     return MMAOp(name, shape_mnk, thr_id, a_layout, b_layout, c_layout, types, arch=arch, ptx=ptx,
+                 instruction=ir.Mma,
                  kind="popc" if bitop else "mma", bitop=bitop, saturate=saturate,
                  registers=registers, min_sm=min_sm, cute_name=cute_name,
                  c_after=c_after)

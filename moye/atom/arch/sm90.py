@@ -38,6 +38,7 @@ descriptor's fields from a layout, or says why none can express it.
 """
 import numpy as np
 
+from ... import ir
 from ...errors import MoyeError
 from ...layout import Layout, composition, size
 from ...layout.inttuple import flatten_to_tuple
@@ -148,7 +149,7 @@ def _make_wgmma(n, a_type, b_type, c_type, a_source, a_major, b_major):
         a_layout, a_regs = smem_tile(64, k), (1, "b64")
     d_regs = (n // 2, "f32") if c_type is Float32 else (n // 4, "b32")
     return MMAOp(name, (64, n, k), WARPGROUP, a_layout, smem_tile(n, k), acc_layout_64xN(n), types,
-                 arch=90, ptx=ptx, kind="wgmma", a_source=a_source, a_major=a_major,
+                 arch=90, ptx=ptx, instruction=ir.Wgmma, kind="wgmma", a_source=a_source, a_major=a_major,
                  b_major=b_major, registers={"a": a_regs, "b": (1, "b64"), "c": d_regs,
                                              "d": d_regs},
                  min_sm=90, cute_name=cute_name)

@@ -8,6 +8,7 @@ elements of matrix `j` that ldmatrix would have loaded into it. So the
 source is ldmatrix's destination (registers), the destination ldmatrix's
 source (rows in shared memory), and the reference is the source.
 """
+from ... import ir
 from ...layout import Layout
 from ..copy import CopyOp
 from .ldmatrix import (export_copy_ops, fragments, fragments_transposed, ldmatrix_ptx,
@@ -18,7 +19,7 @@ def _stsm(count, transpose):
     src = fragments_transposed(count) if transpose else fragments(count)
     name, cute_name = matrix_op_names("STSM", 90, count, transpose)
     return CopyOp(name, Layout(32), src, row_addresses(count), src, kind="stsm", bits=32 * count,
-                  arch=90, count=count, transpose=transpose, address_threads=8 * count,
+                  arch=90, instruction=ir.StMatrix, count=count, transpose=transpose, address_threads=8 * count,
                   ptx=ldmatrix_ptx(count, transpose, store=True), cute_name=cute_name)
 
 

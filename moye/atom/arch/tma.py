@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...array.engine import layout_offsets as flat_offsets
+from ... import ir
 from ...errors import MoyeError
 from ...layout import Layout, size
 from ...layout.swizzle import ComposedLayout, Swizzle
@@ -33,19 +34,20 @@ from ...types import as_element_type
 class TMAOp:
     """A TMA copy direction: TMA_LOAD (global to shared memory, completing on
     an mbarrier) or TMA_STORE (shared to global memory, in bulk groups).
-    CuTe: SM90_TMA_LOAD, SM90_TMA_STORE."""
+    CuTe: SM90_TMA_LOAD, SM90_TMA_STORE. `instruction` is the IR class it
+    becomes, whose rules in `ir.lowering` are its C++ and CPU semantics."""
 
-    def __init__(self, name, kind, ptx):
-        self.name, self.kind, self.ptx = name, kind, ptx
+    def __init__(self, name, kind, ptx, instruction):
+        self.name, self.kind, self.ptx, self.instruction = name, kind, ptx, instruction
 
     def __repr__(self):
         return self.name
 
 
 TMA_LOAD = TMAOp("TMA_LOAD", "load", "cp.async.bulk.tensor.{r}d.shared::cluster.global"
-                 ".mbarrier::complete_tx::bytes")
+                 ".mbarrier::complete_tx::bytes", ir.TmaLoad)
 TMA_STORE = TMAOp("TMA_STORE", "store", "cp.async.bulk.tensor.{r}d.global.shared::cta"
-                  ".bulk_group")
+                  ".bulk_group", ir.TmaStore)
 SM90_TMA_LOAD, SM90_TMA_STORE = TMA_LOAD, TMA_STORE
 
 # cuTensorMapEncodeTiled's CUtensorMapDataType by element type (names without the prefix);

@@ -24,7 +24,6 @@ batch's shared memory: the row of rank r is the cluster's first row + r.
 """
 import numpy as np
 
-from ... import ir
 from .errors import KernelRuntimeError, where
 from .tma import PendingLoad
 
@@ -68,6 +67,22 @@ class Cluster:
         self.arrived = np.zeros(n, np.int64)
         self.waited = np.zeros(n, np.int64)
         self.synced = {}        # mbarrier key -> its state at the last completed cluster wait
+
+    # the instructions, as their IR rules call them: `b.cluster.arrive(s, mask)`
+    def special(self, s, mask):
+        return special(self.block.hopper, s, mask)
+
+    def arrive(self, s, mask):
+        arrive(self.block.hopper, s, mask)
+
+    def wait(self, s, mask):
+        wait(self.block.hopper, s, mask)
+
+    def remote_arrive(self, s, mask):
+        remote_arrive(self.block.hopper, s, mask)
+
+    def multicast_load(self, s, mask):
+        multicast_load(self.block.hopper, s, mask)
 
     def row_of_rank(self, s, row, rank, lane):
         """The batch row of the block of `rank` in the cluster of `row`."""
@@ -185,7 +200,3 @@ def multicast_load(h, s, mask):
             h.loads.append(PendingLoad(bar=target, arr=arr, dst=raw, row=trow, bytes=pos, data=data,
                                  lane=lane, loc=s.loc))
 
-
-# the IR instructions this file runs, for the interpreter's table of Hopper ops
-OPS = {ir.ClusterSpecial: special, ir.ClusterArrive: arrive, ir.ClusterWait: wait,
-       ir.MbarrierArriveCluster: remote_arrive, ir.TmaLoadMulticast: multicast_load}

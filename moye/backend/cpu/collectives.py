@@ -49,6 +49,26 @@ def _ranges(lanes):
     return ", ".join(out)
 
 
+class Collectives:
+    """The warp collectives of one block batch, as their IR rules call them:
+    `b.collectives.ldmatrix(s, mask)`."""
+
+    def __init__(self, block):
+        self.block = block
+
+    def ldmatrix(self, s, mask):
+        ldmatrix(self.block, s, mask)
+
+    def stmatrix(self, s, mask):
+        stmatrix(self.block, s, mask)
+
+    def mma(self, s, mask):
+        mma(self.block, s, mask)
+
+    def shfl(self, s, mask):
+        shfl(self.block, s, mask)
+
+
 # -- registers --------------------------------------------------------------------------------
 def _registers(b, s, base, regs, lanes, nbytes, what):
     """(buffer, rows, indices) of the register list `regs` of `base` for `lanes`."""
@@ -251,4 +271,4 @@ def shfl(b, s, mask):
             ok = j <= max_lane
         j = np.where(ok, j, lane)
         out[lanes] = x[np.take_along_axis(lanes, j, axis=1)]
-    b._masked_set(s.result, out, mask, s.result.type.numpy)
+    b.masked_set(s.result, out, mask, s.result.type.numpy)

@@ -38,14 +38,15 @@ import numpy as np
 
 from ...errors import MoyeError
 from ... import ir
-from . import collectives, wgmma
+from .collectives import Collectives
 from .async_copy import AsyncCopies
-from .cluster import OPS as _CLUSTER_OPS, Cluster, cluster_order
+from .cluster import Cluster, cluster_order
 from .contexts import Scheduler
 from .errors import ArgumentName, KernelRuntimeError, where as _where
 from .named_barrier import NamedBarriers
 from .race import RaceCheck
 from .tma import Hopper
+from .wgmma import Warpgroups
 
 
 class Pointer:
@@ -121,6 +122,8 @@ class _Block:
         self.hopper = Hopper(self)
         self.sched = Scheduler(self)
         self.named = NamedBarriers(self)
+        self.collectives = Collectives(self)
+        self.warpgroups = Warpgroups(self)
 
     # values ----------------------------------------------------------------
     def get(self, x):
@@ -204,7 +207,8 @@ class _Block:
                 f"zero by thread {self._tid(lane)} of block {self._bid(lane)}"
                 + (f" (and {more} more threads)" if more else ""))
 
-    def _masked_set(self, value, data, mask, t):
+    def masked_set(self, value, data, mask, t):
+        """`value` becomes `data` (of NumPy type `t`) in the lanes of `mask`."""
         old = self.env.get(id(value))
         data = np.asarray(data)
         if data.ndim == 0:
@@ -215,6 +219,10 @@ class _Block:
             self.env[id(value)] = data
         else:
             self.env[id(value)] = np.where(mask, data, old)
+
+    def set_result(self, s, data, mask):
+        """The result of `s` becomes `data` in the lanes of `mask`, in its type."""
+        self.masked_set(s.result, data, mask, _result_dtype(s))
 
     def instr(self, s, mask):
         run = IMPLEMENTATIONS.get(type(s))
@@ -235,7 +243,11 @@ class _Block:
             return kind, buf, arr, p.off, p.name
         return "global", p.buf, None, p.off, p.name
 
-    def _index(self, base, idx, s, mask, width):
+    def index(self, base, idx, s, mask, width):
+        """(kind, buffer, index, rows) of the access base[idx] of `width`
+        elements by the active lanes, bounds-checked and seen by the race
+        check: buffer[index] in global memory, buffer[rows, index] in shared
+        and register arrays; the inactive lanes' index is 0."""
         kind, buf, arr, off, name = self._target(base)
         index = off + self.vec(idx).astype(np.int64)
         n_elem = buf.shape[-1]
@@ -276,7 +288,7 @@ class _Block:
 
     def load(self, base, idx, s, mask, r):
         width = s.attrs.get("width", 1)
-        kind, buf, index, rows = self._index(base, idx, s, mask, width)
+        kind, buf, index, rows = self.index(base, idx, s, mask, width)
         if rows is not None:
             if width == 1:
                 return buf[rows, index]
@@ -288,7 +300,7 @@ class _Block:
 
     def store(self, base, idx, value, s, mask):
         width = s.attrs.get("width", 1)
-        kind, buf, index, rows = self._index(base, idx, s, mask, width)
+        kind, buf, index, rows = self.index(base, idx, s, mask, width)
         v = self.vec(value)
         lanes = np.nonzero(mask)[0]
         if width == 1:
@@ -307,20 +319,14 @@ class _Block:
 
 
 # -- the implementations, one per instruction class ----------------------------------------
-IMPLEMENTATIONS = {}    # ir instruction class -> run(block, instr, mask)
+IMPLEMENTATIONS = ir.LOWERINGS["cpu"]     # ir instruction class -> run(block, instr, mask)
 
 
 def implements(*classes):
     """Register the decorated function as the CPU implementation of these IR
-    instruction classes: `run(b, s, mask)` executes statement `s` in the
-    lanes of block batch `b` where `mask` is true."""
-    def register(fn):
-        for cls in classes:
-            if cls in IMPLEMENTATIONS:
-                raise TypeError(f"two CPU implementations for {cls.__name__}")
-            IMPLEMENTATIONS[cls] = fn
-        return fn
-    return register
+    instruction classes (`ir.lowering("cpu", ...)`, whose docstring states
+    the contract and what an implementation may use of the block)."""
+    return ir.lowering("cpu", *classes)
 
 
 def _result_dtype(s):
@@ -418,7 +424,7 @@ def _write(b, s, mask):
         else:
             b.env[id(var)] = data
     else:
-        b._masked_set(var, data, np.ones(b.n, bool) if decl else mask, _np(var.type))
+        b.masked_set(var, data, np.ones(b.n, bool) if decl else mask, _np(var.type))
 
 
 @implements(ir.Addr)
@@ -444,21 +450,6 @@ def _store(b, s, mask):
     b.store(s.ptr, s.index, s.value, s, mask)
 
 
-@implements(ir.AtomicAdd)
-def _atomic_add(b, s, mask):
-    """The active lanes add one after another, in lane order (one order the
-    GPU may take), each reading the sum of those before it."""
-    kind, buf, index, rows = b._index(s.ptr, s.index, s, mask, 1)
-    values = b.vec(s.value).astype(buf.dtype)
-    old = np.zeros(b.n, buf.dtype)
-    with np.errstate(all="ignore"):
-        for lane in np.nonzero(mask)[0]:
-            i = index[lane]
-            old[lane] = buf[i]
-            buf[i:i + 1] += values[lane]
-    b._masked_set(s.result, old, mask, buf.dtype)
-
-
 @implements(ir.Barrier)
 def _barrier(b, s, mask):
     b.sched.sync_threads(s, mask)
@@ -480,47 +471,6 @@ def _comment(b, s, mask):
 def _asm(b, s, mask):
     raise MoyeError(f"{_where(s.loc)}\n  the CPU backend cannot run inline assembly "
                     f"({s.text!r})")
-
-
-implements(ir.CpAsync)(lambda b, s, mask: b.copies.issue(s, mask))
-implements(ir.CpAsyncCommit)(lambda b, s, mask: b.copies.commit(mask))
-implements(ir.CpAsyncWait)(lambda b, s, mask: b.copies.wait(s, mask))
-for _cls, _run in {ir.LdMatrix: collectives.ldmatrix, ir.StMatrix: collectives.stmatrix,
-                   ir.Mma: collectives.mma, ir.Shfl: collectives.shfl, ir.Wgmma: wgmma.wgmma,
-                   # a wgmma completes when issued (wgmma.py): nothing to fence or wait for
-                   ir.WgmmaFence: None, ir.WgmmaCommit: None, ir.WgmmaWait: None,
-                   ir.WgmmaFenceOperand: None}.items():
-    implements(_cls)(_run or (lambda b, s, mask: None))
-
-
-def _fence_proxy_async(h, s, mask):
-    if h.block.race is not None:
-        h.block.race.fence_proxy_async(np.nonzero(mask)[0])
-
-
-def _on_hopper(run):
-    """The implementation of a Hopper instruction `run(hopper, s, mask)` (tma.py,
-    cluster.py), which returns the value of its result, if any."""
-    def implementation(b, s, mask):
-        out = run(b.hopper, s, mask)
-        if s.result is not None:
-            b._masked_set(s.result, out, mask, _result_dtype(s))
-    return implementation
-
-
-for _cls, _run in {
-        ir.MbarrierInit: Hopper.init, ir.MbarrierArrive: Hopper.arrive,
-        ir.MbarrierArriveExpectTx: lambda h, s, mask: h.arrive(s, mask, tx=True),
-        ir.MbarrierTryWait: Hopper.try_wait, ir.MbarrierWait: Hopper.wait,
-        ir.FenceProxyAsync: _fence_proxy_async, ir.FenceBarrierInit: lambda h, s, mask: None,
-        ir.TmaLoad: Hopper.load, ir.TmaStore: Hopper.store,
-        ir.TmaStoreCommit: lambda h, s, mask: h.commit(mask),
-        ir.TmaStoreWait: Hopper.store_wait,
-        ir.NamedBarrier: lambda h, s, mask: h.block.named.sync(s, mask),
-        ir.NamedBarrierArrive: lambda h, s, mask: h.block.named.arrive(s, mask),
-        ir.SetMaxNReg: lambda h, s, mask: None,       # registers are not a limit here
-        **_CLUSTER_OPS}.items():
-    implements(_cls)(_on_hopper(_run))
 
 
 def _pack(parts, dtype):

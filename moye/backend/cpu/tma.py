@@ -90,6 +90,12 @@ class Hopper:
         self.committed = np.zeros(block.n, np.int64)
         self.spins = {}
 
+    def fence_proxy_async(self, s, mask):
+        """fence.proxy.async: for the race check, the active lanes' generic
+        writes to shared memory are visible to their later async copies."""
+        if self.block.race is not None:
+            self.block.race.fence_proxy_async(np.nonzero(mask)[0])
+
     # -- mbarriers ---------------------------------------------------------------------
     def _bars(self, s, mask, at=0):
         """(keys, lanes) of the mbarrier operand of `s` for the active lanes."""

@@ -97,6 +97,16 @@ def tile_bytes(desc, rows, k, ebytes, mn_major=False):
     return addr
 
 
+class Warpgroups:
+    """wgmma for one block batch, as its IR rule calls it: `b.warpgroups.wgmma(s, mask)`."""
+
+    def __init__(self, block):
+        self.block = block
+
+    def wgmma(self, s, mask):
+        wgmma(self.block, s, mask)
+
+
 def warpgroups(b, s, mask):
     """The lanes (groups, 128) of the whole warpgroups executing `s`."""
     if b.threads % WARPGROUP:

@@ -32,6 +32,8 @@ _CTYPE = {"Bool": "bool", "Float16": "half", "BFloat16": "__nv_bfloat16", "TFloa
           "Int64": "int64_t", "UInt64": "uint64_t", "UInt128": "uint4",
           "Float8E4M3": "uint8_t", "Float8E5M2": "uint8_t"}
 
+_CONSTRAINT = {"UInt32": "r", "Int32": "r", "Float32": "f", "Float64": "d", "UInt64": "l"}
+
 _BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&", "or": "|",
           "xor": "^", "shl": "<<", "shr": ">>", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
           "eq": "==", "ne": "!="}
@@ -162,7 +164,77 @@ class _Writer:
             raise NotImplementedError(f"CUDA codegen: no rule for IR op {s.op!r}")
         emit(self, s, ind, decl)
 
-    def access(self, base, idx, attrs, rt):
+    # -- for the emitters of inline PTX (ir.lowering states this interface) ----------------
+    ctype = staticmethod(ctype)
+
+    def regs(self, base, idxs):
+        """The C++ lvalues of a register list."""
+        b = self.operand(base)
+        return [f"{b}[{i}]" for i in idxs]
+
+    @staticmethod
+    def reg_constraint(base):
+        """The asm constraint of the registers of `base` ("r", "f", "d", "l")."""
+        t = base.elem if isinstance(base, ir.Array) else base.type.elem
+        return _CONSTRAINT[t.name]
+
+    def smem_addr(self, base, idx):
+        """The 32-bit shared address of base[idx], written as the base's address
+        plus idx's summands in bytes (`a + b` -> 2a + 2b for halves): in unsigned
+        arithmetic the compiler may regroup them, so the loop-invariant terms (a
+        thread's swizzled offset) are added once, outside the loop, and a stage
+        offset becomes an operand of the addressing mode."""
+        elem = base.elem if isinstance(base, ir.Array) else base.type.elem
+        if elem.bits % 8:
+            return (f"static_cast<uint32_t>(__cvta_generic_to_shared(&{self.operand(base)}"
+                    f"[{self.operand(idx)}]))")
+        size, const, text = elem.bits // 8, 0, []
+        for t in self._sum_terms(idx):
+            if isinstance(t, int):
+                const += t
+            else:
+                text.append(f" + static_cast<uint32_t>({self.operand(t)}) * {size}u")
+        if const * size % 2**32:
+            text.append(f" + {const * size % 2**32}u")
+        return (f"(static_cast<uint32_t>(__cvta_generic_to_shared({self.operand(base)}))"
+                f"{''.join(text)})")
+
+    def _sum_terms(self, x, limit=8):
+        """The summands of x through the Int32 adds that define it (at most `limit`)."""
+        if self.defs is None:
+            self.defs = {id(s.result): s for s in ir.instructions(self.kernel.body)
+                         if s.result is not None}
+        terms, todo = [], [x]
+        while todo:
+            t = todo.pop()
+            d = self.defs.get(id(t)) if isinstance(t, ir.Value) else None
+            # a Var operand is read where it appears, so it may have changed since t was defined
+            if isinstance(d, ir.Add) and getattr(d.result.type, "name", "") == "Int32" \
+                    and not any(isinstance(a, ir.Var) for a in d.args) \
+                    and len(terms) + len(todo) + 2 <= limit:
+                todo.extend(reversed(d.args))
+            else:
+                terms.append(t)
+        return terms
+
+    def asm(self, ind, text, outputs, inputs):
+        """asm volatile with numbered operands: outputs then inputs, each a
+        (constraint, C++) pair."""
+        out = ", ".join(f'"={c}"({x})' for c, x in outputs)
+        inp = ", ".join(f'"{c}"({x})' for c, x in inputs)
+        self.emit(ind, f'asm volatile("{text};\\n" : {out} : {inp});')
+
+    @staticmethod
+    def brace(start, count):
+        """PTX's vector of numbered operands: {%start, %start+1, ...}."""
+        return "{" + ", ".join(f"%{start + i}" for i in range(count)) + "}"
+
+    def memory_asm(self, ind, text):
+        """An operand-less PTX line that orders memory (a fence, a commit, a wait)."""
+        self.emit(ind, f'asm volatile("{text};\\n" ::: "memory");')
+
+    def access(self, base, idx, attrs, rt=None):
+        """The lvalue base[idx]; `attrs["width"]` > 1 elements as one word."""
         width = attrs.get("width", 1)
         b, i = self.operand(base), self.operand(idx)
         if width == 1:
@@ -213,20 +285,14 @@ def generate(kernel, block_threads=None):
 
 
 # -- the emitters, one per instruction class ----------------------------------------------
-EMITTERS = {}       # ir instruction class -> emit(writer, instr, indent, "const T name = ")
+EMITTERS = ir.LOWERINGS["cuda"]     # ir instruction class -> emit(writer, instr, indent, decl)
 
 
 def emits(*classes):
     """Register the decorated function as the C++ emitter of these IR
-    instruction classes: `emit(w, s, ind, decl)` writes statement `s` at
-    indent `ind` through writer `w`; `decl` declares its result ("" for none)."""
-    def register(fn):
-        for cls in classes:
-            if cls in EMITTERS:
-                raise TypeError(f"two CUDA emitters for {cls.__name__}")
-            EMITTERS[cls] = fn
-        return fn
-    return register
+    instruction classes (`ir.lowering("cuda", ...)`, whose docstring states
+    the contract and what an emitter may use of the writer)."""
+    return ir.lowering("cuda", *classes)
 
 
 @emits(ir.Add, ir.Sub, ir.Mul, ir.Div, ir.Mod, ir.And, ir.Or, ir.Xor, ir.Shl, ir.Shr)
@@ -324,12 +390,6 @@ def _emit_store(w, s, ind, decl):
                 f"{w.arg(s.value, s.elem if s.width == 1 else None)};")
 
 
-@emits(ir.AtomicAdd)
-def _emit_atomic_add(w, s, ind, decl):
-    w.emit(ind, f"{decl}atomicAdd(&{w.operand(s.ptr)}[{w.operand(s.index)}], "
-                f"{w.arg(s.value, s.elem)});")
-
-
 @emits(ir.Barrier)
 def _emit_barrier(w, s, ind, decl):
     w.emit(ind, "__syncthreads();")
@@ -350,349 +410,3 @@ def _emit_asm(w, s, ind, decl):
 @emits(ir.Comment)
 def _emit_comment(w, s, ind, decl):
     w.emit(ind, "// " + s.text)
-
-
-# -- asynchronous copies and warp collectives: inline PTX -----------------------------
-_CONSTRAINT = {"UInt32": "r", "Int32": "r", "Float32": "f", "Float64": "d", "UInt64": "l"}
-
-
-def _regs(w, base, idxs):
-    """The C++ lvalues of a register list."""
-    b = w.operand(base)
-    return [f"{b}[{i}]" for i in idxs]
-
-
-def _reg_type(base):
-    t = base.elem if isinstance(base, ir.Array) else base.type.elem
-    return _CONSTRAINT[t.name]
-
-
-def _smem_addr(w, base, idx):
-    """The 32-bit shared address of base[idx], written as the base's address
-    plus idx's summands in bytes (`a + b` -> 2a + 2b for halves): in unsigned
-    arithmetic the compiler may regroup them, so the loop-invariant terms (a
-    thread's swizzled offset) are added once, outside the loop, and a stage
-    offset becomes an operand of the addressing mode."""
-    elem = base.elem if isinstance(base, ir.Array) else base.type.elem
-    if elem.bits % 8:
-        return (f"static_cast<uint32_t>(__cvta_generic_to_shared(&{w.operand(base)}"
-                f"[{w.operand(idx)}]))")
-    size, const, text = elem.bits // 8, 0, []
-    for t in _sum_terms(w, idx):
-        if isinstance(t, int):
-            const += t
-        else:
-            text.append(f" + static_cast<uint32_t>({w.operand(t)}) * {size}u")
-    if const * size % 2**32:
-        text.append(f" + {const * size % 2**32}u")
-    return f"(static_cast<uint32_t>(__cvta_generic_to_shared({w.operand(base)})){''.join(text)})"
-
-
-def _sum_terms(w, x, limit=8):
-    """The summands of x through the Int32 adds that define it (at most `limit`)."""
-    if w.defs is None:
-        w.defs = {id(s.result): s for s in ir.instructions(w.kernel.body)
-                  if s.result is not None}
-    terms, todo = [], [x]
-    while todo:
-        t = todo.pop()
-        d = w.defs.get(id(t)) if isinstance(t, ir.Value) else None
-        # a Var operand is read where it appears, so it may have changed since t was defined
-        if isinstance(d, ir.Add) and getattr(d.result.type, "name", "") == "Int32" \
-                and not any(isinstance(a, ir.Var) for a in d.args) \
-                and len(terms) + len(todo) + 2 <= limit:
-            todo.extend(reversed(d.args))
-        else:
-            terms.append(t)
-    return terms
-
-
-def _asm(w, ind, text, outputs, inputs):
-    """asm volatile with numbered operands: outputs then inputs."""
-    out = ", ".join(f'"={c}"({x})' for c, x in outputs)
-    inp = ", ".join(f'"{c}"({x})' for c, x in inputs)
-    w.emit(ind, f'asm volatile("{text};\\n" : {out} : {inp});')
-
-
-def _brace(start, count):
-    return "{" + ", ".join(f"%{start + i}" for i in range(count)) + "}"
-
-
-@emits(ir.CpAsync)
-def _emit_cp_async(w, s, ind, decl):
-    a = s.args
-    dst = _smem_addr(w, a[0], a[1])
-    src = f"&{w.operand(a[2])}[{w.operand(a[3])}]"
-    n, cache = s.attrs["bytes"], s.attrs["cache"]
-    if len(a) == 5:
-        w.emit(ind, f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {n}, %2;\\n" '
-                    f':: "r"({dst}), "l"({src}), "r"({w.operand(a[4])} ? {n} : 0));')
-    else:
-        w.emit(ind, f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {n};\\n" '
-                    f':: "r"({dst}), "l"({src}));')
-
-
-@emits(ir.CpAsyncCommit)
-def _emit_commit(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("cp.async.commit_group;\\n" ::);')
-
-
-@emits(ir.CpAsyncWait)
-def _emit_wait(w, s, ind, decl):
-    n = s.attrs.get("n")
-    if n is None:
-        w.emit(ind, 'asm volatile("cp.async.wait_all;\\n" ::: "memory");')
-    else:
-        w.emit(ind, f'asm volatile("cp.async.wait_group {int(n)};\\n" ::: "memory");')
-
-
-def _matrix_ptx(op, s):
-    return (f"{op}.sync.aligned.m8n8.x{s.attrs['count']}{'.trans' if s.attrs['trans'] else ''}"
-            ".shared.b16")
-
-
-@emits(ir.LdMatrix)
-def _emit_ldmatrix(w, s, ind, decl):
-    dst, words, src, idx = s.args
-    regs = _regs(w, dst, words)
-    text = f"{_matrix_ptx('ldmatrix', s)} {_brace(0, len(regs))}, [%{len(regs)}]"
-    _asm(w, ind, text, [("r", r) for r in regs], [("r", _smem_addr(w, src, idx))])
-
-
-@emits(ir.StMatrix)
-def _emit_stmatrix(w, s, ind, decl):
-    dst, idx, src, words = s.args
-    regs = _regs(w, src, words)
-    text = f"{_matrix_ptx('stmatrix', s)} [%0], {_brace(1, len(regs))}"
-    w.emit(ind, f'asm volatile("{text};\\n" :: "r"({_smem_addr(w, dst, idx)}), '
-                + ", ".join(f'"r"({r})' for r in regs) + ' : "memory");')
-
-
-@emits(ir.Mma)
-def _emit_mma(w, s, ind, decl):
-    d, dw, a, aw, b, bw, c, cw = s.args
-    groups = [(_reg_type(x), _regs(w, x, ws)) for x, ws in ((d, dw), (a, aw), (b, bw), (c, cw))]
-    k, parts = 0, []
-    for _, regs in groups:
-        parts.append(_brace(k, len(regs)))
-        k += len(regs)
-    text = f"{s.attrs['ptx']} " + ", ".join(parts)
-    outputs = [(groups[0][0], r) for r in groups[0][1]]
-    inputs = [(t, r) for t, regs in groups[1:] for r in regs]
-    _asm(w, ind, text, outputs, inputs)
-
-
-_SHFL = {"idx": "__shfl_sync", "up": "__shfl_up_sync", "down": "__shfl_down_sync",
-         "bfly": "__shfl_xor_sync"}
-
-
-@emits(ir.Shfl)
-def _emit_shfl(w, s, ind, decl):
-    x, lane, width = s.args
-    fn = _SHFL[s.attrs["mode"]]
-    w.emit(ind, f"{decl}{fn}(0xffffffffu, {w.operand(x)}, {w.operand(lane)}, "
-                f"{w.operand(width)});")
-
-
-# -- Hopper: mbarriers, fences, TMA ----------------------------------------------------
-def _bar_addr(w, s, at):
-    return _smem_addr(w, s.args[at], s.args[at + 1])
-
-
-@emits(ir.MbarrierInit)
-def _emit_mbarrier_init(w, s, ind, decl):
-    w.emit(ind, f'asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: '
-                f'"r"({_bar_addr(w, s, 0)}), "r"({w.operand(s.args[2])}) : "memory");')
-
-
-@emits(ir.MbarrierArrive)
-def _emit_mbarrier_arrive(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\\n" '
-                f':: "r"({_bar_addr(w, s, 0)}) : "memory");')
-
-
-@emits(ir.MbarrierArriveExpectTx)
-def _emit_mbarrier_arrive_expect_tx(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, '
-                f'[%0], %1; }}\\n" :: "r"({_bar_addr(w, s, 0)}), '
-                f'"r"({w.operand(s.args[2])}) : "memory");')
-
-
-_TRY_WAIT = ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-             "selp.u32 %0, 1, 0, p; }\\n")
-
-
-@emits(ir.MbarrierTryWait)
-def _emit_mbarrier_try_wait(w, s, ind, decl):
-    done = w.name(s.result) + "_u"
-    w.emit(ind, f"uint32_t {done};")
-    w.emit(ind, f'asm volatile("{_TRY_WAIT}" : "=r"({done}) : "r"({_bar_addr(w, s, 0)}), '
-                f'"r"({w.operand(s.args[2])}) : "memory");')
-    w.emit(ind, f"{decl}{done} != 0;")
-
-
-@emits(ir.MbarrierWait)
-def _emit_mbarrier_wait(w, s, ind, decl):
-    w.emit(ind, "{")
-    w.emit(ind + "  ", f"const uint32_t bar = {_bar_addr(w, s, 0)};")
-    w.emit(ind + "  ", "uint32_t done;")
-    w.emit(ind + "  ", f'do {{ asm volatile("{_TRY_WAIT}" : "=r"(done) : "r"(bar), '
-                       f'"r"({w.operand(s.args[2])}) : "memory"); }} while (!done);')
-    w.emit(ind, "}")
-
-
-def _tmap(w, x):
-    return f"reinterpret_cast<uint64_t>(&{w.operand(x)})"
-
-
-@emits(ir.TmaLoad)
-def _emit_tma_load(w, s, ind, decl):
-    dst, idx, bar, bar_idx, tmap, *coords = s.args
-    r = s.attrs["rank"]
-    text = (f"cp.async.bulk.tensor.{r}d.shared::cluster.global.mbarrier::complete_tx::bytes "
-            f"[%0], [%1, {_brace(3, r)}], [%2]")
-    inputs = [("r", _smem_addr(w, dst, idx)), ("l", _tmap(w, tmap)),
-              ("r", _smem_addr(w, bar, bar_idx))] + [("r", w.operand(c)) for c in coords]
-    w.emit(ind, f'asm volatile("{text};\\n" :: ' + ", ".join(f'"{c}"({x})' for c, x in inputs)
-                + ' : "memory");')
-
-
-@emits(ir.TmaStore)
-def _emit_tma_store(w, s, ind, decl):
-    tmap, src, idx, *coords = s.args
-    r = s.attrs["rank"]
-    text = f"cp.async.bulk.tensor.{r}d.global.shared::cta.bulk_group [%0, {_brace(2, r)}], [%1]"
-    inputs = [("l", _tmap(w, tmap)), ("r", _smem_addr(w, src, idx))] + \
-        [("r", w.operand(c)) for c in coords]
-    w.emit(ind, f'asm volatile("{text};\\n" :: ' + ", ".join(f'"{c}"({x})' for c, x in inputs)
-                + ' : "memory");')
-
-
-@emits(ir.TmaLoadMulticast)
-def _emit_tma_load_multicast(w, s, ind, decl):
-    dst, idx, bar, bar_idx, tmap, mask, *coords = s.args
-    r = s.attrs["rank"]
-    text = (f"cp.async.bulk.tensor.{r}d.shared::cluster.global.mbarrier::complete_tx::bytes"
-            f".multicast::cluster [%0], [%1, {_brace(4, r)}], [%2], %3")
-    inputs = [("r", _smem_addr(w, dst, idx)), ("l", _tmap(w, tmap)),
-              ("r", _smem_addr(w, bar, bar_idx)),
-              ("h", f"static_cast<uint16_t>({w.operand(mask)})")] + \
-        [("r", w.operand(c)) for c in coords]
-    w.emit(ind, f'asm volatile("{text};\\n" :: ' + ", ".join(f'"{c}"({x})' for c, x in inputs)
-                + ' : "memory");')
-
-
-# -- Hopper: thread-block clusters ------------------------------------------------------
-@emits(ir.ClusterSpecial)
-def _emit_cluster_special(w, s, ind, decl):
-    raw = w.name(s.result) + "_u"
-    w.emit(ind, f"uint32_t {raw};")
-    w.emit(ind, f'asm("mov.u32 %0, %%{s.attrs["name"]};" : "=r"({raw}));')
-    w.emit(ind, f"{decl}static_cast<int>({raw});")
-
-
-@emits(ir.ClusterArrive)
-def _emit_cluster_arrive(w, s, ind, decl):
-    sem = "relaxed" if s.attrs.get("relaxed") else "release"
-    w.emit(ind, f'asm volatile("barrier.cluster.arrive.{sem}.aligned;\\n" ::: "memory");')
-
-
-@emits(ir.MbarrierArriveCluster)
-def _emit_mbarrier_arrive_cluster(w, s, ind, decl):
-    w.emit(ind, 'asm volatile("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; '
-                'mbarrier.arrive.shared::cluster.b64 _, [remote]; }\\n" :: '
-                f'"r"({_bar_addr(w, s, 0)}), "r"({w.operand(s.args[2])}) : "memory");')
-
-
-# -- Hopper: wgmma (sm_90a) -------------------------------------------------------------
-@emits(ir.Wgmma)
-def _emit_wgmma(w, s, ind, decl):
-    d, dw, a, ai, b, bi = s.args
-    c, regs = _reg_type(d), _regs(w, d, dw)
-    n = len(regs)
-    rs = s.attrs["a_desc"] is None
-    a_regs = _regs(w, a, ai) if rs else []
-    descs = []
-    for name, base, idx, bits in (("da", a, ai, s.attrs["a_desc"]),
-                                  ("db", b, bi, s.attrs["b_desc"])):
-        if bits is not None:
-            descs.append(f"const uint64_t {name} = {bits:#x}ull | static_cast<uint64_t>"
-                         f"(({_smem_addr(w, base, idx)} & 0x3FFFFu) >> 4);")
-    # after d: A (4 b32 registers, or a descriptor), B's descriptor, scale-d (a predicate:
-    # 1, accumulate), imm-scale-a, imm-scale-b (1), and for 16-bit inputs the transpose
-    # immediates: imm-trans-a (SS only) and imm-trans-b (1 for MN-major)
-    ptx = s.attrs["ptx"]
-    trans = ""
-    if ptx.endswith(("f16.f16", "bf16.bf16")):
-        trans = (f", {int(s.attrs.get('trans_a', 0))}" if not rs else "") + \
-            f", {int(s.attrs.get('trans_b', 0))}"
-    a_text = _brace(n, len(a_regs)) if rs else f"%{n}"
-    na = len(a_regs) if rs else 1
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, %{n + na + 1}, 0; {ptx} {_brace(0, n)}, "
-            f"{a_text}, %{n + na}, p, 1, 1{trans}; }}")
-    inputs = [f'"{_reg_type(a)}"({r})' for r in a_regs] if rs else ['"l"(da)']
-    inputs += ['"l"(db)', '"r"(1)']
-    w.emit(ind, "{")
-    for line in descs:
-        w.emit(ind + "  ", line)
-    w.emit(ind + "  ", f'asm volatile("{text}\\n" : ' + ", ".join(f'"+{c}"({r})' for r in regs)
-           + " : " + ", ".join(inputs) + ' : "memory");')
-    w.emit(ind, "}")
-
-
-@emits(ir.WgmmaFenceOperand)
-def _emit_wgmma_fence_operand(w, s, ind, decl):
-    d, dw = s.args
-    c = _reg_type(d)
-    if len(dw) > 2 and all(isinstance(i, int) for i in dw) and \
-            all(b - a == dw[1] - dw[0] for a, b in zip(dw, dw[1:])):
-        # a run of registers: one loop, unrolled by NVRTC, instead of a line each
-        base, first, step = w.operand(d), dw[0], dw[1] - dw[0]
-        w.emit(ind, "#pragma unroll")
-        w.emit(ind, f"for (int r = 0; r < {len(dw)}; ++r) "
-                    f'asm volatile("" : "+{c}"({base}[{first} + r * {step}]) :: "memory");')
-        return
-    for r in _regs(w, d, dw):
-        w.emit(ind, f'asm volatile("" : "+{c}"({r}) :: "memory");')
-
-
-# -- warp specialization ------------------------------------------------------------------
-@emits(ir.NamedBarrier, ir.NamedBarrierArrive)
-def _emit_named_barrier(w, s, ind, decl):
-    op = "arrive" if isinstance(s, ir.NamedBarrierArrive) else "sync"
-    w.emit(ind, f'asm volatile("bar.{op} %0, %1;\\n" :: "r"({w.operand(s.args[0])}), '
-                f'"r"({w.operand(s.args[1])}) : "memory");')
-
-
-@emits(ir.SetMaxNReg)
-def _emit_setmaxnreg(w, s, ind, decl):
-    way = "inc" if s.attrs["inc"] else "dec"
-    w.emit(ind, f'asm volatile("setmaxnreg.{way}.sync.aligned.u32 {int(s.attrs["n"])};\\n" ::: '
-                '"memory");')
-
-
-def _fixed_asm(text):
-    """The emitter of an operand-less asm statement `text` (a fence, a commit,
-    a barrier wait) that orders memory."""
-    def emit(w, s, ind, decl):
-        w.emit(ind, f'asm volatile("{text};\\n" ::: "memory");')
-    return emit
-
-
-def _wait_group_asm(text):
-    """The emitter of `text N`, N the statement's static count of groups left
-    in flight."""
-    def emit(w, s, ind, decl):
-        w.emit(ind, f'asm volatile("{text} {int(s.attrs["n"])};\\n" ::: "memory");')
-    return emit
-
-
-# the instructions that are one fixed line of PTX
-emits(ir.FenceProxyAsync)(_fixed_asm("fence.proxy.async.shared::cta"))
-emits(ir.FenceBarrierInit)(_fixed_asm("fence.mbarrier_init.release.cluster"))
-emits(ir.TmaStoreCommit)(_fixed_asm("cp.async.bulk.commit_group"))
-emits(ir.TmaStoreWait)(_wait_group_asm("cp.async.bulk.wait_group.read"))
-emits(ir.WgmmaFence)(_fixed_asm("wgmma.fence.sync.aligned"))
-emits(ir.WgmmaCommit)(_fixed_asm("wgmma.commit_group.sync.aligned"))
-emits(ir.WgmmaWait)(_wait_group_asm("wgmma.wait_group.sync.aligned"))
-emits(ir.ClusterWait)(_fixed_asm("barrier.cluster.wait.acquire.aligned"))
