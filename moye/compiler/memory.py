@@ -9,7 +9,6 @@ elements contiguous and the offsets are provably aligned.
 import numpy as np
 
 from .. import types as T
-from ..array.engine import run_loop
 from ..errors import MoyeTypeError
 from ..layout import Layout, complement, composition, make_layout, max_common_layout, size
 from ..layout import inttuple as IT
@@ -84,7 +83,8 @@ class PointerEngine:
             return copy_elements(self, layout, values.engine, values.layout)
         n = size(layout)
         if isinstance(values, (Sym, int, float)):
-            run_loop(self, 0, n, lambda i: self.store(layout(i), values))
+            for i in range(n):
+                self.store(layout(i), values)
             return
         flat = np.asarray(values, dtype=object).reshape(-1, order="F") \
             if not isinstance(values, list) else values
@@ -166,10 +166,12 @@ def copy_elements(dst, dst_layout, src, src_layout):
                           f"{src_layout}): copies in kernels need a static size; tile first")
     split = vector_split(dst, dst_layout, src, src_layout, n)
     if split is None:
-        run_loop(dst, 0, n, lambda i: dst.store(dst_layout(i), src.load(src_layout(i))))
+        for i in range(n):
+            dst.store(dst_layout(i), src.load(src_layout(i)))
         return
     vec, d, s = split
-    run_loop(dst, 0, n // vec, lambda j: dst.store(d((0, j)), src.load(s((0, j)), vec), vec))
+    for j in range(n // vec):
+        dst.store(d((0, j)), src.load(s((0, j)), vec), vec)
 
 
 def vector_split(dst, dst_layout, src, src_layout, n):
