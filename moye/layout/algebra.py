@@ -10,8 +10,9 @@ act on its inner layout and keep the outer function, as in CuTe.
 from ..errors import DynamicValueError, LayoutError, MoyeTypeError
 from . import inttuple as T
 from . import scalar as S
-from .layout import Layout, layout_from_parts, as_layout, make_ordered_layout
+from .layout import Layout, append, as_layout, cosize, layout_from_parts, make_ordered_layout
 from .memo import memoized
+from .swizzle import compose_function, compose_with_composed
 
 
 def _through(x, fn, *args):
@@ -129,7 +130,6 @@ def composition(lhs, rhs):
     if type(lhs) is not Layout:
         if hasattr(lhs, "__moye_through__"):
             return _through(lhs, composition, rhs)
-        from .swizzle import compose_function
         return compose_function(lhs, rhs)
     if type(rhs) is Layout:
         return _compose(_coalesce_x(lhs), rhs.shape, rhs.stride, lhs, rhs)
@@ -141,7 +141,6 @@ def composition(lhs, rhs):
         S.require_positive(rhs, "composition: the tiler")
         return _compose(_coalesce_x(lhs), rhs, 1, lhs, rhs)
     if hasattr(rhs, "__moye_through__"):
-        from .swizzle import compose_with_composed
         return compose_with_composed(lhs, rhs)
     raise MoyeTypeError(f"composition: cannot compose {lhs} with {rhs!r} of type "
                         f"{type(rhs).__name__}")
@@ -208,7 +207,6 @@ def complement(layout, cotarget=None):
         return complement(inner, cotarget if cotarget is not None else layout.__moye_cosize__())
     f = filter(layout)
     if cotarget is None:
-        from .layout import cosize
         cotarget = cosize(f)
     elif type(cotarget) is Layout:
         cotarget = cotarget.shape
@@ -448,7 +446,6 @@ def logical_product(block, tiler):
     if type(block) is not Layout:
         return _through(block, logical_product, tiler)
     if type(tiler) is Layout:
-        from .layout import cosize
         comp = complement(block, S.mul(T.product(block.shape), cosize(tiler)))
         rep = composition(comp, tiler)
         return layout_from_parts((block.shape, rep.shape), (block.stride, rep.stride))
@@ -495,7 +492,6 @@ def _zip_modes(a, b):
 
 
 def _rank_product(block, tiler, raked):
-    from .layout import append
     block, tiler = as_layout(block), as_layout(tiler)
     r = max(len(block), len(tiler))
     result = logical_product(append(block, n=r), append(tiler, n=r))
@@ -536,7 +532,6 @@ def tile_to_shape(block, target_shape, order=T.GenColMajor):
     """
     if type(block) is not Layout:
         return _through(block, tile_to_shape, target_shape, order)
-    from .layout import append
     target_shape = T.check_extents(T.as_int_tuple(target_shape, "tile_to_shape: the target"),
                                    "tile_to_shape: the target shape")
     r = T.rank(target_shape)
@@ -631,7 +626,7 @@ def upcast(layout, n):
         cast = getattr(layout, "__moye_upcast__", None)
         if cast is None:
             raise MoyeTypeError(f"upcast: expected a layout, got {layout!r}")
-        return cast(n)
+        return cast(n, upcast)
     return layout_from_parts(*_upcast(layout.shape, layout.stride, n, layout))
 
 
@@ -661,7 +656,7 @@ def downcast(layout, n):
         cast = getattr(layout, "__moye_downcast__", None)
         if cast is None:
             raise MoyeTypeError(f"downcast: expected a layout, got {layout!r}")
-        return cast(n)
+        return cast(n, downcast)
     if not any(type(d) is int and abs(d) == 1 for d in T.flatten_to_tuple(layout.stride)):
         raise LayoutError(f"downcast: layout {layout} has no stride-1 mode, "
                           "so its elements are not adjacent")

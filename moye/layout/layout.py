@@ -180,8 +180,7 @@ def make_layout(*args):
     if args and all(isinstance(a, Layout) for a in args):
         return layout_from_parts(tuple(a.shape for a in args), tuple(a.stride for a in args))
     if args and any(_is_layout_like(a) for a in args):
-        from .swizzle import ComposedLayout
-        if len(args) == 1 and isinstance(args[0], ComposedLayout):
+        if len(args) == 1:          # a ComposedLayout (swizzle.py) is its own layout
             return args[0]
         raise LayoutError("make_layout: cannot concatenate "
                           + ", ".join(type(a).__name__ for a in args))

@@ -171,13 +171,13 @@ class ComposedLayout:
         kept, out = _split_by_period(coord, self.inner, period)
         return ComposedLayout(self.outer, S.add(self.offset, kept), sub), out
 
-    def __moye_upcast__(self, n):
-        from .algebra import upcast
+    def __moye_upcast__(self, n, upcast):
+        """upcast(self, n), given algebra's upcast for the parts."""
         outer = self.outer.upcast(n) if isinstance(self.outer, Swizzle) else upcast(self.outer, n)
         return ComposedLayout(outer, S.floordiv(self.offset, n), upcast(self.inner, n))
 
-    def __moye_downcast__(self, n):
-        from .algebra import downcast
+    def __moye_downcast__(self, n, downcast):
+        """downcast(self, n), given algebra's downcast for the parts."""
         outer = self.outer.downcast(n) if isinstance(self.outer, Swizzle) else downcast(self.outer, n)
         return ComposedLayout(outer, S.mul(self.offset, n), downcast(self.inner, n))
 
