@@ -26,7 +26,7 @@ digits 1..n-1 below 2**b (2**16 for three modes). Static extents are checked.
 import numpy as np
 
 from ..errors import MoyeError
-from ..layout import Layout
+from ..layout import Layout, size
 from ..layout import inttuple as T
 from ..layout import scalar as S
 from .array import MoYeArray
@@ -147,7 +147,6 @@ class CoordinateEngine:
                 out[i] = _as_coordinate(tuple(s + int(d[i]) for s, d in zip(self.start, digits)),
                                         self.shape)
             return out
-        from ..layout import size
         n = size(layout)
         if type(n) is not int:
             raise MoyeError(f"reading the coordinates of layout {layout}: its size is dynamic")

@@ -5,6 +5,8 @@ D = A * B^T + C on an (M, N, K) tile: its element types and, as facts from
 the PTX ISA, the thread-value layouts of A, B and C: (thread, value) -> the
 column-major index of the element in the (M,K), (N,K) and (M,N) tiles.
 """
+import numpy as np
+
 from ..errors import MoyeError
 from ..layout import Layout, cosize, size
 from ..types import as_element_type
@@ -92,7 +94,6 @@ def round_inputs(values, dtype):
     """Operand values as the tensor cores read them: TF32 keeps the top 19
     bits of a float32 (the low 13 mantissa bits are ignored); other types
     are exact in their own format."""
-    import numpy as np
     if dtype.name == "TFloat32":
         bits = np.asarray(values, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
         return bits.view(np.float32).astype(np.float64)
@@ -106,7 +107,6 @@ def mma_reference(op, a, b, c):
     with the op's precision: inputs as the hardware reads them, exact
     products, one rounding to the accumulator type (integer ops wrap, or
     saturate for the _SATURATE variants; B1 ops count bits)."""
-    import numpy as np
     kind = op.info.get("kind")
     if kind == "popc":
         a = np.asarray(a).astype(np.int64) & 1

@@ -5,10 +5,11 @@ import numpy as np
 from ..array import MoYeArray
 from ..array import copyto as _copy_arrays
 from ..array.engine import run_loop
+from ..array.ops import elementwise_into
 from ..atom.copy import CopyAtom
 from ..atom.mma import MMAAtom, mma_reference
 from ..errors import MoyeError, MoyeTypeError
-from ..layout import size
+from ..layout import append, size
 from ..layout import inttuple as T
 from .copy import TiledCopy
 from .mma import TiledMMA
@@ -98,7 +99,6 @@ def _as3(x, what):
     if r == 3:
         return x
     if r == 2:
-        from ..layout import append
         return MoYeArray.view_of(x.engine, append(x.layout, n=3))
     raise MoyeError(f"gemm: {what} has shape {T.fmt(x.shape)}; expected (MMA, MMA_M/N, MMA_K)")
 
@@ -157,5 +157,4 @@ def _gemm_tiles(atom, d, a, b, c):
 
 def axpby(alpha, x, beta, y):
     """y = alpha * x + beta * y element-wise, in place. CuTe: axpby."""
-    from ..array.ops import elementwise_into
     return elementwise_into(y, lambda xv, yv: alpha * xv + beta * yv, x, y)

@@ -12,6 +12,7 @@ from ..layout import (Layout, coalesce, composition, logical_product, product_ea
                       right_inverse, size, upcast, zipped_divide)
 from ..layout import inttuple as T
 from ..layout.layout import layout_from_parts
+from ..array import MoYeArray
 
 
 def _zip(layout):
@@ -153,7 +154,6 @@ class ThrCopy:
 
 
 def _with_layout(a, layout):
-    from ..array import MoYeArray
     return MoYeArray.view_of(a.engine, layout)
 
 

@@ -9,6 +9,7 @@ from ..layout import (Layout, append, complement, composition, logical_divide, m
                       right_inverse, size, tiled_product, zipped_divide)
 from ..layout import inttuple as T
 from .copy import slice_of
+from ..array import MoYeArray, make_fragment_like
 
 
 class TiledMMA:
@@ -167,7 +168,6 @@ def _layout(x):
 
 
 def _fragment(kind, mma, part, dtype, like):
-    from ..array import MoYeArray, make_fragment_like
     mma = mma.tiled_mma if isinstance(mma, ThrMMA) else mma
     tv = getattr(mma.atom, f"layout_{kind}_tv")
     layout = _layout(part)

@@ -20,12 +20,14 @@ nothing is read and the shared destination is filled with zeros (so a
 partial k-tile contributes nothing to a GEMM). Every other copy skips the
 atom, leaving the destination as it was.
 """
+import numpy as np
+
 from ..array import MoYeArray
 from ..array import copyto as _copy_arrays
 from ..array import fill_, make_fragment_like
 from ..atom.copy import CopyAtom, UniversalCopy
 from ..errors import MoyeError, ShapeError
-from ..layout import Layout, elem_less, size
+from ..layout import Layout, composition, elem_less, size
 from ..types import Bool
 from ..layout import inttuple as T
 from .copy import TiledCopy
@@ -84,7 +86,6 @@ def _check_arrays(what, dst, src):
 
 def _as_atoms(a):
     """`a` as (1, n): one element per atom, in colexicographic order."""
-    from ..layout import composition
     n = size(a)
     return MoYeArray.view_of(a.engine, composition(a.layout, Layout((1, n))))
 
@@ -111,7 +112,6 @@ def _predicates(pred, dst, expected):
         raise MoyeError(f"copy_if: dst {T.fmt(dst.shape)} repeats its atom a dynamic number "
                         "of times; tile it to a static shape first")
     if not isinstance(pred, MoYeArray):
-        import numpy as np
         if not isinstance(pred, np.ndarray):
             raise TypeError(f"copy_if: pred must be a MoYeArray (or a NumPy array on the host), "
                             f"got {type(pred).__name__}")
