@@ -103,8 +103,7 @@ class CpuBackend:
         return self.compile(trace(), block, arch)
 
     def source(self, kernel, block):
-        from ...ir import format_kernel
-        return format_kernel(kernel)
+        return ir.format_kernel(kernel)
 
 
 __all__ = ["CpuBackend", "KernelRuntimeError", "race_checking"]

@@ -2,7 +2,8 @@
 import ctypes
 import json
 
-from ...errors import MoyeError
+from ...errors import CudaError, MoyeError
+from ...types import as_element_type
 from ... import ir
 from ...compiler.binder import FastLaunch
 from ...ir.targets import (SMEM_LIMIT, check_launch_smem, check_shared_memory,  # noqa: F401
@@ -147,7 +148,6 @@ def _type_name(t):
 
 
 def _type(name):
-    from ...types import as_element_type
     if name.startswith("opaque:"):
         _, n, nbytes, align = name.split(":")
         return ir.OpaqueType(n, int(nbytes), int(align))
@@ -229,7 +229,6 @@ class CudaBackend:
         code and argument kinds, without tracing; or traced and compiled).
         A cached cubin the driver refuses is built again."""
         from . import driver
-        from ...errors import CudaError
         arch = arch or driver.device_arch()
         built = self.build_specialization(spec, trace, block, arch)
         try:
