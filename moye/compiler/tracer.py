@@ -150,12 +150,15 @@ def type_of(x):
 
 
 def operand_type(sym, other):
-    """The type of a binary op between a Sym and a Python number (weakly typed);
+    """The type of a binary op between a Sym and a Python number: an int
+    takes the Sym's type; a float makes it at least Float32, as a double
+    literal would in C++ (but not Float64: `x * 0.5` stays Float32), so
+    `s = 0.0; s = s + h * h` accumulates in Float32 for a Float16 `h`;
     arithmetic on booleans happens in Int32, as in C."""
     if isinstance(other, Sym):
         t = promote(sym.type, other.type)
         return T.Int32 if t is T.Bool else t
-    if isinstance(other, float) and not sym.type.is_float:
+    if isinstance(other, float) and _FLOAT_RANK.get(sym.type.name, 0) < 2:
         return T.Float32
     if isinstance(other, int) and not isinstance(other, bool) and not sym.type.is_float \
             and not -2**31 <= other < 2**31:
