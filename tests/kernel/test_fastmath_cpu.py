@@ -113,6 +113,7 @@ def test_fast_math_gives_the_approximations_on_the_cpu():
     fast[2, 128](got, x, y)
     np.testing.assert_array_equal(got[[0, 1, 2, 4, 5]], want[[0, 1, 2, 4, 5]])
     check_bounds(np.stack([got[0], got[1], got[2], want[3], got[4], got[5]]), x, y)
+    assert ulps(got[3], 1 / y.astype(np.float64)).max() <= 2      # 1.0 / y: div.approx
     exact = np.full((6, 256), np.nan, np.float32)
     accurate[2, 128](exact, x, y)
     x64, y64 = x.astype(np.float64), y.astype(np.float64)
