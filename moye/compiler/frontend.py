@@ -92,9 +92,10 @@ def _array_view(p, params):
 class KernelFunction:
     """A Python function traced into a GPU (or CPU) kernel. See the module doc."""
 
-    def __init__(self, fn, backend=None):
+    def __init__(self, fn, backend=None, fast_math=False):
         functools.update_wrapper(self, fn)
         self.fn = fn
+        self._fast_math = _check_fast_math(fast_math)
         self.name = fn.__name__
         self.signature = inspect.signature(fn)
         self.constexpr_names = {n for n, p in self.signature.parameters.items()
@@ -136,6 +137,13 @@ class KernelFunction:
         self._entries.clear()           # they chose a backend without asking
         self._launches.clear()
         self._recent.clear()
+
+    @property
+    def fast_math(self):
+        """Whether moye.exp, exp2, rsqrt, tanh and Float32 division use the
+        approximate forms (`@moye.kernel(fast_math=True)`); fixed at
+        decoration, and part of each specialization's cache key."""
+        return self._fast_math
 
     def __call__(self, *args, **kwargs):
         raise LaunchError(f"a kernel is launched with a grid and a block: "
@@ -193,8 +201,10 @@ class KernelFunction:
 
     def specialization_text(self, binding, block):
         """The text that names a specialization in the disk cache: the
-        kernel's code identity, its arguments' key and the block."""
-        return f"{self.code_identity()}|{key_text(binding.key)}|{block}"
+        kernel's code identity, its arguments' key and the block (and
+        `|fast_math` for a fast_math kernel)."""
+        text = f"{self.code_identity()}|{key_text(binding.key)}|{block}"
+        return text + "|fast_math" if self._fast_math else text
 
     def _executable(self, backend, binding, block, arch=None):
         """The compiled specialization, from memory, the backend's disk cache,
@@ -241,6 +251,7 @@ class KernelFunction:
         builder = Builder(identifier(self.name))
         builder.kernel.source_file = inspect.getsourcefile(self.fn) or ""
         builder.block = block
+        builder.fast_math = self._fast_math
         with tracing_context(builder), allocator(register_allocate):
             values = _trace_arguments(builder, binding)
             try:
@@ -491,14 +502,24 @@ def _located(e, kernel, no_source=False):
     return err
 
 
-def kernel(fn=None, *, backend=None):
+def _check_fast_math(fast_math):
+    if fast_math is not True and fast_math is not False:
+        raise MoyeTypeError(f"moye.kernel(fast_math=...) must be True or False, got "
+                            f"{fast_math!r}")
+    return fast_math
+
+
+def kernel(fn=None, *, backend=None, fast_math=False):
     """Decorate a Python function as a moye kernel (see the module doc):
-    `@moye.kernel`, or `@moye.kernel(backend="cpu")`."""
+    `@moye.kernel`, `@moye.kernel(backend="cpu")`, or
+    `@moye.kernel(fast_math=True)`: moye.exp, exp2, rsqrt, tanh and Float32
+    division by their PTX approximations (docs/builtins.md, "Fast math")."""
     _backend_named(backend)
+    _check_fast_math(fast_math)
     if fn is None:
-        return lambda f: kernel(f, backend=backend)
+        return lambda f: kernel(f, backend=backend, fast_math=fast_math)
     if not inspect.isfunction(fn):
         raise MoyeTypeError(f"moye.kernel decorates a Python function (def ...), got "
                             f"{type(fn).__name__} {fn!r}: write @moye.kernel above a def, or "
                             "@moye.kernel(backend=...) to choose a backend")
-    return KernelFunction(fn, backend)
+    return KernelFunction(fn, backend, fast_math)

@@ -43,6 +43,7 @@ class Builder:
         self.known = {}             # value id -> how it follows from those loops' variables
         self.guards = []            # (condition, polarity) of the open dynamic branches
         self.static_sites = {}      # loop site -> why it unrolls while tracing
+        self.fast_math = False      # @moye.kernel(fast_math=True): approximate Float32 math
 
     def emit(self, stmt):
         if stmt.loc is None:
@@ -150,12 +151,15 @@ def type_of(x):
 
 
 def operand_type(sym, other):
-    """The type of a binary op between a Sym and a Python number (weakly typed);
+    """The type of a binary op between a Sym and a Python number: an int
+    takes the Sym's type; a float makes it at least Float32, as a double
+    literal would in C++ (but not Float64: `x * 0.5` stays Float32), so
+    `s = 0.0; s = s + h * h` accumulates in Float32 for a Float16 `h`;
     arithmetic on booleans happens in Int32, as in C."""
     if isinstance(other, Sym):
         t = promote(sym.type, other.type)
         return T.Int32 if t is T.Bool else t
-    if isinstance(other, float) and not sym.type.is_float:
+    if isinstance(other, float) and _FLOAT_RANK.get(sym.type.name, 0) < 2:
         return T.Float32
     if isinstance(other, int) and not isinstance(other, bool) and not sym.type.is_float \
             and not -2**31 <= other < 2**31:
@@ -219,6 +223,18 @@ class Sym:
         v = current().instr(op, (a, b), rt)
         return Sym(v, rt, div)
 
+    def _true_div(self, other, reflected=False):
+        """a / b; in a fast_math kernel, Float32 by div.approx.f32."""
+        if not isinstance(other, (Sym, int, float)):
+            return NotImplemented
+        b = current()
+        if b.fast_math and operand_type(self, other) is T.Float32:
+            x, y = (other, self) if reflected else (self, other)
+            v = b.instr("approx", (coerce(x, T.Float32), coerce(y, T.Float32)), T.Float32,
+                        fn="div")
+            return Sym(v, T.Float32)
+        return self._bin("div", other, reflected)
+
     def __add__(self, o):
         if isinstance(o, int) and o == 0:
             return self
@@ -264,13 +280,13 @@ class Sym:
     def __truediv__(self, o):
         if not self.type.is_float and not isinstance(o, float) and \
                 not (isinstance(o, Sym) and o.type.is_float):
-            return Sym.cast(self, T.Float32)._bin("div", o)
-        return self._bin("div", o)
+            return Sym.cast(self, T.Float32)._true_div(o)
+        return self._true_div(o)
 
     def __rtruediv__(self, o):
         if not self.type.is_float and not isinstance(o, float):
-            return Sym.cast(self, T.Float32)._bin("div", o, True)
-        return self._bin("div", o, True)
+            return Sym.cast(self, T.Float32)._true_div(o, True)
+        return self._true_div(o, True)
 
     def __mod__(self, o):
         if isinstance(o, int) and o == 1:

@@ -10,6 +10,8 @@ from .hopper import __all__ as _hopper_all
 from .wgmma import *  # noqa: F401,F403
 from .wgmma import __all__ as _wgmma_all
 from .pipeline import TmaPipeline
+from .fastmath import *  # noqa: F401,F403
+from .fastmath import __all__ as _fastmath_all
 from . import atoms as _atoms  # noqa: F401  (registers the lowering of atoms)
 
-__all__ = _builtins_all + _hopper_all + _wgmma_all + ["TmaPipeline"]
+__all__ = _builtins_all + _hopper_all + _wgmma_all + ["TmaPipeline"] + _fastmath_all

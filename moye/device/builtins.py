@@ -13,6 +13,7 @@ from .. import ir
 from ..compiler.memory import PointerEngine, copy_elements, vector_split
 from ..compiler.tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
                      user_location)
+from .fastmath import FAST_FORMS
 
 
 class Dim3:
@@ -157,7 +158,7 @@ def maximum(a, b):
     return sym_minmax("max", a, b)
 
 
-def _math(fn, pyfn):
+def _math(fn, pyfn, cuda):
     def f(*args):
         if not any(isinstance(a, Sym) for a in args):
             return pyfn(*args)
@@ -165,23 +166,28 @@ def _math(fn, pyfn):
         for a in args:
             if isinstance(a, Sym) and a.type.is_float and a.type.bits > t.bits:
                 t = a.type
+        if t is T.Float32 and fn in FAST_FORMS and current().fast_math:
+            return FAST_FORMS[fn](*args)
         ops = tuple(coerce(a if isinstance(a, Sym) else float(a), t) for a in args)
         return Sym(current().instr("call", ops, t, fn=fn), t)
     f.__name__ = fn
-    f.__doc__ = f"{fn} of dynamic or static floats."
+    fast = f"; its PTX approximation in a fast_math kernel ({FAST_FORMS[fn].__name__})" \
+        if fn in FAST_FORMS else ""
+    f.__doc__ = (f"{fn} of dynamic or static floats, in Float32 (Float64 for a Float64). "
+                 f"CUDA: {cuda}, accurate{fast}.")
     return f
 
 
-exp = _math("exp", math.exp)
-exp2 = _math("exp2", lambda x: 2.0 ** x)
-log = _math("log", math.log)
-log2 = _math("log2", math.log2)
-sqrt = _math("sqrt", math.sqrt)
-rsqrt = _math("rsqrt", lambda x: 1.0 / math.sqrt(x))
-sin = _math("sin", math.sin)
-cos = _math("cos", math.cos)
-tanh = _math("tanh", math.tanh)
-fma = _math("fma", lambda a, b, c: a * b + c)
+exp = _math("exp", math.exp, "expf")
+exp2 = _math("exp2", lambda x: 2.0 ** x, "exp2f")
+log = _math("log", math.log, "logf")
+log2 = _math("log2", math.log2, "log2f")
+sqrt = _math("sqrt", math.sqrt, "sqrtf")
+rsqrt = _math("rsqrt", lambda x: 1.0 / math.sqrt(x), "rsqrtf")
+sin = _math("sin", math.sin, "sinf")
+cos = _math("cos", math.cos, "cosf")
+tanh = _math("tanh", math.tanh, "tanhf")
+fma = _math("fma", lambda a, b, c: a * b + c, "fmaf")
 
 
 def cast(x, dtype):

@@ -38,8 +38,9 @@ _BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&"
           "xor": "^", "shl": "<<", "shr": ">>", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
           "eq": "==", "ne": "!="}
 
-_MATH32 = {"exp": "__expf", "exp2": "exp2f", "log": "__logf", "log2": "log2f", "sqrt": "sqrtf",
-           "rsqrt": "rsqrtf", "sin": "__sinf", "cos": "__cosf", "tanh": "tanhf", "fma": "fmaf"}
+# the accurate functions: the fast forms are ir.Approx (fast_math)
+_MATH32 = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
+           "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tanh": "tanhf", "fma": "fmaf"}
 _MATH64 = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt",
            "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "fma": "fma"}
 
