@@ -205,36 +205,6 @@ def cushow(*values, fmt=None):
     current().instr("print", tuple(args), fmt=(fmt or " ".join(parts)) + "\n")
 
 
-def atomic_add(array, index, value):
-    """Add `value` to `array[index]`, an element of a kernel argument (global
-    memory), atomically, and return the element's value before the addition.
-    CUDA: atomicAdd; for Int32, UInt32, UInt64, Float32 and Float64 arrays.
-        >>> import moye
-        >>> @moye.kernel
-        ... def histogram(counts, keys):
-        ...     moye.atomic_add(counts, keys[moye.thread_idx.x], 1)
-        >>> counts = np.zeros(3, np.int32)
-        >>> histogram[1, 8](counts, np.array([0, 2, 2, 1, 2, 0, 2, 2], np.int32))
-        >>> counts
-        array([2, 1, 5], dtype=int32)
-    """
-    engine = getattr(array, "engine", None)
-    if not isinstance(engine, PointerEngine) or engine.space != "global":
-        raise KernelError(f"atomic_add: array must be an array argument of the kernel (global "
-                          f"memory), got {array!r}")
-    elem = engine.dtype
-    if elem not in ir.AtomicAdd.TYPES:
-        raise MoyeTypeError(f"atomic_add: the array holds {elem}; atomicAdd takes "
-                            f"{', '.join(map(str, ir.AtomicAdd.TYPES))}")
-    if not isinstance(value, (Sym, int, float)):
-        raise MoyeTypeError(f"atomic_add: value must be a number, got {value!r}")
-    offset = engine.offset + array.layout(index)
-    offset = coerce(offset, T.Int32) if isinstance(offset, Sym) else offset
-    old = current().instr("atomic_add", (engine.base, offset, coerce(value, elem)), elem,
-                          elem=elem)
-    return Sym(old, elem)
-
-
 def ballot(pred):
     """The UInt32 mask of the lanes of this warp whose `pred` is true (bit i
     for lane i); every thread of the warp calls it. CUDA: __ballot_sync with
@@ -262,4 +232,4 @@ __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "fma", "cast", "cushow", "atomic_add", "ballot"]
+           "cos", "tanh", "fma", "cast", "cushow", "ballot"]

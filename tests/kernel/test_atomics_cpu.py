@@ -59,7 +59,7 @@ def test_atomic_add_refuses_what_atomicAdd_cannot_do():
     def on_int16(a):
         moye.atomic_add(a, 0, 1)
 
-    with pytest.raises(moye.KernelError, match="holds Int16; atomicAdd takes Int32"):
+    with pytest.raises(moye.KernelError, match="holds Int16; atomic_add takes Int32"):
         on_int16[1, 1](np.zeros(4, np.int16))
 
     @moye.kernel
@@ -67,7 +67,7 @@ def test_atomic_add_refuses_what_atomicAdd_cannot_do():
         s = moye.shared_array(moye.Int32, 4)
         moye.atomic_add(s, 0, 1)
 
-    with pytest.raises(moye.KernelError, match="global memory"):
+    with pytest.raises(moye.KernelError, match="xx"):
         on_shared[1, 1](np.zeros(4, np.int32))
 
     read_only = np.zeros(4, np.int32)
