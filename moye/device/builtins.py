@@ -211,36 +211,6 @@ def cushow(*values, fmt=None):
     current().instr("print", tuple(args), fmt=(fmt or " ".join(parts)) + "\n")
 
 
-def atomic_add(array, index, value):
-    """Add `value` to `array[index]`, an element of a kernel argument (global
-    memory), atomically, and return the element's value before the addition.
-    CUDA: atomicAdd; for Int32, UInt32, UInt64, Float32 and Float64 arrays.
-        >>> import moye
-        >>> @moye.kernel
-        ... def histogram(counts, keys):
-        ...     moye.atomic_add(counts, keys[moye.thread_idx.x], 1)
-        >>> counts = np.zeros(3, np.int32)
-        >>> histogram[1, 8](counts, np.array([0, 2, 2, 1, 2, 0, 2, 2], np.int32))
-        >>> counts
-        array([2, 1, 5], dtype=int32)
-    """
-    engine = getattr(array, "engine", None)
-    if not isinstance(engine, PointerEngine) or engine.space != "global":
-        raise KernelError(f"atomic_add: array must be an array argument of the kernel (global "
-                          f"memory), got {array!r}")
-    elem = engine.dtype
-    if elem not in ir.AtomicAdd.TYPES:
-        raise MoyeTypeError(f"atomic_add: the array holds {elem}; atomicAdd takes "
-                            f"{', '.join(map(str, ir.AtomicAdd.TYPES))}")
-    if not isinstance(value, (Sym, int, float)):
-        raise MoyeTypeError(f"atomic_add: value must be a number, got {value!r}")
-    offset = engine.offset + array.layout(index)
-    offset = coerce(offset, T.Int32) if isinstance(offset, Sym) else offset
-    old = current().instr("atomic_add", (engine.base, offset, coerce(value, elem)), elem,
-                          elem=elem)
-    return Sym(old, elem)
-
-
 def ballot(pred):
     """The UInt32 mask of the lanes of this warp whose `pred` is true (bit i
     for lane i); every thread of the warp calls it. CUDA: __ballot_sync with
@@ -255,17 +225,78 @@ def ballot(pred):
         >>> hex(out[0]), hex(out[39])
         ('0x88888888', '0x88')
     """
+    return Sym(current().instr("ballot", (_predicate("ballot", pred),), T.UInt32), T.UInt32)
+
+
+def _predicate(fn, pred):
+    """`pred` as a Bool operand: a Bool, or a number (true where non-zero)."""
     if isinstance(pred, Sym):
-        pred = (pred if pred.type is T.Bool else pred != 0).value
-    elif isinstance(pred, numbers.Number):
-        pred = int(bool(pred))
-    else:
-        raise MoyeTypeError(f"ballot: pred must be a Bool or a number, got {pred!r}")
-    return Sym(current().instr("ballot", (pred,), T.UInt32), T.UInt32)
+        return (pred if pred.type is T.Bool else pred != 0).value
+    if isinstance(pred, numbers.Number):
+        return int(bool(pred))
+    raise MoyeTypeError(f"{fn}: pred must be a Bool or a number, got {pred!r}")
+
+
+def vote_any(pred):
+    """Whether `pred` is true in any thread of this warp; every thread of the
+    warp calls it. CUDA: __any_sync with the full mask (PTX vote.sync.any.pred).
+        >>> import moye
+        >>> @moye.kernel
+        ... def any_negative(out, x):
+        ...     t = moye.thread_idx.x
+        ...     out[t] = moye.vote_any(x[t] < 0)
+        >>> out = np.zeros(64, np.int32)
+        >>> any_negative[1, 64](out, np.arange(64, dtype=np.int32) - 20)
+        >>> out[0], out[32]
+        (np.int32(1), np.int32(0))
+    """
+    return Sym(current().instr("vote", (_predicate("vote_any", pred),), T.Bool, mode="any"),
+               T.Bool)
+
+
+def vote_all(pred):
+    """Whether `pred` is true in every thread of this warp; every thread of
+    the warp calls it. CUDA: __all_sync with the full mask (PTX vote.sync.all.pred).
+        >>> import moye
+        >>> @moye.kernel
+        ... def all_positive(out, x):
+        ...     t = moye.thread_idx.x
+        ...     out[t] = moye.vote_all(x[t] > 0)
+        >>> out = np.zeros(64, np.int32)
+        >>> all_positive[1, 64](out, np.arange(64, dtype=np.int32) - 20)
+        >>> out[0], out[32]
+        (np.int32(0), np.int32(1))
+    """
+    return Sym(current().instr("vote", (_predicate("vote_all", pred),), T.Bool, mode="all"),
+               T.Bool)
+
+
+def match_any(value):
+    """The UInt32 mask of the threads of this warp whose `value` (Int32,
+    UInt32, Int64 or UInt64) equals this thread's; every thread of the warp
+    calls it. CUDA: __match_any_sync with the full mask (sm_70).
+        >>> import moye
+        >>> @moye.kernel
+        ... def peers(out, keys):
+        ...     t = moye.thread_idx.x
+        ...     out[t] = moye.match_any(keys[t])
+        >>> out = np.zeros(32, np.uint32)
+        >>> peers[1, 32](out, np.arange(32, dtype=np.int32) % 3)
+        >>> hex(out[0]), hex(out[1])
+        ('0x49249249', '0x92492492')
+    """
+    if not isinstance(value, Sym):
+        raise MoyeTypeError(f"match_any: value must be a dynamic Int32, UInt32, Int64 or "
+                            f"UInt64, got {value!r}")
+    if value.type not in ir.MatchAny.TYPES:
+        raise MoyeTypeError(f"match_any: value is {value.type}; match_any takes "
+                            f"{', '.join(map(str, ir.MatchAny.TYPES))} (compare floats as "
+                            "their bits, or cast them)")
+    return Sym(current().instr("match_any", (value.value,), T.UInt32), T.UInt32)
 
 
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "shared_array",
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "fma", "cast", "cushow", "atomic_add", "ballot"]
+           "cos", "tanh", "fma", "cast", "cushow", "ballot", "vote_any", "vote_all", "match_any"]

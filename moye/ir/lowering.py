@@ -34,10 +34,11 @@ thread). What a rule may use of `b`:
 
 - `b.vec(x)`: an operand as a vector over the lanes; `b.get(x)` as it is
   stored (a pointer stays a pointer);
-- `b.index(base, idx, s, mask, width)`: the bounds-checked (and, with
-  the race check, recorded) element access of the active lanes, as
-  `(kind, buffer, index, rows)`: `buffer[index]` for global memory,
-  `buffer[rows, index]` for shared and register arrays;
+- `b.index(base, idx, s, mask, width, atomic=False)`: the bounds-checked
+  (and, with the race check, recorded) element access of the active lanes,
+  as `(kind, buffer, index, rows)`: `buffer[index]` for global memory,
+  `buffer[rows, index]` for shared and register arrays; `atomic`: a
+  read-modify-write that races only with plain accesses;
 - `b.set_result(s, data, mask)`: `s.result` becomes `data` in the active
   lanes, converted to the result's type;
 - `b.n`, `b.threads` (per block), `b.block` (its shape), `b.block_of_lane`,

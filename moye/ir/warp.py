@@ -1,4 +1,5 @@
-"""Warp-collective instructions: ldmatrix/stmatrix, mma.sync, shfl.sync, vote.sync.ballot.
+"""Warp-collective instructions: ldmatrix/stmatrix, mma.sync, shfl.sync, vote.sync
+(ballot, any, all) and match.any.sync.
 
 A *register list* is a base in local memory whose element type is the
 register type (UInt32 for PTX b32, Float32 for f32, Int32 for s32, Float64
@@ -128,10 +129,7 @@ class Ballot(Instr):
         return T.UInt32
 
     def check(self):
-        t = type_of(self.pred)
-        if t is None and not isinstance(self.pred, int) or t is not None and t is not T.Bool:
-            return f"the predicate {self.pred!r} is {t or type(self.pred).__name__}, not Bool"
-        return None
+        return _pred_check(self)
 
 
 @lowering("cuda", Ballot)
@@ -139,11 +137,11 @@ def _emit_ballot(w, s, ind, decl):
     w.emit(ind, f"{decl}__ballot_sync(0xffffffffu, {w.operand(s.pred)});")
 
 
-@lowering("cpu", Ballot)
-def _run_ballot(b, s, mask):
-    """Each warp (32 consecutive threads of a block; the last may be partial)
-    ORs the bits of its lanes; a warp of which only some threads execute the
-    ballot is refused (undefined on the GPU, as the full mask names them all)."""
+def _warps(b, s, mask, name):
+    """(warp of each lane, lane in its warp, threads per warp) of the block
+    batch: warps are 32 consecutive threads of a block (the last may be
+    partial); a warp of which only some threads execute `name` is refused
+    (undefined on the GPU, as the full mask names them all)."""
     per_block = -(-b.threads // 32)
     warp = b.block_of_lane * per_block + b.thread_of_lane // 32
     lane = (b.thread_of_lane % 32).astype(np.uint32)
@@ -154,11 +152,96 @@ def _run_ballot(b, s, mask):
         w = divided[0]
         first = int(np.nonzero((warp == w) & ~mask)[0][0])
         raise KernelRuntimeError(
-            f"{where(s.loc)}\n  ballot needs every thread of its warp, but in warp "
+            f"{where(s.loc)}\n  {name} needs every thread of its warp, but in warp "
             f"{w % per_block} of block {tuple(int(i) for i in b.block_ids[w // per_block])} "
             f"{threads[w] - active[w]} of its {threads[w]} threads do not execute it (lane "
             f"{int(lane[first])} first: a branch or loop divides the warp)")
-    bits = np.where(mask & (b.vec(s.pred) != 0), np.uint32(1) << lane, np.uint32(0))
-    votes = np.zeros(len(threads), np.uint32)
+    return warp, lane, threads
+
+
+def _or_per_warp(warp, bits, n):
+    votes = np.zeros(n, np.uint32)
     np.bitwise_or.at(votes, warp, bits.astype(np.uint32))
-    b.set_result(s, votes[warp], mask)
+    return votes
+
+
+@lowering("cpu", Ballot)
+def _run_ballot(b, s, mask):
+    """Each warp ORs the bits of its lanes."""
+    warp, lane, threads = _warps(b, s, mask, "ballot")
+    bits = np.where(mask & (b.vec(s.pred) != 0), np.uint32(1) << lane, np.uint32(0))
+    b.set_result(s, _or_per_warp(warp, bits, len(threads))[warp], mask)
+
+
+def _pred_check(s):
+    t = type_of(s.pred)
+    if t is None and not isinstance(s.pred, int) or t is not None and t is not T.Bool:
+        return f"the predicate {s.pred!r} is {t or type(s.pred).__name__}, not Bool"
+    return None
+
+
+class Vote(Instr):
+    """vote.sync.{mode}.pred over the full warp (CUDA's __any_sync / __all_sync
+    (0xffffffff, pred)): whether pred (Bool) is true in any (mode "any") or
+    all ("all") of the warp's lanes. Lanes a partial last warp lacks count
+    as exited: they do not take part."""
+    op = "vote"
+    operands = ("pred",)
+    attributes = {"mode": "any"}
+
+    def result_type(self):
+        return T.Bool
+
+    def check(self):
+        if self.mode not in ("any", "all"):
+            return f"vote's mode is any or all, not {self.mode!r}"
+        return _pred_check(self)
+
+
+@lowering("cuda", Vote)
+def _emit_vote(w, s, ind, decl):
+    w.emit(ind, f"{decl}__{s.mode}_sync(0xffffffffu, {w.operand(s.pred)}) != 0;")
+
+
+@lowering("cpu", Vote)
+def _run_vote(b, s, mask):
+    warp, lane, threads = _warps(b, s, mask, f"vote_{s.mode}")
+    pred = b.vec(s.pred) != 0
+    hits = np.bincount(warp, weights=mask & pred, minlength=len(threads))
+    got = hits > 0 if s.mode == "any" else hits == threads
+    b.set_result(s, got[warp], mask)
+
+
+class MatchAny(Instr):
+    """match.any.sync.b32/b64 over the full warp (CUDA's __match_any_sync
+    (0xffffffff, x)), sm_70: a UInt32 with bit i set where lane i's x equals
+    this lane's, bit for bit."""
+    op = "match_any"
+    operands = ("x",)
+    TYPES = (T.Int32, T.UInt32, T.Int64, T.UInt64)
+
+    def result_type(self):
+        return T.UInt32
+
+    def check(self):
+        t = type_of(self.x)
+        if t is not None and t not in self.TYPES:
+            return f"match_any takes {', '.join(map(str, self.TYPES))}, not {t}"
+        return None
+
+
+@lowering("cuda", MatchAny)
+def _emit_match_any(w, s, ind, decl):
+    w.emit(ind, f"{decl}__match_any_sync(0xffffffffu, {w.operand(s.x)});")
+
+
+@lowering("cpu", MatchAny)
+def _run_match_any(b, s, mask):
+    """Lanes of one warp with one value form a group; each gets its group's bits."""
+    warp, lane, threads = _warps(b, s, mask, "match_any")
+    x = b.vec(s.x).astype(np.uint64)
+    _, group = np.unique(np.stack([warp.astype(np.uint64), x], axis=1), axis=0,
+                         return_inverse=True)
+    group = group.ravel()
+    bits = np.where(mask, np.uint32(1) << lane, np.uint32(0))
+    b.set_result(s, _or_per_warp(group, bits, group.max() + 1)[group], mask)

@@ -243,11 +243,12 @@ class _Block:
             return kind, buf, arr, p.off, p.name
         return "global", p.buf, None, p.off, p.name
 
-    def index(self, base, idx, s, mask, width):
+    def index(self, base, idx, s, mask, width, atomic=False):
         """(kind, buffer, index, rows) of the access base[idx] of `width`
         elements by the active lanes, bounds-checked and seen by the race
         check: buffer[index] in global memory, buffer[rows, index] in shared
-        and register arrays; the inactive lanes' index is 0."""
+        and register arrays; the inactive lanes' index is 0. An `atomic`
+        access reads and writes, and races only with plain accesses."""
         kind, buf, arr, off, name = self._target(base)
         index = off + self.vec(idx).astype(np.int64)
         n_elem = buf.shape[-1]
@@ -265,7 +266,8 @@ class _Block:
         if self.race is not None and kind == "shared":
             lanes = np.nonzero(mask)[0]
             self.race.access(s, arr, lanes, rows[lanes], index[lanes] * buf.itemsize,
-                             width * buf.itemsize, buf.itemsize, write=s.op == "store")
+                             width * buf.itemsize, buf.itemsize, write=s.op == "store",
+                             atomic=atomic)
         return kind, buf, index, rows
 
     def out_of_bounds(self, s, what, name, lane, index, size, n_elem, itemsize=None):

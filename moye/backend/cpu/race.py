@@ -27,6 +27,14 @@ store reading bytes that a thread wrote with ordinary stores and did not
 then fence with fence_proxy_async is an error too: the async proxy may not
 see them.
 
+Atomics (atomic_add, red, ...) are atomic: two threads' atomics on one
+address race with nothing, but an atomic and a plain load or store of
+another thread that nothing orders do. Two atomics per byte are
+remembered (the first unordered one and the last by another thread), so
+that a plain access races with one of them whenever another thread's
+atomic came before it unordered. An atomic reads too: on shared memory
+nothing wrote, it is an error as a load is.
+
 A read (a load, ldmatrix, a TMA store's) of shared memory that nothing
 wrote in this launch (a store, stmatrix, a cp.async or a TMA load that has
 landed) is an error: shared memory starts uninitialized on the GPU.
@@ -52,6 +60,8 @@ class _Shadow:
             return np.zeros(shape, np.int64)
         self.w_lane, self.w_clock, self.w_loc = lanes(), zeros(), zeros()
         self.r_lane, self.r_clock, self.r_loc = lanes(), zeros(), zeros()
+        self.a_lane, self.a_clock, self.a_loc = lanes(), zeros(), zeros()       # atomics
+        self.a2_lane, self.a2_clock, self.a2_loc = lanes(), zeros(), zeros()
         self.async_lane, self.async_clock, self.async_loc = lanes(), zeros(), zeros()
         self.bulk_lane, self.bulk_loc = lanes(), zeros()       # a TMA store reading it
         self.dirty_lane, self.dirty_loc = lanes(), zeros()     # not fenced for the async proxy
@@ -88,6 +98,8 @@ class RaceCheck:
         for sh in self.shadows.values():
             sh.w_lane.fill(-1)
             sh.r_lane.fill(-1)
+            sh.a_lane.fill(-1)
+            sh.a2_lane.fill(-1)
 
     # -- vector clocks ------------------------------------------------------------------
     def _clocks(self):
@@ -146,22 +158,28 @@ class RaceCheck:
         return (np.repeat(lanes, nbytes), np.repeat(rows, nbytes),
                 (np.asarray(start)[:, None] + k).ravel())
 
-    def access(self, s, arr, lanes, rows, start, nbytes, itemsize, write, prefetch=False):
+    def access(self, s, arr, lanes, rows, start, nbytes, itemsize, write, prefetch=False,
+               atomic=False):
         """Check and record an access by `lanes` to bytes start..start+nbytes of
         `arr` in block rows `rows`; a `prefetch` read may read bytes not yet
-        written (see _not_uninitialized)."""
+        written (see _not_uninitialized); an `atomic` one reads and writes."""
         lane, row, byte = self._bytes(lanes, rows, start, nbytes)
         sh = self._shadow(arr)
-        self._not_pending(s, sh, lane, row, byte, itemsize, write)
+        self._not_pending(s, sh, lane, row, byte, itemsize, write or atomic)
         if not write and not prefetch:
             self._not_uninitialized(s, arr, sh, lane, row, byte, itemsize)
-        self._conflicts(s, sh, lane, row, byte, itemsize, write)
+        self._conflicts(s, sh, lane, row, byte, itemsize, write, atomic)
         loc = self._loc(s.loc)
         clock = self._clock(lane)
-        if write:
+        if atomic:
+            self._not_bulk_read(s, sh, lane, row, byte, itemsize)
+            self._record_atomic(sh, lane, row, byte, clock, loc)
+            sh.dirty_lane[row, byte], sh.dirty_loc[row, byte] = lane, loc
+        elif write:
             self._not_bulk_read(s, sh, lane, row, byte, itemsize)
             sh.w_lane[row, byte], sh.w_clock[row, byte], sh.w_loc[row, byte] = lane, clock, loc
             sh.r_lane[row, byte] = -1
+            sh.a_lane[row, byte] = sh.a2_lane[row, byte] = -1
             sh.dirty_lane[row, byte], sh.dirty_loc[row, byte] = lane, loc
             sh.written[row, byte] = True
         else:
@@ -170,6 +188,18 @@ class RaceCheck:
                                                                   sh.r_clock[row, byte])
             r, b = row[~keep], byte[~keep]
             sh.r_lane[r, b], sh.r_clock[r, b], sh.r_loc[r, b] = lane[~keep], clock[~keep], loc
+
+    def _record_atomic(self, sh, lane, row, byte, clock, loc):
+        """Remember an atomic in the first slot where it is the first (or
+        comes after it), else in the second: the last by another thread.
+        Byte by byte in order, as one instruction's lanes run in lane order."""
+        for k in range(len(lane)):
+            r, b, ln = row[k], byte[k], lane[k:k + 1]
+            first = sh.a_lane[r, b]
+            if first < 0 or first == ln[0] or self._ordered(ln, first, sh.a_clock[r, b])[0]:
+                sh.a_lane[r, b], sh.a_clock[r, b], sh.a_loc[r, b] = ln[0], clock[k], loc
+            else:
+                sh.a2_lane[r, b], sh.a2_clock[r, b], sh.a2_loc[r, b] = ln[0], clock[k], loc
 
     def async_issue(self, s, arr, lanes, rows, start, nbytes, itemsize):
         """A cp.async will write these bytes: a write that is pending until retired."""
@@ -294,32 +324,38 @@ class RaceCheck:
                 f"{byte[i] // itemsize}) that {what} by thread {b._tid(plane)} at "
                 f"{where(ploc)} has not finished writing: {fix}")
 
-    def _conflicts(self, s, sh, lane, row, byte, itemsize, write):
-        for kind, plane, pclock, ploc in (
-                ("write", sh.w_lane[row, byte], sh.w_clock[row, byte], sh.w_loc),
-                ("read", sh.r_lane[row, byte], sh.r_clock[row, byte], sh.r_loc)):
-            if kind == "read" and not write:
-                break
+    def _conflicts(self, s, sh, lane, row, byte, itemsize, write, atomic=False):
+        earlier = [("write", sh.w_lane, sh.w_clock, sh.w_loc)]
+        if write or atomic:
+            earlier.append(("read", sh.r_lane, sh.r_clock, sh.r_loc))
+        if not atomic:                  # atomics race with plain accesses only
+            earlier += [("atomic", sh.a_lane, sh.a_clock, sh.a_loc),
+                        ("atomic", sh.a2_lane, sh.a2_clock, sh.a2_loc)]
+        for kind, lanes, clocks, locs in earlier:
+            plane, pclock = lanes[row, byte], clocks[row, byte]
             bad = (plane >= 0) & (plane != lane)
             if bad.any():
                 bad &= ~self._ordered(lane, plane, pclock)
             if bad.any():
                 i = np.nonzero(bad)[0][0]
-                prev = (plane[i], kind == "write", self.locs[ploc[row[i], byte[i]]])
-                self._report(s, prev, lane[i], byte[i] // itemsize, write)
+                prev = (plane[i], kind, self.locs[locs[row[i], byte[i]]])
+                now = "atomic" if atomic else "write" if write else "read"
+                self._report(s, prev, lane[i], byte[i] // itemsize, now)
         if write and len(lane) > 1:              # two threads writing in one instruction
             key = row * sh.w_lane.shape[1] + byte
             order = np.lexsort((lane, key))
             same = (key[order][1:] == key[order][:-1]) & (lane[order][1:] != lane[order][:-1])
             if same.any():
                 i, j = order[np.nonzero(same)[0][0]], order[np.nonzero(same)[0][0] + 1]
-                self._report(s, (lane[i], True, s.loc), lane[j], byte[j] // itemsize, True)
+                self._report(s, (lane[i], "write", s.loc), lane[j], byte[j] // itemsize,
+                             "write")
 
-    def _report(self, s, prev, lane, element, write):
-        plane, pwrite, ploc = prev
+    def _report(self, s, prev, lane, element, now):
+        """A race between the earlier access `prev` (lane, kind, loc) and a
+        `now` access ("read", "write", "atomic") by `lane`."""
+        plane, before, ploc = prev
         b = self.block
-        kind = ("write-after-write" if write and pwrite else
-                "read-after-write" if pwrite else "write-after-read")
+        kind = f"{now}-after-{before}"
         raise KernelRuntimeError(
             f"shared-memory race ({kind}) on element {element} between thread "
             f"{b._tid(plane)} at {where(ploc)} and thread {b._tid(lane)} at {where(s.loc)}, "
