@@ -13,3 +13,6 @@ from .pipeline import TmaPipeline
 from . import atoms as _atoms  # noqa: F401  (registers the lowering of atoms)
 
 __all__ = _builtins_all + _hopper_all + _wgmma_all + ["TmaPipeline"]
+from .reductions import *  # noqa: F401,F403,E402
+from .reductions import __all__ as _reduce_all  # noqa: E402
+__all__ += _reduce_all
