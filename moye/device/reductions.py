@@ -182,26 +182,27 @@ def _butterfly(v, op, carrier, width):
     return v
 
 
-def _tree(v, op, carrier, width, lane, valid):
+def _tree(v, op, carrier, width, lane, valid, broadcast=True):
     """Every lane of a group of `width` lanes gets the reduction of the
     group's first `valid` lanes (`lane` is the lane in the group): a tree of
-    shuffles down that skips the others, then a broadcast of the first."""
+    shuffles down that skips the others, then a broadcast of the first
+    (without `broadcast`, only the first lane has it)."""
     k = width // 2
     while k >= 1:
         other = shfl_down_sync(v, k, width)
         v = sym_select(lane + k < valid, op.combine(v, other, carrier), v)
         k //= 2
-    return shfl_sync(v, 0, width)
+    return shfl_sync(v, 0, width) if broadcast else v
 
 
-def _warp(v, op, carrier, width, block):
+def _warp(v, op, carrier, width, block, broadcast=True):
     threads = block[0] * block[1] * block[2]
     if threads % width == 0:
         return _butterfly(v, op, carrier, width)
     tid = _thread_id(block)
     lane = tid & (width - 1)
     valid = sym_minmax("min", threads - (tid - lane), width)
-    return _tree(v, op, carrier, width, lane, valid)
+    return _tree(v, op, carrier, width, lane, valid, broadcast)
 
 
 def _begin(x, op, what):
@@ -266,7 +267,7 @@ def block_reduce(x, op):
         return _end(_warp(v, op, carrier, WARP, block), x)
     b = current()
     warps = -(-threads // WARP)
-    v = _warp(v, op, carrier, WARP, block)
+    v = _warp(v, op, carrier, WARP, block, broadcast=False)     # lane 0 writes it
     tid = _thread_id(block)
     lane, warp = tid & (WARP - 1), tid >> 5
     scratch = shared_array(carrier, Layout(warps), align=16)
