@@ -353,3 +353,20 @@ def test_reductions_compile_with_nvrtc(arch, block):
     assert "__shfl_xor_sync" in source and "__syncthreads" in source
     if block == 48:
         assert "__shfl_down_sync" in source
+
+
+@pytest.mark.parametrize("block", [(16, 6), (8, 3, 2), (4, 4, 3)])
+def test_blocks_of_two_and_three_dimensions_reduce_by_linear_thread_id(block):
+    @moye.kernel
+    def k(out_w, out_b, x):
+        t = moye.thread_idx.x + moye.block_dim.x * (moye.thread_idx.y +
+                                                     moye.block_dim.y * moye.thread_idx.z)
+        out_w[t] = moye.warp_reduce(x[t], "sum")
+        out_b[t] = moye.block_reduce(x[t], absmax)
+
+    n = int(np.prod(block))
+    x = data(np.float32, n, n)
+    out_w, out_b = np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)
+    k[1, block](out_w, out_b, x)
+    check(out_w, reference(x, n, 32, "sum"), x)
+    check(out_b, reference(x, n, n, absmax), x)
