@@ -69,3 +69,12 @@ def test_fragment_reduce(torch):
     want = np.take_along_axis(tiles, np.abs(tiles).argmax(-1)[..., None], -1)[..., 0]
     np.testing.assert_array_equal(row_max.cpu().numpy(), want.astype(np.float32))
     np.testing.assert_allclose(total.cpu().numpy(), x.astype(np.float64).sum(), rtol=1e-5)
+
+
+def test_device_functions(torch):
+    from ..kernel.test_func import calls_helpers, helpers_reference
+    x = np.random.default_rng(3).uniform(-3.0, 10.0, 64).astype(np.float32)
+    out = _on_gpu(torch, np.full((5, 64), np.nan, np.float32))
+    calls_helpers[1, 64](out, _on_gpu(torch, x), 3)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(out.cpu().numpy(), helpers_reference(x, 3), rtol=1e-5)

@@ -137,6 +137,39 @@ def test_helpers_take_arrays_layouts_and_atoms():
     np.testing.assert_allclose(out, x * 3.0, rtol=1e-6)
 
 
+@moye.func
+def dot_with(atom, d, a, b):
+    """A helper taking an MMA atom: a one-thread gemm of register fragments."""
+    moye.gemm(atom, d, a, b, d)
+    return d
+
+
+def test_helpers_take_atoms():
+    @moye.kernel
+    def k(out, x, y, atom: moye.Constexpr):
+        a = moye.make_fragment_like(moye.Layout((1, 2, 4)), x.dtype)
+        b = moye.make_fragment_like(moye.Layout((1, 3, 4)), x.dtype)
+        d = moye.make_fragment_like(moye.Layout((1, 2, 3)), x.dtype)
+        for i in range(8):
+            a[i] = x[i]
+        for i in range(12):
+            b[i] = y[i]
+        for i in range(6):
+            d[i] = 0.0
+        dot_with(atom, d, a, b)
+        for i in range(6):
+            out[i] = d[i]
+
+    rng = np.random.default_rng(4)
+    x, y = rng.standard_normal(8).astype(np.float32), rng.standard_normal(12).astype(np.float32)
+    out = np.full(6, np.nan, np.float32)
+    k[1, 1](out, x, y, moye.MMAAtom(moye.UniversalFMA(moye.Float32, moye.Float32,
+                                                       moye.Float32)))
+    A = x.astype(np.float64).reshape(2, 4, order="F")
+    B = y.astype(np.float64).reshape(3, 4, order="F")
+    np.testing.assert_allclose(out.reshape(2, 3, order="F"), A @ B.T, rtol=1e-5, atol=1e-6)
+
+
 def test_bad_uses_of_func_are_clear_errors():
     with pytest.raises(moye.MoyeTypeError, match="moye.func decorates a Python function"):
         moye.func(3)
