@@ -11,8 +11,9 @@ from .arguments import Constexpr
 from .control import range  # noqa: A004  (moye.range, not exported by *)
 from .control import range_constexpr
 from .frontend import CompiledKernel, KernelFunction, kernel
+from .device_function import DeviceFunction, func
 from .tracer import KernelError
 from . import threads as _threads  # noqa: F401  (registers the thread-index check)
 
 __all__ = ["kernel", "KernelFunction", "CompiledKernel", "KernelError", "Constexpr",
-           "range_constexpr"]
+           "range_constexpr", "func", "DeviceFunction"]

@@ -859,7 +859,9 @@ def check_jump(kind, base=None):
         loops, ifs = base or (0, 0)
         if "dynamic" in b.loop_kinds[loops:] or b.dynamic_ifs > ifs:
             raise KernelError("`return` inside dynamic control flow is not supported; "
-                              "let the kernel body end instead")
+                              + ("let the kernel body end instead" if base is None else
+                                 "assign the result to a variable there and return it at "
+                                 "the function's end"))
         return
     if b.loop_kinds and b.loop_kinds[-1] == "dynamic":
         raise KernelError(f"`{kind}` inside a dynamic loop is not supported; use a `while` "

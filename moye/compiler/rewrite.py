@@ -171,9 +171,10 @@ def _strs(names):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, where, first):
+    def __init__(self, where, first, helper=False):
         self.where = where       # where(node, message): the KernelError naming node's line
         self.first = first       # the file's line of the kernel's `def`
+        self.helper = helper     # a @moye.func: its own `return` is checked from its call
         self.counter = 0
         # _summary of each statement as written: a list is summarised (folded) before
         # any statement in it is rewritten, and a loop's own summary is read from here
@@ -210,7 +211,7 @@ class _Rewriter(ast.NodeTransformer):
     def visit_FunctionDef(self, node):
         # a function inside the kernel: its `return` is checked against the control flow
         # opened since it was called, not the kernel's
-        base = self._fresh("base") if self.bases else None
+        base = self._fresh("base") if self.bases or self.helper else None
         self.bases.append(base)
         node.body = self._visit_body(node.body, set())
         self.bases.pop()
@@ -444,19 +445,24 @@ def _code_named(code, name):
     return next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
 
 
-def rewrite_function(fn):
+def rewrite_function(fn, helper=False):
     """`fn` with its control flow rewritten; it sees the same globals and
     closure. None if its source cannot be read (made by `exec`, typed at an
     interactive prompt): the caller traces it as it is. Raises a KernelError
-    naming the line for what a kernel cannot run as written."""
+    naming the line for what a kernel cannot run as written. A `helper` (a
+    @moye.func) may be a lambda (None: it runs as it is), and its `return`
+    is checked against the control flow opened since it was called."""
     file, name = fn.__code__.co_filename, fn.__name__
+    what_kind = "moye.func" if helper else "kernel"
 
     def where(line, what):
         text = linecache.getline(file, line).strip()
-        err = KernelError(f"in kernel '{name}', {file}:{line}: {text}\n  {what}")
+        err = KernelError(f"in {what_kind} '{name}', {file}:{line}: {text}\n  {what}")
         err.located = True
         return err
 
+    if name == "<lambda>" and helper:
+        return None
     if name == "<lambda>":
         raise where(fn.__code__.co_firstlineno, "a kernel is a function defined with def, "
                                                 "not a lambda")
@@ -475,7 +481,7 @@ def rewrite_function(fn):
     at = lambda node, what: where(node.lineno, what)  # noqa: E731
     _refuse(fdef, at)
     fdef.decorator_list = []
-    fdef = _Rewriter(at, first).visit(fdef)
+    fdef = _Rewriter(at, first, helper).visit(fdef)
     freevars = fn.__code__.co_freevars
     if freevars:                            # defined in a function that gives the closure
         factory = ast.FunctionDef("__moye_factory", ast.arguments(

@@ -201,7 +201,8 @@ class Sym:
         raise KernelError(
             f"the value {self.value!r} is only known when the kernel runs, so Python cannot "
             "branch on it here; use it in an `if`/`while` of the kernel body (rewritten into "
-            "kernel control flow), or moye.ifelse(cond, a, b)")
+            "kernel control flow) or of a helper decorated with @moye.func, or "
+            "moye.ifelse(cond, a, b)")
 
     def __index__(self):
         raise KernelError(f"the dynamic value {self.value!r} is used where a static int is needed")

@@ -590,9 +590,18 @@ def test_partial_warps_are_refused():
                        r"warp 0 of block \(0, 0, 0\) lanes 1, 3, 5.* are inactive"):
         even = lambda b, t: b("eq", b("mod", t, 2, type=I32), 0, type=T.Bool)   # noqa: E731
         run(collective_under(even, 64, "ldmatrix"), 1, 64, out)
-    with pytest.raises(KernelRuntimeError, match=r"kern.py:\d+: the shfl\n  shfl is a warp-wide "
-                       r"instruction, but a block of \(48, 1, 1\) has 48 threads"):
-        run(collective_under(None, 48), 1, 48, out)
+    with pytest.raises(KernelRuntimeError, match=r"kern.py:\d+: the shfl\n  shfl needs every "
+                       r"lane of the warp, but in warp 1 of block \(0, 0, 0\) lanes 8-15 are "
+                       r"inactive"):
+        run(collective_under(lt(40), 48), 1, 48, out)
+
+
+def test_a_partial_last_warp_shuffles_among_its_lanes():
+    """A block of 48 threads: the second warp's 16 lanes shuffle; lanes
+    32-47 do not exist and count as exited, as for vote.sync."""
+    out = np.full(48, -1, np.int32)
+    run(collective_under(None, 48), 2, 48, out[:48])
+    assert out.tolist() == [0] * 32 + [32] * 16
 
 
 def test_whole_warps_may_branch():

@@ -239,18 +239,25 @@ def mma(b, s, mask):
 # -- shfl.sync ----------------------------------------------------------------------------------
 def shfl(b, s, mask):
     """shfl.sync.{idx,up,down,bfly} over the full warp, as CUDA's __shfl_*_sync
-    call it: the clamp is 31 (up: 0) and the segment mask 32 - width."""
+    call it: the clamp is 31 (up: 0) and the segment mask 32 - width.
+
+    The lanes a partial last warp lacks (a block of 48 threads) count as
+    exited, as for vote.sync: the others shuffle among themselves, and a
+    lane whose source lane does not exist reads an undefined value on the
+    GPU; here it reads a poison (NaN, or 0x5A bytes for integers), so a
+    kernel that uses it shows wrong results rather than right ones by luck."""
     x, src, width = (b.vec(a) for a in s.args)
-    lanes = warps(b, s, mask)
+    lanes, exists = _shfl_warps(b, s, mask)
     out = x.copy()
     if len(lanes):
         w = width.astype(np.int64)[lanes]
-        bad = (w < 1) | (w > WARP) | (w & (w - 1) != 0)
+        bad = ((w < 1) | (w > WARP) | (w & (w - 1) != 0)) & exists
         if bad.any():
             i = np.nonzero(bad.ravel())[0][0]
             raise KernelRuntimeError(
                 f"{where(s.loc)}\n  shfl width {w.ravel()[i]} (thread "
                 f"{b._tid(lanes.ravel()[i])}) must be a power of 2 from 1 to 32")
+        w = np.where(exists, w, WARP)
         mode = s.attrs["mode"]
         lane = np.arange(WARP)
         bval = src.astype(np.int64)[lanes] & 31
@@ -270,5 +277,44 @@ def shfl(b, s, mask):
             j = (lane & segmask) | (bval & ~segmask)
             ok = j <= max_lane
         j = np.where(ok, j, lane)
-        out[lanes] = x[np.take_along_axis(lanes, j, axis=1)]
+        got = x[np.take_along_axis(lanes, j, axis=1)]
+        gone = exists & ~np.take_along_axis(exists, j, axis=1)
+        if gone.any():
+            got = np.where(gone, _poison(got.dtype), got)
+        out[lanes[exists]] = got[exists]
     b.masked_set(s.result, out, mask, s.result.type.numpy)
+
+
+def _poison(dtype):
+    if dtype.kind == "f":
+        return np.array(np.nan, dtype)
+    return np.frombuffer(b"\x5a" * dtype.itemsize, dtype)[0]
+
+
+def _shfl_warps(b, s, mask):
+    """(lanes, exists), each (warps, 32): the lanes of the warps executing
+    `s`, a partial last warp's missing lanes marked not existing (their index
+    is the warp's first lane, a stand-in); an error if a branch or loop
+    divides a warp."""
+    if b.threads % WARP == 0:
+        lanes = warps(b, s, mask)
+        return lanes, np.ones(lanes.shape, bool)
+    per_block = -(-b.threads // WARP)
+    nblocks = len(mask) // b.threads
+    thread = np.arange(per_block * WARP)
+    exists = np.tile(thread < b.threads, (nblocks, 1)).reshape(-1, WARP)
+    index = (np.arange(nblocks)[:, None] * b.threads + np.minimum(thread, b.threads - 1))
+    index = index.reshape(-1, WARP)
+    index = np.where(exists, index, index[:, :1])
+    active = mask[index] & exists
+    full = (active == exists).all(axis=1)
+    partial = active.any(axis=1) & ~full
+    if partial.any():
+        w = int(np.nonzero(partial)[0][0])
+        off = list(np.nonzero(exists[w] & ~active[w])[0])
+        raise KernelRuntimeError(
+            f"{where(s.loc)}\n  {s.op} needs every lane of the warp, but in warp "
+            f"{w % per_block} of block {b._bid(int(index[w, 0]))} lanes {_ranges(off)} are "
+            "inactive (a branch or loop divides the warp)")
+    run = full & active.any(axis=1)
+    return index[run], exists[run]
