@@ -117,3 +117,22 @@ def test_defaults_and_compiled_kernel_difference():
     other = bind(["y", "a"], {"a": 2.0}, set(), (np.zeros(4, np.float16),))
     assert other.difference(b).startswith(": argument 'y' is a Float16 array on the cpu")
     assert b.difference(b) == ""
+
+
+def test_a_tensor_map_argument_must_say_how_a_kernel_sees_it():
+    """The binder knows TMA copies by their base class; a subclass that does not
+    define `traced` is refused by name when a kernel is traced with it."""
+    from moye.compiler.binder import TMAParam, TensorMapArgument
+
+    class Incomplete(TensorMapArgument):
+        spec, device = ("incomplete",), "cpu"
+
+    b = bind(["t"], {}, set(), (Incomplete(),))
+    assert tuple(b.params) == (TMAParam("t", ("incomplete",), "cpu"),)
+
+    @moye.kernel
+    def uses(t):
+        pass
+
+    with pytest.raises(MoyeTypeError, match="Incomplete does not say how a kernel sees it"):
+        uses.trace(Incomplete(), block=1)
