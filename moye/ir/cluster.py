@@ -181,7 +181,8 @@ def _mapa(w, s, ind):
     """Declare the shared::cluster address of the access; return its name."""
     remote = w.name(s.result) + "_dsmem" if s.result is not None else "dsmem_addr"
     w.emit(ind, f"uint32_t {remote};")
-    w.emit(ind, f'asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\\n" : "=r"({remote}) : '
+    # not volatile: mapa is pure, so the compiler may share it between accesses
+    w.emit(ind, f'asm("mapa.shared::cluster.u32 %0, %1, %2;\\n" : "=r"({remote}) : '
                 f'"r"({w.smem_addr(s.ptr, s.index)}), "r"(static_cast<uint32_t>('
                 f'{w.operand(s.cta)})));')
     return remote
