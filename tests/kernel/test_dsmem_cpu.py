@@ -331,3 +331,22 @@ def test_peer_stores_compile_for_sm_90a():
     src = BACKENDS["cuda"].source(kernel, (32, 1, 1))
     assert "st.shared::cluster.b16" in src and "ld.shared::cluster.b16" in src
     BACKENDS["cuda"].compile_only(kernel, (32, 1, 1), "sm_90a")
+
+
+@moye.kernel
+def peer_view_carried(out, n):
+    t = moye.thread_idx.x
+    mine = moye.shared_array(moye.Int32, 32)
+    mine[t] = t
+    moye.cluster_sync()
+    p = mine
+    for i in range(n[0]):
+        p = moye.peer_shared(mine, 1)
+    out[t] = p[t]
+    moye.cluster_sync()
+
+
+def test_a_peer_view_cannot_be_carried_through_a_dynamic_loop():
+    with pytest.raises(MoyeError, match="'p' is reassigned to an array in shared::cluster "
+                                        "memory inside dynamic control flow"):
+        peer_view_carried[2, 32, 2](np.zeros(64, np.int32), np.ones(1, np.int32))
