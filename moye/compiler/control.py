@@ -85,6 +85,11 @@ class _Slot:
                                   "dynamic control flow")
             return coerce(value, self.var.type)
         if self.kind == "array":
+            if isinstance(value, MoYeArray) and not isinstance(value.engine, PointerEngine):
+                raise KernelError(f"'{self.name}' is reassigned to an array in "
+                                  f"{value.engine.space} memory inside dynamic control flow, "
+                                  "which only a pointer into global, shared or register memory "
+                                  "can be; make that view where it is used")
             if not isinstance(value, MoYeArray) or value.layout != self.layout or \
                     value.engine.dtype is not self.dtype:
                 raise KernelError(f"'{self.name}' must stay an array of layout {self.layout} "

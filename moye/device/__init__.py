@@ -17,6 +17,8 @@ from .fastmath import __all__ as _fastmath_all
 from . import atoms as _atoms  # noqa: F401  (registers the lowering of atoms)
 from .reductions import *  # noqa: F401,F403
 from .reductions import __all__ as _reduce_all
+from .dsmem import *  # noqa: F401,F403
+from .dsmem import __all__ as _dsmem_all
 
 __all__ = _builtins_all + _atomics_all + _hopper_all + _wgmma_all + ["TmaPipeline"] + \
-    _fastmath_all + _reduce_all
+    _fastmath_all + _reduce_all + _dsmem_all

@@ -35,6 +35,8 @@ from ..compiler.control import if_
 from ..compiler.device_function import DeviceFunction, func
 from ..compiler.tracer import Sym, current, sym_minmax, sym_select, tracing, type_of
 from .builtins import shared_array, shfl_down_sync, shfl_sync, shfl_xor_sync, thread_idx
+from .cluster import cluster_size, cluster_sync
+from .dsmem import peer_shared
 
 WARP = 32
 OPS = ("sum", "max", "min", "and", "or", "xor")
@@ -261,10 +263,14 @@ def block_reduce(x, op):
         (1128, 1128)
     """
     op, x, carrier, v = _begin(x, op, "block_reduce")
-    block = _block("block_reduce")
+    return _end(_block_reduce(v, op, carrier, x.type is T.Bool, _block("block_reduce")), x)
+
+
+def _block_reduce(v, op, carrier, bool_values, block):
+    """block_reduce of `v` (in `carrier`), in `carrier`."""
     threads = block[0] * block[1] * block[2]
     if threads <= WARP:
-        return _end(_warp(v, op, carrier, WARP, block), x)
+        return _warp(v, op, carrier, WARP, block)
     b = current()
     warps = -(-threads // WARP)
     v = _warp(v, op, carrier, WARP, block, broadcast=False)     # lane 0 writes it
@@ -277,7 +283,7 @@ def block_reduce(x, op):
     first.then_done(())
     first.result()
     b.instr("barrier", ())
-    identity = op.identity(carrier, x.type is T.Bool)
+    identity = op.identity(carrier, bool_values)
     if threads % WARP or warps <= 8:
         # few warps, or a partial one: each thread reads them all (broadcasts)
         values = [scratch[i] for i in range(warps)]
@@ -292,7 +298,54 @@ def block_reduce(x, op):
             v = _tree(v, op, carrier, width, mine, warps)
     if "dynamic" in b.loop_kinds:
         b.instr("barrier", ())          # the next iteration writes the scratch again
-    return _end(v, x)
+    return v
+
+
+MAX_CLUSTER = 8     # blocks in a cluster (the launch refuses more)
+
+
+def cluster_reduce(x, op):
+    """The reduction of `x` over all the threads of all the blocks of this
+    block's thread-block cluster, returned to every thread (bitwise the same
+    in every block). `op`: as block_reduce's. Every thread of every block
+    of the cluster calls it (it holds block and cluster barriers); outside a
+    cluster launch it is block_reduce. sm_90. CUDA: block reductions, then
+    each block's partial read from the others through distributed shared
+    memory (cluster.map_shared_rank), between two cluster.sync().
+        >>> import moye, numpy as np
+        >>> @moye.kernel
+        ... def total(out, x):
+        ...     i = moye.block_idx.x * 64 + moye.thread_idx.x
+        ...     out[i] = moye.cluster_reduce(x[i], "sum")
+        >>> out = np.zeros(256, np.int32)
+        >>> total[4, 64, 2](out, np.arange(256, dtype=np.int32))
+        >>> int(out[0]), int(out[127]), int(out[128]), int(out[255])
+        (8128, 8128, 24512, 24512)
+
+    How: each block reduces (block_reduce), thread 0 writes the block's
+    partial into a one-element shared array, cluster_sync; every thread then
+    reads the partials of ranks 0 .. cluster_size() - 1 through DSMEM and
+    combines them in rank order, the same in every block; a second
+    cluster_sync keeps each block's partial (and the block itself) alive
+    until every block has read it, and lets a call in a loop write it again.
+    """
+    op, x, carrier, v = _begin(x, op, "cluster_reduce")
+    block = _block("cluster_reduce")
+    v = _block_reduce(v, op, carrier, x.type is T.Bool, block)
+    partial = shared_array(carrier, Layout(1), align=16)
+    first = if_(_thread_id(block) == 0, (), ())
+    first.then()
+    partial[0] = v
+    first.then_done(())
+    first.result()
+    cluster_sync()
+    n = cluster_size()
+    total = peer_shared(partial, 0)[0]
+    for r in range(1, MAX_CLUSTER):
+        other = peer_shared(partial, sym_minmax("min", n - 1, r))[0]
+        total = sym_select(n > r, op.combine(total, other, carrier), total)
+    cluster_sync()
+    return _end(total, x)
 
 
 def _pairwise(values, combine):
@@ -392,4 +445,4 @@ def _modes(modes, rank):
     return tuple(sorted(out))
 
 
-__all__ = ["warp_reduce", "block_reduce", "reduce"]
+__all__ = ["warp_reduce", "block_reduce", "cluster_reduce", "reduce"]

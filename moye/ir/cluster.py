@@ -5,7 +5,7 @@ and CPU rules follow it (`lowering.py` states their contract); the CPU
 semantics, from the PTX ISA, are `backend/cpu/cluster.py`."""
 from .. import types as T
 from .hopper import memory_asm_with, tensor_map
-from .instr import Instr
+from .instr import Instr, is_integer, is_pointer
 from .lowering import lowering
 
 
@@ -116,3 +116,108 @@ def _emit_tma_load_multicast(w, s, ind, decl):
 @lowering("cpu", TmaLoadMulticast)
 def _run_tma_load_multicast(b, s, mask):
     b.cluster.multicast_load(s, mask)
+
+
+# -- distributed shared memory: another block's shared memory -------------------------------
+
+def _dsmem_check(s):
+    if not is_pointer(s.ptr):
+        return f"the base {s.ptr!r} is not a pointer or an array"
+    if not is_integer(s.index):
+        return f"the index {s.index!r} is not an integer"
+    if not is_integer(s.cta):
+        return f"the block rank {s.cta!r} is not an integer"
+    return None
+
+
+class DsmemLoad(Instr):
+    """`ptr[index]` (one `elem`) in the shared memory of the cluster's block of
+    rank `cta`, at the offset it has in this block's: mapa.shared::cluster.u32
+    then ld.shared::cluster (CUDA: cluster.map_shared_rank)."""
+    op = "dsmem_load"
+    operands = ("ptr", "index", "cta")
+    attributes = {"elem": None}
+    arch = "sm_90"
+
+    def result_type(self):
+        return self.elem
+
+    check = _dsmem_check
+
+
+class DsmemStore(Instr):
+    """`ptr[index] = value` (one `elem`) in the shared memory of the cluster's
+    block of rank `cta`: mapa.shared::cluster.u32 then st.shared::cluster."""
+    op = "dsmem_store"
+    operands = ("ptr", "index", "cta", "value")
+    attributes = {"elem": None}
+    arch = "sm_90"
+
+    check = _dsmem_check
+
+
+# an element as the bits PTX moves: (ld/st type, asm constraint, C++ register type, the
+# C++ of bits -> element, the C++ of element -> bits); {} is the operand
+_DSMEM_BITS = {
+    8: ("u8", "r", "uint32_t"), 16: ("b16", "h", "unsigned short"),
+    32: ("b32", "r", "uint32_t"), 64: ("b64", "l", "unsigned long long")}
+_FROM_BITS = {"Float32": "__uint_as_float({})", "TFloat32": "__uint_as_float({})",
+              "Float64": "__longlong_as_double(static_cast<long long>({}))",
+              "Float16": "__ushort_as_half({})", "BFloat16": "__ushort_as_bfloat16({})",
+              "Bool": "({} != 0u)"}
+_TO_BITS = {"Float32": "__float_as_uint({})", "TFloat32": "__float_as_uint({})",
+            "Float64": "static_cast<unsigned long long>(__double_as_longlong({}))",
+            "Float16": "__half_as_ushort({})", "BFloat16": "__bfloat16_as_ushort({})"}
+
+
+def _dsmem_bits(elem):
+    try:
+        return _DSMEM_BITS[elem.bits]
+    except KeyError:
+        raise NotImplementedError(f"no distributed shared memory access of {elem}") from None
+
+
+def _mapa(w, s, ind):
+    """Declare the shared::cluster address of the access; return its name."""
+    remote = w.name(s.result) + "_dsmem" if s.result is not None else "dsmem_addr"
+    w.emit(ind, f"uint32_t {remote};")
+    # not volatile: mapa is pure, so the compiler may share it between accesses
+    w.emit(ind, f'asm("mapa.shared::cluster.u32 %0, %1, %2;\\n" : "=r"({remote}) : '
+                f'"r"({w.smem_addr(s.ptr, s.index)}), "r"(static_cast<uint32_t>('
+                f'{w.operand(s.cta)})));')
+    return remote
+
+
+@lowering("cuda", DsmemLoad)
+def _emit_dsmem_load(w, s, ind, decl):
+    ptx, con, reg = _dsmem_bits(s.elem)
+    remote = _mapa(w, s, ind)
+    bits = w.name(s.result) + "_bits"
+    w.emit(ind, f"{reg} {bits};")
+    w.emit(ind, f'asm volatile("ld.shared::cluster.{ptx} %0, [%1];\\n" : "={con}"({bits}) : '
+                f'"r"({remote}) : "memory");')
+    convert = _FROM_BITS.get(s.elem.name, "static_cast<" + w.ctype(s.elem) + ">({})")
+    w.emit(ind, f"{decl}{convert.format(bits)};")
+
+
+@lowering("cuda", DsmemStore)
+def _emit_dsmem_store(w, s, ind, decl):
+    ptx, con, reg = _dsmem_bits(s.elem)
+    w.emit(ind, "{")
+    inner = ind + "    "
+    remote = _mapa(w, s, inner)
+    convert = _TO_BITS.get(s.elem.name, "{}")
+    value = convert.format(w.arg(s.value, s.elem))
+    w.emit(inner, f'asm volatile("st.shared::cluster.{ptx} [%0], %1;\\n" :: "r"({remote}), '
+                  f'"{con}"(static_cast<{reg}>({value})) : "memory");')
+    w.emit(ind, "}")
+
+
+@lowering("cpu", DsmemLoad)
+def _run_dsmem_load(b, s, mask):
+    b.cluster.peer_access(s, mask)
+
+
+@lowering("cpu", DsmemStore)
+def _run_dsmem_store(b, s, mask):
+    b.cluster.peer_access(s, mask)

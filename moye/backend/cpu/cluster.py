@@ -84,6 +84,30 @@ class Cluster:
     def multicast_load(self, s, mask):
         multicast_load(self.block.hopper, s, mask)
 
+    def peer_access(self, s, mask):
+        """dsmem_load(ptr, index, cta) / dsmem_store(ptr, index, cta, value):
+        the element at the same offset in the shared memory of the block of
+        rank cta, bounds-checked and seen by the race check as an access to
+        that block's row by this thread."""
+        b = self.block
+        cta = b.vec(s.args[2]).astype(np.int64)
+        bad = mask & ((cta < 0) | (cta >= self.size))
+        if bad.any():
+            lane = int(np.nonzero(bad)[0][0])
+            raise KernelRuntimeError(
+                f"{where(s.loc)}\n  {s.op} by thread {b._tid(lane)} of block {b._bid(lane)} "
+                f"names block rank {int(cta[lane])} of a cluster of {self.size} blocks (a peer's "
+                f"shared memory needs a rank 0..{self.size - 1})")
+        rows = np.where(mask, self.first_row[b.block_of_lane] + np.where(bad, 0, cta), 0)
+        store = s.op == "dsmem_store"
+        kind, buf, index, rows = b.index(s.args[0], s.args[1], s, mask, 1, rows=rows, write=store)
+        lanes = np.nonzero(mask)[0]
+        if store:
+            v = b.vec(s.args[3])
+            buf[rows[lanes], index[lanes]] = v[lanes].astype(buf.dtype)
+        else:
+            b.set_result(s, buf[rows, index], mask)
+
     def row_of_rank(self, s, row, rank, lane):
         """The batch row of the block of `rank` in the cluster of `row`."""
         if not 0 <= rank < self.size:

@@ -215,7 +215,7 @@ class Scheduler:
             if not mask.all():
                 raise self._partial_sync(s, mask)
             if race is not None:
-                race.barrier()
+                race.barrier(block_only=True)
             return
         me = self.current
         me.at_sync, me.released, me.sync_mask = True, False, mask
@@ -238,7 +238,7 @@ class Scheduler:
                 if c.at_sync:
                     c.at_sync, c.released = False, True
             if race is not None:
-                race.barrier()
+                race.barrier(block_only=True)
             return True
 
         if not complete():

@@ -243,12 +243,14 @@ class _Block:
             return kind, buf, arr, p.off, p.name
         return "global", p.buf, None, p.off, p.name
 
-    def index(self, base, idx, s, mask, width, atomic=False):
+    def index(self, base, idx, s, mask, width, atomic=False, rows=None, write=None):
         """(kind, buffer, index, rows) of the access base[idx] of `width`
         elements by the active lanes, bounds-checked and seen by the race
         check: buffer[index] in global memory, buffer[rows, index] in shared
         and register arrays; the inactive lanes' index is 0. An `atomic`
-        access reads and writes, and races only with plain accesses."""
+        access reads and writes, and races only with plain accesses. `rows`
+        (per lane) names another block's shared memory (a cluster peer's);
+        `write` says whether it writes (default: a store)."""
         kind, buf, arr, off, name = self._target(base)
         index = off + self.vec(idx).astype(np.int64)
         n_elem = buf.shape[-1]
@@ -257,8 +259,9 @@ class _Block:
             lane = int(np.nonzero(bad)[0][0])
             self.out_of_bounds(s, s.op, name, lane, index[lane], f"{width} element(s)", n_elem,
                                buf.itemsize)
-        rows = None
-        if kind == "local":
+        if rows is not None:
+            assert kind == "shared", "only shared memory is reached in another block"
+        elif kind == "local":
             rows = np.arange(self.n)
         elif kind == "shared":
             rows = self.block_of_lane
@@ -266,7 +269,8 @@ class _Block:
         if self.race is not None and kind == "shared":
             lanes = np.nonzero(mask)[0]
             self.race.access(s, arr, lanes, rows[lanes], index[lanes] * buf.itemsize,
-                             width * buf.itemsize, buf.itemsize, write=s.op == "store",
+                             width * buf.itemsize, buf.itemsize,
+                             write=s.op == "store" if write is None else write,
                              atomic=atomic)
         return kind, buf, index, rows
 

@@ -94,7 +94,21 @@ class RaceCheck:
             self.locs.append(loc)
         return i
 
-    def barrier(self):
+    def barrier(self, block_only=False):
+        """A barrier of every thread of the batch: everything before is
+        ordered before everything after (the shadow forgets). With
+        `block_only` (sync_threads) in a batch of several blocks (a cluster),
+        it orders each block's threads only, through the vector clocks: an
+        access by another block (through distributed shared memory) stays
+        unordered with them until a cluster barrier."""
+        b = self.block
+        if block_only and len(b.block_ids) > 1:
+            vc = self._clocks()
+            for row in range(len(b.block_ids)):
+                lanes = np.nonzero(b.block_of_lane == row)[0]
+                vc[lanes] = vc[lanes].max(axis=0)
+                vc[lanes, lanes] += 1
+            return
         for sh in self.shadows.values():
             sh.w_lane.fill(-1)
             sh.r_lane.fill(-1)
