@@ -36,6 +36,8 @@ if _os.path.exists("/dev/nvidiactl"):
     except ImportError:
         pass
 
+from . import ops  # noqa: E402,F401  (moye.ops: the library layer, above device)
+
 # `from moye import *` gives the public API, without moye.range (keep Python's)
 __all__ = sorted(n for n, v in dict(globals()).items()
                  if not n.startswith("_") and n != "range" and type(v).__name__ != "module")
