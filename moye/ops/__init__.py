@@ -4,6 +4,6 @@ tensors on the CPU backend). Each op is a moye kernel with a plan per
 (dtype, row length, backend), cached so a repeat call does no planning.
 Built on moye.compiler and moye.device; tutorials stay in moye.examples.
 """
-from .softmax import softmax, softmax_backward
+from .softmax_op import softmax, softmax_backward
 
 __all__ = ["softmax", "softmax_backward"]

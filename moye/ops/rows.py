@@ -132,6 +132,6 @@ def plan(dtype, n, backend, register_elements=REGISTER_ELEMENTS):
     groups = -(-n // vec)
     threads = min(MAX_THREADS, max(32, -(-groups // 32) * 32))
     chunks = -(-groups // threads)
-    if chunks * vec <= max(register_elements, vec):
+    if chunks * vec <= register_elements:
         return Plan(dtype, n, backend, threads, vec, chunks, "registers")
     return Plan(dtype, n, backend, MAX_THREADS if backend == "cuda" else 256, vec, 1, "general")
