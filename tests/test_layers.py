@@ -59,10 +59,17 @@ def _edges(package):
     ("device", ("moye.backend", "moye.compiler.frontend", "moye.compiler.dispatch")),
     ("backend", ("moye.device", "moye.compiler.frontend", "moye.compiler.dispatch",
                  "moye.compiler.tracer", "moye.compiler.identity", "moye.compiler.control")),
+    ("ops", ("moye.backend", "moye.examples", "moye.compiler.frontend", "moye.compiler.dispatch")),
 ])
 def test_imports_point_down(package, forbidden):
     bad = [(f, t) for f, t, _ in _edges(package) if t.startswith(forbidden)]
     assert not bad, f"moye/{package} imports what sits above it: {bad}"
+
+
+@pytest.mark.parametrize("package", ["layout", "array", "ir", "compiler", "device", "backend"])
+def test_nothing_below_imports_ops(package):
+    bad = [(f, t) for f, t, _ in _edges(package) if t.startswith("moye.ops")]
+    assert not bad, f"moye/{package} imports moye.ops, which sits above it: {bad}"
 
 
 @pytest.mark.parametrize("package", ["compiler", "device", "ir"])

@@ -154,7 +154,7 @@ def softmax(x, dim=-1, *, register_elements=rows.REGISTER_ELEMENTS):
 
         >>> import numpy as np
         >>> y = softmax(np.array([[0.0, 1.0, 2.0]], np.float32))
-        >>> np.round(y, 4).tolist()
+        >>> np.round(y.astype(float), 4).tolist()
         [[0.09, 0.2447, 0.6652]]
     """
     name = rows.dtype_name(x, "x", "softmax")
@@ -177,7 +177,7 @@ def softmax_backward(y, dy, dim=-1, *, register_elements=rows.REGISTER_ELEMENTS)
         >>> import numpy as np
         >>> y = softmax(np.array([[0.0, 1.0, 2.0]], np.float32))
         >>> dx = softmax_backward(y, np.array([[1.0, 0.0, 0.0]], np.float32))
-        >>> np.round(dx, 4).tolist()
+        >>> np.round(dx.astype(float), 4).tolist()
         [[0.0819, -0.022, -0.0599]]
     """
     name = rows.dtype_name(y, "y", "softmax_backward")
