@@ -35,6 +35,7 @@ def dtype_name(x, what, op):
         name = str(x.dtype)
         if name in _TORCH_DTYPES:
             return name[len("torch."):]
+        name = name[len("torch."):] if name.startswith("torch.") else name
     elif isinstance(x, np.ndarray):
         if x.dtype in _DTYPES:
             return _DTYPES[x.dtype]
