@@ -19,6 +19,8 @@ MAX_N = 262_144
 # elements one thread keeps in registers in the one-pass kernels (float32 math)
 REGISTER_ELEMENTS = 32
 MAX_THREADS = 1024
+# short rows: one warp per row, this many per block
+ROWS_PER_BLOCK = 4
 _DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16",
            np.dtype(ml_dtypes.bfloat16): "bfloat16"}
 _TORCH_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
@@ -110,9 +112,10 @@ def backend_of(x):
 class Plan:
     """How one row-wise op runs for one (dtype, N, backend): `threads` per
     block (one block per row), `vec` elements per chunk (16 bytes of the input
-    type), `chunks` chunks per thread, and `kernel`: "registers" (the row is
+    type), `chunks` chunks per thread, `kernel`: "registers" (the row is
     loaded once and kept in registers) or "general" (loops over the row: two
-    passes, any N)."""
+    passes, any N), and `rows` per block: short rows (one warp's worth) take
+    one warp each, ROWS_PER_BLOCK of them per block."""
     dtype: str
     n: int
     backend: str
@@ -120,6 +123,7 @@ class Plan:
     vec: int
     chunks: int
     kernel: str
+    rows: int = 1
 
 
 _SIZES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -134,5 +138,8 @@ def plan(dtype, n, backend, register_elements=REGISTER_ELEMENTS):
     threads = min(MAX_THREADS, max(32, -(-groups // 32) * 32))
     chunks = -(-groups // threads)
     if chunks * vec <= register_elements:
+        if threads == 32:
+            return Plan(dtype, n, backend, 32 * ROWS_PER_BLOCK, vec, chunks, "registers",
+                        ROWS_PER_BLOCK)
         return Plan(dtype, n, backend, threads, vec, chunks, "registers")
     return Plan(dtype, n, backend, MAX_THREADS if backend == "cuda" else 256, vec, 1, "general")

@@ -4,8 +4,9 @@ Forward: y = exp(x - max(x)) / sum(exp(x - max(x))), computed as
 exp2((x - max) * log2(e)) in float32 and stored in the input's type.
 Backward: dx = y * (dy - sum(dy * y)).
 
-Two kernels each, one block per row (rows.Plan says which):
-- "registers": the row is loaded once into registers (`chunks` chunks of
+Two kernels each (rows.Plan says which):
+- "registers": one block per row, or one warp per row for short rows
+  (several rows per block); the row is loaded once into registers (`chunks` chunks of
   `vec` elements per thread, the tail predicated), the max and the sum by
   `block_reduce`, then written;
 - "general": any N. Forward: one pass keeps each thread's running max and
@@ -15,7 +16,8 @@ Two kernels each, one block per row (rows.Plan says which):
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import block_dim, block_idx, block_reduce, cast, exp2, maximum, thread_idx
+from ..device import (block_dim, block_idx, block_reduce, cast, exp2, lane_idx, maximum, thread_idx,
+                      warp_idx, warp_reduce)
 from ..errors import MoyeTypeError, ShapeError
 from ..layout import Layout, size
 from ..types import Float32
@@ -28,38 +30,53 @@ LOWEST = -3.4028234663852886e38          # the lowest float32: max's identity, f
 
 # -- kernels ---------------------------------------------------------------------------------
 
+def _row_of(ROWS):
+    """(row, thread in the row, threads per row, the reduction) of this
+    thread: one block per row (ROWS == 1, block_reduce), or one warp per
+    row, ROWS rows per block (warp_reduce)."""
+    if ROWS == 1:
+        return block_idx.x, thread_idx.x, block_dim.x, block_reduce
+    return block_idx.x * ROWS + warp_idx(), lane_idx(), 32, warp_reduce
+
+
 @kernel
-def softmax_registers(y, x, VEC: Constexpr, CHUNKS: Constexpr):
-    row = block_idx.x
-    t = thread_idx.x
-    nt = block_dim.x
+def softmax_registers(y, x, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr):
+    row, t, nt, reduce = _row_of(ROWS)
     n = size(x, 1)
-    gx = x[row, None]
-    gy = y[row, None]
-    r = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
-    m = LOWEST
-    for k in range(CHUNKS):
-        c0 = (k * nt + t) * VEC
-        for e in range(VEC):
-            v = -float("inf")
-            if c0 + e < n:
-                v = cast(gx[c0 + e], Float32)
-            r[e, k] = v
-            m = maximum(m, v)
-    m = block_reduce(m, "max")
-    s = 0.0
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            p = exp2((r[e, k] - m) * LOG2E)
-            r[e, k] = p
-            s = s + p
-    s = block_reduce(s, "sum")
-    inv = 1.0 / s
-    for k in range(CHUNKS):
-        c0 = (k * nt + t) * VEC
-        for e in range(VEC):
-            if c0 + e < n:
-                gy[c0 + e] = cast(r[e, k] * inv, gy.dtype)
+
+    def body():
+        gx = x[row, None]
+        gy = y[row, None]
+        r = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
+        m = LOWEST
+        for k in range(CHUNKS):
+            c0 = (k * nt + t) * VEC
+            for e in range(VEC):
+                v = -float("inf")
+                if c0 + e < n:
+                    v = cast(gx[c0 + e], Float32)
+                r[e, k] = v
+                m = maximum(m, v)
+        m = reduce(m, "max")
+        s = 0.0
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                p = exp2((r[e, k] - m) * LOG2E)
+                r[e, k] = p
+                s = s + p
+        s = reduce(s, "sum")
+        inv = 1.0 / s
+        for k in range(CHUNKS):
+            c0 = (k * nt + t) * VEC
+            for e in range(VEC):
+                if c0 + e < n:
+                    gy[c0 + e] = cast(r[e, k] * inv, gy.dtype)
+
+    if ROWS == 1:
+        body()
+    else:
+        if row < size(x, 0):           # the whole warp takes the same branch
+            body()
 
 
 @kernel
@@ -86,34 +103,40 @@ def softmax_general(y, x):
 
 
 @kernel
-def softmax_backward_registers(dx, y, dy, VEC: Constexpr, CHUNKS: Constexpr):
-    row = block_idx.x
-    t = thread_idx.x
-    nt = block_dim.x
+def softmax_backward_registers(dx, y, dy, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr):
+    row, t, nt, reduce = _row_of(ROWS)
     n = size(y, 1)
-    gy = y[row, None]
-    gdy = dy[row, None]
-    gdx = dx[row, None]
-    ry = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
-    rdy = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
-    d = 0.0
-    for k in range(CHUNKS):
-        c0 = (k * nt + t) * VEC
-        for e in range(VEC):
-            a = 0.0
-            b = 0.0
-            if c0 + e < n:
-                a = cast(gy[c0 + e], Float32)
-                b = cast(gdy[c0 + e], Float32)
-            ry[e, k] = a
-            rdy[e, k] = b
-            d = d + a * b
-    d = block_reduce(d, "sum")
-    for k in range(CHUNKS):
-        c0 = (k * nt + t) * VEC
-        for e in range(VEC):
-            if c0 + e < n:
-                gdx[c0 + e] = cast(ry[e, k] * (rdy[e, k] - d), gdx.dtype)
+
+    def body():
+        gy = y[row, None]
+        gdy = dy[row, None]
+        gdx = dx[row, None]
+        ry = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
+        rdy = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
+        d = 0.0
+        for k in range(CHUNKS):
+            c0 = (k * nt + t) * VEC
+            for e in range(VEC):
+                a = 0.0
+                b = 0.0
+                if c0 + e < n:
+                    a = cast(gy[c0 + e], Float32)
+                    b = cast(gdy[c0 + e], Float32)
+                ry[e, k] = a
+                rdy[e, k] = b
+                d = d + a * b
+        d = reduce(d, "sum")
+        for k in range(CHUNKS):
+            c0 = (k * nt + t) * VEC
+            for e in range(VEC):
+                if c0 + e < n:
+                    gdx[c0 + e] = cast(ry[e, k] * (rdy[e, k] - d), gdx.dtype)
+
+    if ROWS == 1:
+        body()
+    else:
+        if row < size(y, 0):           # the whole warp takes the same branch
+            body()
 
 
 @kernel
@@ -141,7 +164,8 @@ def _launch(p, registers, general, out, *ins):
     if m == 0:
         return
     if p.kernel == "registers":
-        registers[m, p.threads](out, *ins, p.vec, p.chunks, backend=p.backend)
+        grid = -(-m // p.rows)
+        registers[grid, p.threads](out, *ins, p.vec, p.chunks, p.rows, backend=p.backend)
     else:
         general[m, p.threads](out, *ins, backend=p.backend)
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import moye
+from moye.backend.cpu import race_checking
 from moye.compiler.frontend import BACKENDS
 from moye.ops import rows, softmax, softmax_backward
 from moye.ops import softmax_op as softmax_module
@@ -112,6 +113,35 @@ def test_other_dims(shape, dim):
                                atol=4e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("m", [1, 4, 9])
+@pytest.mark.parametrize("n", [5, 128])
+def test_one_warp_per_row(m, n):
+    """Short rows take a warp each, ROWS_PER_BLOCK per block; the last block's
+    extra warps do nothing."""
+    p = rows.plan("float32", n, "cpu")
+    assert p.kernel == "registers" and p.rows == rows.ROWS_PER_BLOCK and p.threads == 32 * p.rows
+    rng = np.random.default_rng(m * n)
+    x = data(rng, (m, n), np.float32, 3.0)
+    y = softmax(x)
+    np.testing.assert_allclose(y, reference(x), atol=2e-6, rtol=1e-5)
+    dy = data(rng, (m, n), np.float32, 1.0)
+    np.testing.assert_allclose(softmax_backward(y, dy), reference_backward(y, dy), atol=4e-6,
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [40, 3000])
+def test_no_races(n):
+    """The race check of the CPU backend finds nothing in any kernel."""
+    rng = np.random.default_rng(n)
+    x = data(rng, (5, n), np.float32, 2.0)
+    with race_checking():
+        for cap in (rows.REGISTER_ELEMENTS, 1):
+            y = softmax(x, register_elements=cap)
+            np.testing.assert_allclose(y, reference(x), atol=2e-6, rtol=1e-5)
+            dx = softmax_backward(y, x, register_elements=cap)
+            np.testing.assert_allclose(dx, reference_backward(y, x), atol=2e-5, rtol=1e-5)
+
+
 def test_empty_rows_and_zero_rows():
     assert softmax(np.zeros((0, 8), np.float32)).shape == (0, 8)
     assert softmax(np.zeros((3, 0), np.float32)).shape == (3, 0)
@@ -189,9 +219,10 @@ def _variants():
     m = softmax_module
     for a in (x, h, b):
         vec = 16 // a.itemsize
-        yield m.softmax_registers, (a, a, vec, 2)
+        for rows_per_block in (1, 4):
+            yield m.softmax_registers, (a, a, vec, 2, rows_per_block)
+            yield m.softmax_backward_registers, (a, a, a, vec, 2, rows_per_block)
         yield m.softmax_general, (a, a)
-        yield m.softmax_backward_registers, (a, a, a, vec, 2)
         yield m.softmax_backward_general, (a, a, a)
 
 
