@@ -6,9 +6,9 @@ Backward: dx = y * (dy - sum(dy * y)).
 
 Two kernels each (rows.Plan says which):
 - "registers": one block per row, or one warp per row for short rows
-  (several rows per block); the row is loaded once into registers (`chunks` chunks of
-  `vec` elements per thread, the tail predicated), the max and the sum by
-  `block_reduce`, then written;
+  (several rows per block); the row is loaded once into registers
+  (`chunks` chunks of `vec` elements per thread, the tail predicated), the
+  max and the sum by `block_reduce` (`warp_reduce`), then written;
 - "general": any N. Forward: one pass keeps each thread's running max and
   sum (the sum rescaled when the max grows: the online softmax), the block
   combines them, and a second pass writes; backward: a pass for sum(dy * y),
