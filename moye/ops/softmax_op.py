@@ -16,7 +16,7 @@ Two kernels each (rows.Plan says which):
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import (block_dim, block_idx, block_reduce, cast, exp2, lane_idx, maximum, thread_idx,
+from ..device import (block_idx, block_reduce, cast, exp2, lane_idx, maximum, thread_idx,
                       warp_idx, warp_reduce)
 from ..errors import MoyeTypeError, ShapeError
 from ..layout import Layout, size
@@ -30,18 +30,19 @@ LOWEST = -3.4028234663852886e38          # the lowest float32: max's identity, f
 
 # -- kernels ---------------------------------------------------------------------------------
 
-def _row_of(ROWS):
+def _row_of(ROWS, THREADS):
     """(row, thread in the row, threads per row, the reduction) of this
-    thread: one block per row (ROWS == 1, block_reduce), or one warp per
-    row, ROWS rows per block (warp_reduce)."""
+    thread: one block of THREADS per row (ROWS == 1, block_reduce), or one
+    warp per row, ROWS rows per block (warp_reduce)."""
     if ROWS == 1:
-        return block_idx.x, thread_idx.x, block_dim.x, block_reduce
+        return block_idx.x, thread_idx.x, THREADS, block_reduce
     return block_idx.x * ROWS + warp_idx(), lane_idx(), 32, warp_reduce
 
 
 @kernel
-def softmax_registers(y, x, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr):
-    row, t, nt, reduce = _row_of(ROWS)
+def softmax_registers(y, x, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr,
+                      THREADS: Constexpr):
+    row, t, nt, reduce = _row_of(ROWS, THREADS)
     n = size(x, 1)
 
     def body():
@@ -80,10 +81,10 @@ def softmax_registers(y, x, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr):
 
 
 @kernel
-def softmax_general(y, x):
+def softmax_general(y, x, THREADS: Constexpr):
     row = block_idx.x
     t = thread_idx.x
-    nt = block_dim.x
+    nt = THREADS                       # static: the loops' step is a constant
     n = size(x, 1)
     gx = x[row, None]
     gy = y[row, None]
@@ -103,8 +104,9 @@ def softmax_general(y, x):
 
 
 @kernel
-def softmax_backward_registers(dx, y, dy, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr):
-    row, t, nt, reduce = _row_of(ROWS)
+def softmax_backward_registers(dx, y, dy, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr,
+                               THREADS: Constexpr):
+    row, t, nt, reduce = _row_of(ROWS, THREADS)
     n = size(y, 1)
 
     def body():
@@ -140,10 +142,10 @@ def softmax_backward_registers(dx, y, dy, VEC: Constexpr, CHUNKS: Constexpr, ROW
 
 
 @kernel
-def softmax_backward_general(dx, y, dy):
+def softmax_backward_general(dx, y, dy, THREADS: Constexpr):
     row = block_idx.x
     t = thread_idx.x
-    nt = block_dim.x
+    nt = THREADS                       # static: the loops' step is a constant
     n = size(y, 1)
     gy = y[row, None]
     gdy = dy[row, None]
@@ -165,9 +167,10 @@ def _launch(p, registers, general, out, *ins):
         return
     if p.kernel == "registers":
         grid = -(-m // p.rows)
-        registers[grid, p.threads](out, *ins, p.vec, p.chunks, p.rows, backend=p.backend)
+        registers[grid, p.threads](out, *ins, p.vec, p.chunks, p.rows, p.threads,
+                                   backend=p.backend)
     else:
-        general[m, p.threads](out, *ins, backend=p.backend)
+        general[m, p.threads](out, *ins, p.threads, backend=p.backend)
 
 
 def softmax(x, dim=-1, *, register_elements=rows.REGISTER_ELEMENTS):

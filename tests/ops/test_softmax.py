@@ -220,10 +220,10 @@ def _variants():
     for a in (x, h, b):
         vec = 16 // a.itemsize
         for rows_per_block in (1, 4):
-            yield m.softmax_registers, (a, a, vec, 2, rows_per_block)
-            yield m.softmax_backward_registers, (a, a, a, vec, 2, rows_per_block)
-        yield m.softmax_general, (a, a)
-        yield m.softmax_backward_general, (a, a, a)
+            yield m.softmax_registers, (a, a, vec, 2, rows_per_block, 128)
+            yield m.softmax_backward_registers, (a, a, a, vec, 2, rows_per_block, 128)
+        yield m.softmax_general, (a, a, 128)
+        yield m.softmax_backward_general, (a, a, a, 128)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
