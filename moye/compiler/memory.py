@@ -95,16 +95,25 @@ class PointerEngine:
 
     def recast(self, dtype):
         dtype = T.as_element_type(dtype)
-        bits = self.offset * self.dtype.bits
-        if divisor_of(bits) % dtype.bits:
-            raise KernelError(f"recast to {dtype}: the array's offset is not provably aligned "
-                              f"to {dtype.bits // 8} bytes")
+        # the new offset, without going through bits: offset * bits would overflow the
+        # 32-bit index arithmetic four to sixteen times sooner than the elements do
+        old, new = self.dtype.bits, dtype.bits
+        if new >= old:
+            if new % old or divisor_of(self.offset) % (new // old):
+                raise KernelError(f"recast to {dtype}: the array's offset is not provably "
+                                  f"aligned to {new // 8} bytes")
+            offset = self.offset // (new // old)
+        else:
+            if old % new:
+                raise KernelError(f"recast to {dtype}: {old}-bit elements do not split into "
+                                  f"{new}-bit ones")
+            offset = self.offset * (old // new)
         b = current()
         base = self.base
         if isinstance(base, ir.Array):
             base = b.instr("addr", (base,), ir.PtrType(base.elem, self.space))
         base = b.instr("cast", (base,), ir.PtrType(dtype, self.space), to=dtype, ptr=True)
-        return PointerEngine(base, dtype, self.space, bits // dtype.bits, self.align)
+        return PointerEngine(base, dtype, self.space, offset, self.align)
 
     def atom_copy(self, atom, dst, src):
         """copyto(atom, dst, src) in a kernel: the atom's instruction per atom."""

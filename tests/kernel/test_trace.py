@@ -1,4 +1,6 @@
 """Tracing: the control-flow rewrite, IR structure, generated C++ and errors."""
+import re
+
 import numpy as np
 import pytest
 
@@ -138,3 +140,25 @@ def register_indices_outside_unrolled_loops(src):
         while opened and depth <= opened[-1]:
             opened.pop()
     return bad
+
+
+def test_recast_keeps_offsets_in_elements_not_bits():
+    """A recast of a global row to 16-byte words divides the element offset by 8;
+    going through bits (offset * 16 / 128) would overflow 32-bit index arithmetic
+    at 2**27 half-precision elements, reading the wrong memory on a GPU."""
+    from moye import UInt128, copyto, make_fragment_like, recast, tile
+
+    @moye.kernel
+    def rows16(y, x, row):
+        t = moye.thread_idx.x
+        r = make_fragment_like(Layout(8), x.dtype)
+        copyto(recast(r, UInt128), recast(tile(x[row, None], (8,), (t,)), UInt128))
+        copyto(recast(tile(y[row, None], (8,), (t,)), UInt128), recast(r, UInt128))
+
+    x = np.arange(4 * 64, dtype=np.float16).reshape(4, 64)
+    y = np.full_like(x, np.nan)
+    rows16[1, 8](y, x, 2)
+    np.testing.assert_array_equal(y[2], x[2])
+    assert np.isnan(y[[0, 1, 3]]).all()
+    src = rows16.cuda_source(y, x, 2, block=8)
+    assert not re.search(r"\* 16;", src) and not re.search(r"/ 128;", src)
