@@ -12,7 +12,7 @@ from ..layout import Layout, cosize, size
 from .. import ir
 from ..compiler.memory import PointerEngine, copy_elements, vector_split
 from ..compiler.tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
-                     user_location)
+                               tracing, user_location)
 from .fastmath import FAST_FORMS
 
 
@@ -191,9 +191,25 @@ fma = _math("fma", lambda a, b, c: a * b + c, "fmaf")
 
 
 def cast(x, dtype):
-    """`x` converted to `dtype`."""
+    """`x` converted to `dtype`: in a kernel, a value of that type (a
+    number included, so `cast(0.0, Float64)` starts a float64 sum); outside,
+    the NumPy scalar. CUDA: static_cast.
+        >>> import moye, numpy as np
+        >>> @moye.kernel
+        ... def total(out, x):
+        ...     s = moye.cast(0.0, moye.Float64)       # the loop carries a float64
+        ...     for i in range(moye.size(x)):
+        ...         s = s + x[i]
+        ...     out[0] = s
+        >>> out = np.zeros(1)
+        >>> total[1, 1](out, np.array([1.0, 2.0**-30]))  # 1 + 2^-30 is 1.0 in float32
+        >>> out[0] == 1 + 2.0**-30, moye.cast(2.5, moye.Int32)
+        (np.True_, np.int32(2))
+    """
     dtype = T.as_element_type(dtype)
     if isinstance(x, Sym):
+        return Sym.cast(x, dtype)
+    if tracing() and isinstance(x, numbers.Number):
         return Sym.cast(x, dtype)
     return dtype(x) if dtype.numpy is not None else x
 

@@ -7,6 +7,7 @@ in place; any other `dim` is moved last (one copy) and the result moved back.
 Non-contiguous rows along the last dimension are refused: make them
 contiguous first (`np.ascontiguousarray`, `tensor.contiguous()`).
 """
+import contextlib
 import functools
 from dataclasses import dataclass
 
@@ -16,14 +17,16 @@ import numpy as np
 from ..errors import MoyeTypeError, ShapeError
 
 MAX_N = 262_144
-# elements one thread keeps in registers in the one-pass kernels (float32 math)
-REGISTER_ELEMENTS = 32
+# elements a thread keeps in registers in the one-pass kernels (aimed at)
+ELEMENTS = 32
 MAX_THREADS = 1024
-# short rows: one warp per row, this many per block
-ROWS_PER_BLOCK = 4
+# the block of short rows (several rows per block, a few lanes per row)
+SMALL_BLOCK = 128
+# the largest portable thread-block cluster (sm_90)
+MAX_CLUSTER = 8
 _DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16",
-           np.dtype(ml_dtypes.bfloat16): "bfloat16"}
-_TORCH_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
+           np.dtype(ml_dtypes.bfloat16): "bfloat16", np.dtype(np.float64): "float64"}
+_TORCH_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64")
 
 
 def is_torch(x):
@@ -32,7 +35,7 @@ def is_torch(x):
 
 
 def dtype_name(x, what, op):
-    """'float32', 'float16' or 'bfloat16' for `x`, else a MoyeTypeError."""
+    """'float32', 'float16', 'bfloat16' or 'float64' for `x`, else a MoyeTypeError."""
     if is_torch(x):
         name = str(x.dtype)
         if name in _TORCH_DTYPES:
@@ -45,7 +48,7 @@ def dtype_name(x, what, op):
     else:
         raise MoyeTypeError(f"{op}: {what} must be a NumPy array or a torch tensor, got "
                             f"{type(x).__name__}")
-    raise MoyeTypeError(f"{op}: {what} must be float32, float16 or bfloat16, got {name}")
+    raise MoyeTypeError(f"{op}: {what} must be float32, float16, bfloat16 or float64, got {name}")
 
 
 def check_dim(x, dim, what, op):
@@ -94,11 +97,23 @@ def as_rows(x, what, op):
     return x.reshape(m, n), m, n
 
 
-def empty_like(x):
-    if is_torch(x):
+_NUMPY_TYPES = {name: dtype for dtype, name in _DTYPES.items()} | {"int64": np.dtype(np.int64)}
+
+
+def empty(like, shape, dtype=None):
+    """A new C-contiguous array of `shape` and `dtype` (a name: 'float32',
+    ..., 'int64'; None: like's) of like's kind: NumPy, or a torch tensor on
+    like's device."""
+    if is_torch(like):
         import torch
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-    return np.empty_like(x, order="C")
+        t = like.dtype if dtype is None else getattr(torch, dtype)
+        return torch.empty(shape, dtype=t, device=like.device)
+    return np.empty(shape, like.dtype if dtype is None else _NUMPY_TYPES[dtype])
+
+
+def empty_like(x):
+    """empty() of x's shape and dtype."""
+    return empty(x, tuple(x.shape))
 
 
 def backend_of(x):
@@ -108,38 +123,109 @@ def backend_of(x):
     return "cpu"
 
 
+def max_cluster(x):
+    """The largest thread-block cluster for `x`'s device: MAX_CLUSTER on a
+    CUDA device of compute capability 9.0 or later, else 1 (none)."""
+    if backend_of(x) != "cuda":
+        return 1
+    return _cuda_max_cluster(x.device.index)
+
+
+@functools.lru_cache(maxsize=64)
+def _cuda_max_cluster(index):
+    import torch
+    return MAX_CLUSTER if torch.cuda.get_device_capability(index)[0] >= 9 else 1
+
+
 @dataclass(frozen=True)
 class Plan:
-    """How one row-wise op runs for one (dtype, N, backend): `threads` per
-    block (one block per row), `vec` elements per chunk (16 bytes of the input
-    type), `chunks` chunks per thread, `kernel`: "registers" (the row is
-    loaded once and kept in registers) or "general" (loops over the row: two
-    passes, any N), and `rows` per block: short rows (one warp's worth) take
-    one warp each, ROWS_PER_BLOCK of them per block."""
+    """How one row-wise op runs for one (dtype, N, backend). A row is N / vec
+    chunks of `vec` elements (16 bytes of the input type where N allows).
+    kernel "registers": each thread keeps `chunks` chunks of its row in
+    registers (the row is read once); `tpr` threads per row, `rows` rows per
+    block of `threads` (tpr a power of two up to 32 when rows > 1), or one
+    row per cluster of `cluster` blocks (sm_90, DSMEM reductions).
+    kernel "loop": any N, one block of `threads` per row, looping over the
+    row twice (chunks == 1)."""
     dtype: str
     n: int
     backend: str
     threads: int
+    tpr: int
+    rows: int
     vec: int
     chunks: int
+    cluster: int
     kernel: str
-    rows: int = 1
+
+    @property
+    def work(self):
+        """The kernels' static WORK argument: (VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS)."""
+        return (self.vec, self.chunks, self.rows, self.tpr, self.cluster, self.threads)
 
 
-_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2}
+_OPTIONS = {}
+
+
+@contextlib.contextmanager
+def plan_options(**knobs):
+    """Within the block, plans use these of plan()'s knobs (max_cluster,
+    elements, max_threads) instead of the defaults: to take each kernel on
+    small rows (tests) or to tune.
+        >>> with plan_options(elements=4, max_threads=256):
+        ...     plan_for(np.zeros((1, 4096), np.float32), "float32", 4096).kernel
+        'loop'
+    """
+    unknown = set(knobs) - {"max_cluster", "elements", "max_threads"}
+    if unknown:
+        raise MoyeTypeError(f"plan_options: unknown knobs {sorted(unknown)}; expected "
+                            "max_cluster, elements or max_threads")
+    saved = dict(_OPTIONS)
+    _OPTIONS.update(knobs)
+    try:
+        yield
+    finally:
+        _OPTIONS.clear()
+        _OPTIONS.update(saved)
+
+
+def plan_for(x, dtype, n):
+    """plan() for rows of `n` elements of `x` (its backend and device's
+    clusters), under the current plan_options."""
+    if _OPTIONS:
+        knobs = {"max_cluster": max_cluster(x), **_OPTIONS}
+        return plan(dtype, n, backend_of(x), **knobs)
+    return plan(dtype, n, backend_of(x), max_cluster(x))
+
+
+_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(dtype, n, backend, register_elements=REGISTER_ELEMENTS):
-    """The Plan for rows of `n` elements of `dtype` on `backend` (cached: the
-    same object for the same arguments)."""
+def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_THREADS):
+    """The Plan for rows of `n` elements of `dtype` on `backend`, with
+    clusters of up to `max_cluster` blocks (1: none), aiming at `elements`
+    per thread and at most `max_threads` per block (cached: the same object
+    for the same arguments).
+        >>> p = plan("float32", 4096, "cuda")
+        >>> p.kernel, p.vec, p.threads, p.chunks
+        ('registers', 4, 128, 8)
+    """
     vec = 16 // _SIZES[dtype]
-    groups = -(-n // vec)
-    threads = min(MAX_THREADS, max(32, -(-groups // 32) * 32))
-    chunks = -(-groups // threads)
-    if chunks * vec <= register_elements:
-        if threads == 32:
-            return Plan(dtype, n, backend, 32 * ROWS_PER_BLOCK, vec, chunks, "registers",
-                        ROWS_PER_BLOCK)
-        return Plan(dtype, n, backend, threads, vec, chunks, "registers")
-    return Plan(dtype, n, backend, MAX_THREADS if backend == "cuda" else 256, vec, 1, "general")
+    while n % vec:
+        vec //= 2
+    groups = n // vec
+    want = -(-groups // max(1, elements // vec))         # threads the row wants
+    if want <= 32:
+        tpr = 1 << (want - 1).bit_length()
+        threads = max(tpr, SMALL_BLOCK)
+        return Plan(dtype, n, backend, threads, tpr, threads // tpr, vec, -(-groups // tpr), 1,
+                    "registers")
+    cluster = 1 << (-(-want // max_threads) - 1).bit_length()
+    if cluster <= max_cluster:
+        threads = -(-want // cluster // 32) * 32
+        chunks = -(-groups // (threads * cluster))
+        return Plan(dtype, n, backend, threads, threads * cluster, 1, vec, chunks, cluster,
+                    "registers")
+    threads = max_threads if backend == "cuda" else 256
+    return Plan(dtype, n, backend, threads, threads, 1, vec, 1, 1, "loop")

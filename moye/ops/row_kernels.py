@@ -1,0 +1,120 @@
+"""The row-wise ops' device side, shared by their kernels: where a thread
+sits (its row, its place among the row's threads), a row loaded into
+registers in chunks of VEC elements (16-byte vector loads where the data
+allows) and stored back, and reductions over the threads of a row.
+
+A row of N elements is N / VEC chunks (rows.plan picks VEC dividing N).
+The row's `nt` threads take chunks round-robin: chunk k of thread t is
+chunk k * nt + t of the row, so a warp's loads of one k are contiguous. A
+fragment of (VEC, CHUNKS) registers holds a thread's part, in the math type
+(`math_type`: Float64 for Float64 data, else Float32); chunks past the row's
+end hold `fill` and are not stored.
+
+Three shapes of work, all static (kernel Constexprs):
+- ROWS rows per block, TPR threads (a power of two up to 32) per row: the
+  reductions are warp shuffles over TPR lanes;
+- one row per block (ROWS == 1, TPR == THREADS): block_reduce;
+- one row per thread-block cluster of CLUSTER blocks (sm_90): the row's
+  threads are the cluster's, the reductions cluster_reduce (DSMEM).
+"""
+from ..array import make_fragment_like, tile
+from ..compiler import func
+from ..device import (block_idx, block_rank_in_cluster, block_reduce, cast, cluster_idx,
+                      cluster_reduce, minimum, thread_idx, warp_reduce)
+from ..layout import Layout, size
+from ..tiled import copyto
+from ..types import Float32, Float64
+
+
+def math_type(dtype):
+    """The type the ops compute in: Float64 for Float64 data, else Float32."""
+    return Float64 if dtype == Float64 else Float32
+
+
+@func
+def place(ROWS, TPR, CLUSTER, THREADS, m):
+    """(row, t, nt): this thread's row (clamped to the last, m - 1, for the
+    spare threads of a block past the last row: they load it, reduce it and
+    store nothing), its index among the row's threads and their number."""
+    if CLUSTER > 1:
+        row = cluster_idx.x
+        t = block_rank_in_cluster() * THREADS + thread_idx.x
+        nt = CLUSTER * THREADS
+    elif ROWS == 1:
+        row = block_idx.x
+        t = thread_idx.x
+        nt = THREADS
+    else:
+        row = minimum(block_idx.x * ROWS + thread_idx.x // TPR, m - 1)
+        t = thread_idx.x % TPR
+        nt = TPR
+    return row, t, nt
+
+
+@func
+def owns_row(ROWS, TPR, m):
+    """Whether this thread's row is its own (not the clamped last row of a
+    spare thread): only then does it store."""
+    mine = True
+    if ROWS > 1:
+        mine = block_idx.x * ROWS + thread_idx.x // TPR < m
+    return mine
+
+
+@func
+def row_reduce(v, op, TPR, CLUSTER):
+    """The reduction of `v` over the threads of this thread's row, returned
+    to each of them: warp shuffles over TPR lanes, the block, or the
+    cluster."""
+    if CLUSTER > 1:
+        r = cluster_reduce(v, op)
+    elif TPR <= 32:
+        r = warp_reduce(v, op, TPR)
+    else:
+        r = block_reduce(v, op)
+    return r
+
+
+@func
+def load_chunk(r, k, g, c):
+    """r[:, k] = chunk c (VEC = size(r, 0) elements) of the row `g`, converted
+    to r's type: one vector load where the data's alignment allows."""
+    vec = size(r, 0)
+    buf = make_fragment_like(Layout(vec), g.dtype)
+    copyto(buf, tile(g, (vec,), (c,)))
+    for e in range(vec):
+        r[e, k] = cast(buf[e], r.dtype)
+
+
+@func
+def store_chunk(g, c, r, k):
+    """Chunk c of the row `g` = r[:, k], converted to g's type."""
+    vec = size(r, 0)
+    buf = make_fragment_like(Layout(vec), g.dtype)
+    for e in range(vec):
+        buf[e] = cast(r[e, k], g.dtype)
+    copyto(tile(g, (vec,), (c,)), buf)
+
+
+@func
+def load_row(r, g, t, nt, n, fill):
+    """Fill the (VEC, CHUNKS) fragment `r` with this thread's chunks of the
+    row `g` (n elements, a multiple of VEC), converted to r's type; `fill`
+    past the end."""
+    for k in range(size(r, 1)):
+        c = k * nt + t
+        if c * size(r, 0) < n:
+            load_chunk(r, k, g, c)
+        else:
+            for e in range(size(r, 0)):
+                r[e, k] = fill
+
+
+@func
+def store_row(g, r, t, nt, n):
+    """Store this thread's chunks of the fragment `r` into the row `g` (n
+    elements), converted to g's type; chunks past the end are skipped."""
+    for k in range(size(r, 1)):
+        c = k * nt + t
+        if c * size(r, 0) < n:
+            store_chunk(g, c, r, k)
