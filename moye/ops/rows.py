@@ -22,8 +22,9 @@ ELEMENTS = 32
 MAX_THREADS = 1024
 # the block of short rows (several rows per block, a few lanes per row)
 SMALL_BLOCK = 128
-# the largest portable thread-block cluster (sm_90)
+# the largest portable thread-block cluster (sm_90), and the threads of its blocks
 MAX_CLUSTER = 8
+CLUSTER_THREADS = 256
 _DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16",
            np.dtype(ml_dtypes.bfloat16): "bfloat16", np.dtype(np.float64): "float64"}
 _TORCH_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64")
@@ -206,26 +207,50 @@ def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_TH
     """The Plan for rows of `n` elements of `dtype` on `backend`, with
     clusters of up to `max_cluster` blocks (1: none), aiming at `elements`
     per thread and at most `max_threads` per block (cached: the same object
-    for the same arguments).
+    for the same arguments). In order of preference:
+    - a short row: a power of two of lanes, up to 32, `elements` each;
+    - a row in one block: as many threads as give each elements / 2 (more
+      threads keep more loads in flight), up to max_threads, and at most
+      `elements` each;
+    - a row in a cluster of blocks of CLUSTER_THREADS, `elements` each;
+    - else the loop kernel.
         >>> p = plan("float32", 4096, "cuda")
         >>> p.kernel, p.vec, p.threads, p.chunks
-        ('registers', 4, 128, 8)
+        ('registers', 4, 256, 4)
     """
     vec = 16 // _SIZES[dtype]
     while n % vec:
         vec //= 2
     groups = n // vec
-    want = -(-groups // max(1, elements // vec))         # threads the row wants
+    per = max(1, elements // vec)                       # chunks per thread aimed at
+    want = -(-groups // per)
     if want <= 32:
         tpr = 1 << (want - 1).bit_length()
         threads = max(tpr, SMALL_BLOCK)
         return Plan(dtype, n, backend, threads, tpr, threads // tpr, vec, -(-groups // tpr), 1,
                     "registers")
-    cluster = 1 << (-(-want // max_threads) - 1).bit_length()
+    threads = min(max_threads, -(-groups // max(1, per // 2) // 32) * 32)
+    chunks = -(-groups // threads)
+    if chunks <= per:
+        return Plan(dtype, n, backend, threads, threads, 1, vec, chunks, 1, "registers")
+    threads = min(max_threads, CLUSTER_THREADS)
+    cluster = 1 << (-(-groups // (threads * per)) - 1).bit_length()
     if cluster <= max_cluster:
-        threads = -(-want // cluster // 32) * 32
         chunks = -(-groups // (threads * cluster))
         return Plan(dtype, n, backend, threads, threads * cluster, 1, vec, chunks, cluster,
                     "registers")
     threads = max_threads if backend == "cuda" else 256
     return Plan(dtype, n, backend, threads, threads, 1, vec, 1, 1, "loop")
+
+def launch(p, registers, loop, out, *args):
+    """Run plan `p`'s kernel over the (M, N) `out` and the other arguments:
+    registers[grid, threads, cluster](out, *args, p.work), or
+    loop[M, threads](out, *args, p.vec, p.threads)."""
+    m = out.shape[0]
+    if m == 0:
+        return
+    if p.kernel == "registers":
+        registers[-(-m // p.rows) * p.cluster, p.threads, p.cluster](out, *args, p.work,
+                                                                     backend=p.backend)
+    else:
+        loop[m, p.threads](out, *args, p.vec, p.threads, backend=p.backend)

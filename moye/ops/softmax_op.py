@@ -124,18 +124,6 @@ def softmax_backward_loop(dx, y, dy, VEC: Constexpr, THREADS: Constexpr):
 
 # -- the ops ---------------------------------------------------------------------------------
 
-def _launch(p, registers, loop, out, *ins):
-    """Run the plan's kernel over the (M, N) `out` and `ins`."""
-    m = out.shape[0]
-    if m == 0:
-        return
-    if p.kernel == "registers":
-        registers[-(-m // p.rows) * p.cluster, p.threads, p.cluster](out, *ins, p.work,
-                                                                     backend=p.backend)
-    else:
-        loop[m, p.threads](out, *ins, p.vec, p.threads, backend=p.backend)
-
-
 def softmax(x, dim=-1):
     """Softmax of `x` along `dim`: float32, float16, bfloat16 or float64 in,
     the same type out, float32 math inside (float64 for float64).
@@ -153,7 +141,8 @@ def softmax(x, dim=-1):
     x2, m, n = rows.as_rows(xl, "x", "softmax")
     y = rows.empty_like(xl)
     if n:
-        _launch(rows.plan_for(x, name, n), softmax_registers, softmax_loop, y.reshape(m, n), x2)
+        rows.launch(rows.plan_for(x, name, n), softmax_registers, softmax_loop, y.reshape(m, n),
+                    x2)
     return rows.from_last(y, d, nd)
 
 
@@ -186,6 +175,6 @@ def softmax_backward(y, dy, dim=-1):
     dy2, _, _ = rows.as_rows(dyl, "dy", "softmax_backward")
     dx = rows.empty_like(yl)
     if n:
-        _launch(rows.plan_for(y, name, n), softmax_backward_registers, softmax_backward_loop,
-                dx.reshape(m, n), y2, dy2)
+        rows.launch(rows.plan_for(y, name, n), softmax_backward_registers, softmax_backward_loop,
+                    dx.reshape(m, n), y2, dy2)
     return rows.from_last(dx, d, nd)
