@@ -20,7 +20,8 @@ Three shapes of work, all static (kernel Constexprs):
 from ..array import make_fragment_like, tile
 from ..compiler import func
 from ..device import (block_idx, block_rank_in_cluster, block_reduce, cast, cluster_idx,
-                      cluster_reduce, minimum, thread_idx, warp_reduce)
+                      cluster_reduce, cluster_sync, exp2, maximum, minimum, peer_shared,
+                      shared_array, thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
 from ..types import Float32, Float64
@@ -73,6 +74,39 @@ def row_reduce(v, op, TPR, CLUSTER):
     else:
         r = block_reduce(v, op)
     return r
+
+
+LOG2E = 1.4426950408889634
+
+
+@func
+def row_max_sumexp(m, s, TPR, CLUSTER):
+    """(M, S): the max of the row and the sum of exp(x - M) over it, from
+    each thread's max `m` of its elements and sum `s` of exp(x - m) over
+    them (the online softmax's merge). In a cluster, the blocks merge their
+    (max, sum) pairs through DSMEM in one exchange (two cluster barriers,
+    where two cluster_reduce calls take four).
+    """
+    if CLUSTER > 1:
+        mb = block_reduce(m, "max")
+        sb = block_reduce(s * exp2((m - mb) * LOG2E), "sum")
+        pair = shared_array(mb.type, Layout(2), align=16)
+        if thread_idx.x == 0:
+            pair[0] = mb
+            pair[1] = sb
+        cluster_sync()
+        big = mb
+        for r in range(CLUSTER):
+            big = maximum(big, peer_shared(pair, r)[0])
+        total = cast(0.0, mb.type)
+        for r in range(CLUSTER):
+            other = peer_shared(pair, r)
+            total = total + other[1] * exp2((other[0] - big) * LOG2E)
+        cluster_sync()              # the pairs stay until every block has read them
+    else:
+        big = row_reduce(m, "max", TPR, CLUSTER)
+        total = row_reduce(s * exp2((m - big) * LOG2E), "sum", TPR, CLUSTER)
+    return big, total
 
 
 @func

@@ -171,16 +171,16 @@ _OPTIONS = {}
 @contextlib.contextmanager
 def plan_options(**knobs):
     """Within the block, plans use these of plan()'s knobs (max_cluster,
-    elements, max_threads) instead of the defaults: to take each kernel on
+    elements, max_threads, cluster_threads) instead of the defaults: to take each kernel on
     small rows (tests) or to tune.
         >>> with plan_options(elements=4, max_threads=256):
         ...     plan_for(np.zeros((1, 4096), np.float32), "float32", 4096).kernel
         'loop'
     """
-    unknown = set(knobs) - {"max_cluster", "elements", "max_threads"}
+    unknown = set(knobs) - {"max_cluster", "elements", "max_threads", "cluster_threads"}
     if unknown:
         raise MoyeTypeError(f"plan_options: unknown knobs {sorted(unknown)}; expected "
-                            "max_cluster, elements or max_threads")
+                            "max_cluster, elements, max_threads or cluster_threads")
     saved = dict(_OPTIONS)
     _OPTIONS.update(knobs)
     try:
@@ -203,7 +203,8 @@ _SIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_THREADS):
+def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_THREADS,
+         cluster_threads=CLUSTER_THREADS):
     """The Plan for rows of `n` elements of `dtype` on `backend`, with
     clusters of up to `max_cluster` blocks (1: none), aiming at `elements`
     per thread and at most `max_threads` per block (cached: the same object
@@ -212,7 +213,8 @@ def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_TH
     - a row in one block: as many threads as give each elements / 2 (more
       threads keep more loads in flight), up to max_threads, and at most
       `elements` each;
-    - a row in a cluster of blocks of CLUSTER_THREADS, `elements` each;
+    - a row in a cluster of blocks of `cluster_threads` (doubled, up to
+      max_threads, while the cluster would be too large), `elements` each;
     - else the loop kernel.
         >>> p = plan("float32", 4096, "cuda")
         >>> p.kernel, p.vec, p.threads, p.chunks
@@ -233,12 +235,16 @@ def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_TH
     chunks = -(-groups // threads)
     if chunks <= per:
         return Plan(dtype, n, backend, threads, threads, 1, vec, chunks, 1, "registers")
-    threads = min(max_threads, CLUSTER_THREADS)
-    cluster = 1 << (-(-groups // (threads * per)) - 1).bit_length()
-    if cluster <= max_cluster:
-        chunks = -(-groups // (threads * cluster))
-        return Plan(dtype, n, backend, threads, threads * cluster, 1, vec, chunks, cluster,
-                    "registers")
+    threads = min(max_threads, cluster_threads)
+    while True:
+        cluster = 1 << (-(-groups // (threads * per)) - 1).bit_length()
+        if cluster <= max_cluster:
+            chunks = -(-groups // (threads * cluster))
+            return Plan(dtype, n, backend, threads, threads * cluster, 1, vec, chunks, cluster,
+                        "registers")
+        if threads * 2 > max_threads:
+            break
+        threads *= 2
     threads = max_threads if backend == "cuda" else 256
     return Plan(dtype, n, backend, threads, threads, 1, vec, 1, 1, "loop")
 

@@ -20,10 +20,9 @@ from ..errors import MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
 from . import rows
-from .row_kernels import (load_chunk, load_row, math_type, owns_row, place, row_reduce,
-                          store_chunk, store_row)
+from .row_kernels import (LOG2E, load_chunk, load_row, math_type, owns_row, place,
+                          row_max_sumexp, row_reduce, store_chunk, store_row)
 
-LOG2E = 1.4426950408889634
 LOWEST = -3.4028234663852886e38          # the lowest float32: max's identity, finite
 
 
@@ -40,17 +39,17 @@ def softmax_registers(y, x, WORK: Constexpr):
     for k in range(CHUNKS):
         for e in range(VEC):
             m = maximum(m, r[e, k])
-    m = row_reduce(m, "max", TPR, CLUSTER)
     s = cast(0.0, r.dtype)
     for k in range(CHUNKS):
         for e in range(VEC):
             p = exp2((r[e, k] - m) * LOG2E)
             r[e, k] = p
             s = s + p
-    inv = 1.0 / row_reduce(s, "sum", TPR, CLUSTER)
+    big, total = row_max_sumexp(m, s, TPR, CLUSTER)
+    scale = exp2((m - big) * LOG2E) / total        # this thread's exp(x - m) to y
     for k in range(CHUNKS):
         for e in range(VEC):
-            r[e, k] = r[e, k] * inv
+            r[e, k] = r[e, k] * scale
     if owns_row(ROWS, TPR, m_rows):
         store_row(y[row, None], r, t, nt, n)
 
