@@ -8,12 +8,13 @@ Non-contiguous rows along the last dimension are refused: make them
 contiguous first (`np.ascontiguousarray`, `tensor.contiguous()`).
 """
 import functools
+import importlib
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-from ..errors import MoyeTypeError, ShapeError
+from ..errors import MoyeError, MoyeTypeError, ShapeError
 
 MAX_N = 262_144
 # elements one thread keeps in registers in the one-pass kernels (float32 math)
@@ -143,3 +144,42 @@ def plan(dtype, n, backend, register_elements=REGISTER_ELEMENTS):
                         ROWS_PER_BLOCK)
         return Plan(dtype, n, backend, threads, vec, chunks, "registers")
     return Plan(dtype, n, backend, MAX_THREADS if backend == "cuda" else 256, vec, 1, "general")
+
+
+# -- dispatch: NumPy arrays to the raw host functions, torch tensors to the custom ops ----------
+
+# Each op's raw host functions (no autograd; NumPy arrays or torch tensors in,
+# the same kind out) and the module of moye.ops that holds them.
+RAW_MODULES = {
+    "softmax": "softmax_op", "softmax_backward": "softmax_op",
+    "log_softmax": "log_softmax_op", "log_softmax_backward": "log_softmax_op",
+    "rms_norm_forward": "rms_norm_op", "rms_norm_backward": "rms_norm_op",
+    "layer_norm_forward": "layer_norm_op", "layer_norm_backward": "layer_norm_op",
+    "cross_entropy_forward": "cross_entropy_op", "cross_entropy_backward": "cross_entropy_op",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def raw(name):
+    """The raw host function `name` of RAW_MODULES, from its module."""
+    module = RAW_MODULES[name]
+    try:
+        return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__package__}.{module}":
+            raise
+        raise MoyeError(f"moye.ops.{name}: its kernels (moye/ops/{module}.py) are not in this "
+                        "build of moye") from None
+
+
+def uses_torch(*arrays):
+    """Whether any of `arrays` (None ones skipped) is a torch tensor: then the
+    op runs as its torch custom op (moye.ops.torch_ops), so that autograd,
+    torch.compile and CUDA graphs see it; otherwise the raw function runs."""
+    return any(is_torch(a) for a in arrays)
+
+
+def torch_ops():
+    """moye.ops.torch_ops, imported (with torch) on the first torch tensor."""
+    from . import torch_ops as module
+    return module
