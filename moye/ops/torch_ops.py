@@ -63,8 +63,13 @@ def _like_rows(x, dim, what, opname):
 
 
 def _stats(x):
-    """A float32 tensor of one value per row of `x` (its last dim reduced)."""
-    return x.new_empty(x.shape[:-1], dtype=torch.float32)
+    """A tensor of one value per row of `x` (its last dim reduced): float32,
+    float64 for float64 `x` (so that gradcheck sees float64 losses)."""
+    return x.new_empty(x.shape[:-1], dtype=_stats_dtype(x))
+
+
+def _stats_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _empty(like):
@@ -176,7 +181,7 @@ def _layer_norm_backward_impl(dy, x, weight, mean, rstd):
 
 
 def _sum_rows(dy):
-    return dy.reshape(-1, dy.shape[-1]).sum(0, dtype=torch.float32)
+    return dy.reshape(-1, dy.shape[-1]).sum(0, dtype=_stats_dtype(dy))
 
 
 def _layer_norm_save(ctx, inputs, output):
@@ -217,7 +222,7 @@ def _cross_entropy_save(ctx, inputs, output):
 
 def _cross_entropy_grad(ctx, dloss, _dlse):
     logits, target, lse = ctx.saved_tensors
-    dlogits = op("cross_entropy_backward")(_dense(dloss.float()), logits, target, lse,
+    dlogits = op("cross_entropy_backward")(_dense(dloss.to(lse.dtype)), logits, target, lse,
                                            ctx.ignore_index)
     return dlogits, None, None
 
