@@ -1,4 +1,6 @@
 """Doctests see the whole public API of moye, as a user's session would."""
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,9 @@ def _moye_doctest_namespace(doctest_namespace):
     doctest_namespace["np"] = np
 
 collect_ignore = ["moye/__main__.py"]
+if importlib.util.find_spec("torch") is None:
+    # torch is optional: without it, no doctests of the PyTorch ops
+    collect_ignore += ["moye/ops/torch_ops.py", "docs/ops.md"]
 # test-data generators run by hand with optional tools (CuTe's Python DSL)
 collect_ignore_glob = ["tests/*/cute_reference/*"]
 

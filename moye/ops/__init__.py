@@ -2,8 +2,14 @@
 backend) and torch tensors (CUDA tensors on torch's current stream, CPU
 tensors on the CPU backend). Each op is a moye kernel with a plan per
 (dtype, row length, backend), cached so a repeat call does no planning.
+On torch tensors each op is a torch.library custom op with autograd
+(moye.ops.torch_ops, imported only when a torch tensor arrives).
 Built on moye.compiler and moye.device; tutorials stay in moye.examples.
 """
-from .softmax_op import softmax, softmax_backward
+from .functional import (cross_entropy, cross_entropy_backward, layer_norm, layer_norm_backward,
+                         log_softmax, log_softmax_backward, rms_norm, rms_norm_backward, softmax,
+                         softmax_backward)
 
-__all__ = ["softmax", "softmax_backward"]
+__all__ = ["softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "rms_norm",
+           "rms_norm_backward", "layer_norm", "layer_norm_backward", "cross_entropy",
+           "cross_entropy_backward"]

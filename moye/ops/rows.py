@@ -9,12 +9,13 @@ contiguous first (`np.ascontiguousarray`, `tensor.contiguous()`).
 """
 import contextlib
 import functools
+import importlib
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-from ..errors import MoyeTypeError, ShapeError
+from ..errors import MoyeError, MoyeTypeError, ShapeError
 
 MAX_N = 262_144
 # elements a thread keeps in registers in the one-pass kernels (aimed at)
@@ -248,6 +249,7 @@ def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_TH
     threads = max_threads if backend == "cuda" else 256
     return Plan(dtype, n, backend, threads, threads, 1, vec, 1, 1, "loop")
 
+
 def launch(p, registers, loop, out, *args):
     """Run plan `p`'s kernel over the (M, N) `out` and the other arguments:
     registers[grid, threads, cluster](out, *args, p.work), or
@@ -260,3 +262,42 @@ def launch(p, registers, loop, out, *args):
                                                                      backend=p.backend)
     else:
         loop[m, p.threads](out, *args, p.vec, p.threads, backend=p.backend)
+
+
+# -- dispatch: NumPy arrays to the raw host functions, torch tensors to the custom ops ----------
+
+# Each op's raw host functions (no autograd; NumPy arrays or torch tensors in,
+# the same kind out) and the module of moye.ops that holds them.
+RAW_MODULES = {
+    "softmax": "softmax_op", "softmax_backward": "softmax_op",
+    "log_softmax": "log_softmax_op", "log_softmax_backward": "log_softmax_op",
+    "rms_norm_forward": "rms_norm_op", "rms_norm_backward": "rms_norm_op",
+    "layer_norm_forward": "layer_norm_op", "layer_norm_backward": "layer_norm_op",
+    "cross_entropy_forward": "cross_entropy_op", "cross_entropy_backward": "cross_entropy_op",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def raw(name):
+    """The raw host function `name` of RAW_MODULES, from its module."""
+    module = RAW_MODULES[name]
+    try:
+        return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__package__}.{module}":
+            raise
+        raise MoyeError(f"moye.ops.{name}: its kernels (moye/ops/{module}.py) are not in this "
+                        "build of moye") from None
+
+
+def uses_torch(*arrays):
+    """Whether any of `arrays` (None ones skipped) is a torch tensor: then the
+    op runs as its torch custom op (moye.ops.torch_ops), so that autograd,
+    torch.compile and CUDA graphs see it; otherwise the raw function runs."""
+    return any(is_torch(a) for a in arrays)
+
+
+def torch_ops():
+    """moye.ops.torch_ops, imported (with torch) on the first torch tensor."""
+    from . import torch_ops as module
+    return module

@@ -2,7 +2,8 @@
 against a float64 reference, every kernel path, on torch's current stream."""
 import pytest
 
-from moye.ops import rows, softmax, softmax_backward
+from moye.ops import rows
+from moye.ops.softmax_op import softmax, softmax_backward
 
 pytestmark = pytest.mark.gpu
 

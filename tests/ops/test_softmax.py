@@ -9,7 +9,8 @@ import pytest
 import moye
 from moye.backend.cpu import race_checking
 from moye.compiler.frontend import BACKENDS
-from moye.ops import rows, softmax, softmax_backward
+from moye.ops import rows
+from moye.ops.softmax_op import softmax, softmax_backward
 from moye.ops import softmax_op as softmax_module
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]

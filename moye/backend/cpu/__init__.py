@@ -1,6 +1,7 @@
 """The CPU backend: kernels interpreted with NumPy (see interpreter.py)."""
 from contextlib import contextmanager
 
+import ml_dtypes
 import numpy as np
 
 from ...errors import MoyeError
@@ -13,10 +14,19 @@ from .outputs import check_writable, written_params
 from .tma import TensorMap
 
 
+def _torch_numpy(t):
+    """A NumPy view of CPU tensor `t`'s memory; NumPy has no bfloat16, so a
+    bfloat16 tensor's bits are seen as int16 and read back as ml_dtypes'."""
+    if str(t.dtype) == "torch.bfloat16":
+        import torch
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
 def _linear_view(arr, name):
     """A 1-D view of the memory an array spans, from its first element."""
     if hasattr(arr, "numpy") and type(arr).__module__.startswith("torch"):
-        arr = arr.detach().numpy()
+        arr = _torch_numpy(arr.detach())
     arr = np.asarray(arr)
     item = arr.itemsize
     if any(s < 0 or s % item for s in arr.strides):

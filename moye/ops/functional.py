@@ -1,0 +1,209 @@
+"""The public ops of moye.ops, one function each.
+
+A NumPy array goes to the op's raw host function (rows.raw: the kernels on
+the CPU backend, no autograd). A torch tensor goes to the op's custom op
+`torch.ops.moye.<name>` (moye.ops.torch_ops, imported with torch on first
+use), so that autograd, torch.compile and CUDA graphs see one operator; its
+implementation calls the same raw function (CUDA tensors: the CUDA kernel on
+torch's current stream; CPU tensors: the CPU backend).
+
+The doctests marked +SKIP are of ops whose kernels are not on this branch
+yet; drop the marks when they are.
+"""
+import numpy as np
+
+from ..errors import MoyeTypeError
+from . import rows
+
+REDUCTIONS = ("none", "sum", "mean")
+
+
+def softmax(x, dim=-1):
+    """Softmax of `x` along `dim`: float32, float16 or bfloat16 in, the same
+    type out, float32 math inside. torch: `torch.softmax(x, dim)`.
+
+        >>> import numpy as np
+        >>> y = softmax(np.array([[0.0, 1.0, 2.0]], np.float32))
+        >>> np.round(y.astype(float), 4).tolist()
+        [[0.09, 0.2447, 0.6652]]
+    """
+    if rows.uses_torch(x):
+        return rows.torch_ops().softmax(x, dim)
+    return rows.raw("softmax")(x, dim)
+
+
+def softmax_backward(y, dy, dim=-1):
+    """The gradient of softmax along `dim`, dx = y * (dy - sum(dy * y)), from
+    the forward's output `y` and the output's gradient `dy` (same shape and
+    type). torch: `torch._softmax_backward_data(dy, y, dim, y.dtype)`.
+
+        >>> import numpy as np
+        >>> y = softmax(np.array([[0.0, 1.0, 2.0]], np.float32))
+        >>> dx = softmax_backward(y, np.array([[1.0, 0.0, 0.0]], np.float32))
+        >>> np.round(dx.astype(float), 4).tolist()
+        [[0.0819, -0.022, -0.0599]]
+    """
+    if rows.uses_torch(y, dy):
+        return rows.torch_ops().softmax_backward(y, dy, dim)
+    return rows.raw("softmax_backward")(y, dy, dim)
+
+
+def log_softmax(x, dim=-1):
+    """Log-softmax of `x` along `dim`, x - max - log(sum(exp(x - max))), in
+    the input's type. torch: `torch.log_softmax(x, dim)`.
+
+        >>> import numpy as np
+        >>> y = log_softmax(np.array([[1.0, 2.0, 3.0]], np.float32))  # doctest: +SKIP
+        >>> np.round(y.astype(float), 4).tolist()                      # doctest: +SKIP
+        [[-2.4076, -1.4076, -0.4076]]
+    """
+    if rows.uses_torch(x):
+        return rows.torch_ops().log_softmax(x, dim)
+    return rows.raw("log_softmax")(x, dim)
+
+
+def log_softmax_backward(y, dy, dim=-1):
+    """The gradient of log-softmax along `dim`, dx = dy - exp(y) * sum(dy),
+    from the forward's output `y`. torch: `torch._log_softmax_backward_data`.
+
+        >>> import numpy as np
+        >>> y = log_softmax(np.array([[1.0, 2.0, 3.0]], np.float32))  # doctest: +SKIP
+        >>> dx = log_softmax_backward(y, np.ones((1, 3), np.float32))  # doctest: +SKIP
+        >>> np.abs(dx).max() < 1e-6                                    # doctest: +SKIP
+        True
+    """
+    if rows.uses_torch(y, dy):
+        return rows.torch_ops().log_softmax_backward(y, dy, dim)
+    return rows.raw("log_softmax_backward")(y, dy, dim)
+
+
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm over the last dimension, x / sqrt(mean(x^2) + eps) * weight
+    (`weight` of shape (N,), or None). torch:
+    `torch.nn.functional.rms_norm(x, (N,), weight, eps)`.
+
+        >>> import numpy as np
+        >>> x, w = np.array([[1.0, 2.0, 3.0]], np.float32), np.array([1.0, 0.5, 2.0], np.float32)
+        >>> np.round(rms_norm(x, w).astype(float), 4).tolist()        # doctest: +SKIP
+        [[0.4629, 0.4629, 2.7775]]
+    """
+    eps = _number(eps, "eps", "rms_norm")
+    if rows.uses_torch(x, weight):
+        return rows.torch_ops().rms_norm(x, weight, eps)
+    return rows.raw("rms_norm_forward")(x, weight, eps)[0]
+
+
+def rms_norm_backward(dy, x, weight, rstd):
+    """The gradients (dx, dweight) of rms_norm from the output's gradient
+    `dy`, the input `x`, `weight` and the forward's `rstd` (float32, one per
+    row); dweight is None when weight is. torch: the autograd of
+    `torch.nn.functional.rms_norm`.
+
+        >>> import numpy as np
+        >>> from moye.ops import rows
+        >>> x = np.array([[1.0, 2.0, 3.0]], np.float32)
+        >>> y, rstd = rows.raw("rms_norm_forward")(x, None, 1e-6)      # doctest: +SKIP
+        >>> dx, dw = rms_norm_backward(np.ones_like(x), x, None, rstd)  # doctest: +SKIP
+        >>> dw is None                                                 # doctest: +SKIP
+        True
+    """
+    if rows.uses_torch(dy, x, weight, rstd):
+        return rows.torch_ops().rms_norm_backward(dy, x, weight, rstd)
+    return rows.raw("rms_norm_backward")(dy, x, weight, rstd)
+
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    """LayerNorm over the last dimension, (x - mean) / sqrt(var + eps) * weight
+    + bias (`weight`, `bias` of shape (N,), or None). torch:
+    `torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`.
+
+        >>> import numpy as np
+        >>> x = np.array([[1.0, 2.0, 3.0]], np.float32)
+        >>> w, b = np.array([1.0, 0.5, 2.0], np.float32), np.array([0.0, 1.0, 0.0], np.float32)
+        >>> np.round(layer_norm(x, w, b).astype(float), 4).tolist()   # doctest: +SKIP
+        [[-1.2247, 1.0, 2.4495]]
+    """
+    eps = _number(eps, "eps", "layer_norm")
+    if rows.uses_torch(x, weight, bias):
+        return rows.torch_ops().layer_norm(x, weight, bias, eps)
+    return rows.raw("layer_norm_forward")(x, weight, bias, eps)[0]
+
+
+def layer_norm_backward(dy, x, weight, mean, rstd):
+    """The gradients (dx, dweight, dbias) of layer_norm from the output's
+    gradient `dy`, the input `x`, `weight` and the forward's `mean` and
+    `rstd` (float32, one per row); dweight and dbias are None when weight
+    is. torch: the autograd of `torch.nn.functional.layer_norm`.
+
+        >>> import numpy as np
+        >>> from moye.ops import rows
+        >>> x = np.array([[1.0, 2.0, 3.0]], np.float32)
+        >>> _, mean, rstd = rows.raw("layer_norm_forward")(x, None, None, 1e-5)  # doctest: +SKIP
+        >>> dx, dw, db = layer_norm_backward(np.ones_like(x), x, None, mean, rstd)  # doctest: +SKIP
+        >>> np.abs(dx).max() < 1e-5, dw, db                                     # doctest: +SKIP
+        (True, None, None)
+    """
+    if rows.uses_torch(dy, x, weight, mean, rstd):
+        return rows.torch_ops().layer_norm_backward(dy, x, weight, mean, rstd)
+    return rows.raw("layer_norm_backward")(dy, x, weight, mean, rstd)
+
+
+def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
+    """Cross-entropy of `logits` (M, N) against class indices `target` (M,
+    int64), float32: per row ("none"; 0 where target == ignore_index), summed
+    ("sum"), or averaged over the rows not ignored ("mean"; nan if all are).
+    torch: `torch.nn.functional.cross_entropy`.
+
+        >>> import numpy as np
+        >>> logits = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], np.float32)
+        >>> loss = cross_entropy(logits, np.array([2, -100]))           # doctest: +SKIP
+        >>> round(float(loss), 4)                                     # doctest: +SKIP
+        0.4076
+    """
+    if reduction not in REDUCTIONS:
+        raise MoyeTypeError(f"cross_entropy: reduction must be 'none', 'sum' or 'mean', got "
+                            f"{reduction!r}")
+    ignore_index = _integer(ignore_index, "ignore_index", "cross_entropy")
+    if rows.uses_torch(logits, target):
+        return rows.torch_ops().cross_entropy(logits, target, ignore_index, reduction)
+    loss = rows.raw("cross_entropy_forward")(logits, target, ignore_index)[0]
+    if reduction == "none":
+        return loss
+    total = loss.sum(dtype=np.float64)
+    if reduction == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            total = total / np.count_nonzero(np.asarray(target) != ignore_index)
+    return np.float32(total)
+
+
+def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
+    """The gradient of the per-row cross-entropy: dlogits = (softmax(logits) -
+    onehot(target)) * dloss[:, None], 0 in rows whose target is
+    `ignore_index`, from `dloss` (M,) float32 and the forward's `lse`
+    (log-sum-exp of each row, float32). torch: the autograd of
+    `torch.nn.functional.cross_entropy(..., reduction="none")`.
+
+        >>> import numpy as np
+        >>> from moye.ops import rows
+        >>> logits, target = np.zeros((1, 2), np.float32), np.array([0])
+        >>> _, lse = rows.raw("cross_entropy_forward")(logits, target, -100)   # doctest: +SKIP
+        >>> d = cross_entropy_backward(np.ones(1, np.float32), logits, target, lse)  # doctest: +SKIP
+        >>> d.tolist()                                                          # doctest: +SKIP
+        [[-0.5, 0.5]]
+    """
+    ignore_index = _integer(ignore_index, "ignore_index", "cross_entropy_backward")
+    if rows.uses_torch(dloss, logits, target, lse):
+        return rows.torch_ops().cross_entropy_backward(dloss, logits, target, lse, ignore_index)
+    return rows.raw("cross_entropy_backward")(dloss, logits, target, lse, ignore_index)
+
+
+def _number(v, what, opname):
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise MoyeTypeError(f"{opname}: {what} must be a number, got {type(v).__name__}")
+    return float(v)
+
+
+def _integer(v, what, opname):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise MoyeTypeError(f"{opname}: {what} must be an int, got {type(v).__name__}")
+    return int(v)

@@ -1,0 +1,374 @@
+"""moye.ops as PyTorch operators, registered the PyTorch way.
+
+Every op is two `torch.library.custom_op`s in the namespace `moye`, the
+forward (`moye::softmax`, `moye::rms_norm_forward`, ...) and its backward
+(`moye::softmax_backward`, ...), so that torch.compile traces both as single
+nodes; each has a fake implementation (the outputs' shapes, dtypes, strides
+and device, for tracing), and the forward has an autograd formula
+(`register_autograd`) whose backward calls the backward op. The table
+`OPS` holds what differs between ops; `_register` does the rest once.
+
+An op's implementation calls its raw host function (rows.raw): a CUDA tensor
+runs the CUDA kernel on torch's current stream, a CPU tensor the CPU backend.
+Outputs a raw function gives as None (no weight, no weight gradient) are
+empty tensors here, since a custom op cannot return None.
+
+This module imports torch; moye imports it only when a torch tensor reaches
+a public op (rows.torch_ops), so moye works without torch.
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..errors import MoyeTypeError, ShapeError
+from . import rows
+
+NAMESPACE = "moye"
+
+
+@dataclass(frozen=True)
+class TorchOp:
+    """One op's forward and backward custom ops: their names (those of the
+    raw host functions too), schemas and fake implementations; `save(ctx,
+    inputs, output)` keeps what the backward needs, `grad(ctx, *grads)` gives
+    the inputs' gradients (None where an input has none), calling the
+    backward op; `forward_impl`/`backward_impl`, where given, adapt the raw
+    function's outputs (None -> empty, dtypes)."""
+    forward: str
+    forward_schema: str
+    forward_fake: Callable
+    backward: str
+    backward_schema: str
+    backward_fake: Callable
+    save: Callable
+    grad: Callable
+    forward_impl: Callable = None
+    backward_impl: Callable = None
+
+
+def op(name):
+    """The registered custom op `moye::<name>` (torch.ops.moye.<name>)."""
+    return getattr(getattr(torch.ops, NAMESPACE), name)
+
+
+# -- what the ops share --------------------------------------------------------------------
+
+def _like_rows(x, dim, what, opname):
+    """An empty tensor laid out as the raw functions lay out a result like
+    `x` along `dim`: `dim` moved last, C-contiguous, moved back."""
+    rows.dtype_name(x, what, opname)
+    d = rows.check_dim(x, dim, what, opname)
+    return rows.from_last(torch.empty_like(rows.to_last(x, d)), d, x.dim())
+
+
+def _stats(x):
+    """A tensor of one value per row of `x` (its last dim reduced): float32,
+    float64 for float64 `x` (so that gradcheck sees float64 losses)."""
+    return x.new_empty(x.shape[:-1], dtype=_stats_dtype(x))
+
+
+def _stats_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _empty(like):
+    return like.new_empty(0)
+
+
+def _param_grad(g, param, x, opname, what):
+    """The raw function's gradient `g` of a weight/bias `param` (None when
+    there is none) as the op returns it: an empty tensor when `param` is
+    None, else `param`'s dtype."""
+    if param is None:
+        return _empty(x)
+    if g is None:
+        raise MoyeTypeError(f"{opname}: the kernels gave no {what} although it was asked for")
+    return g.to(param.dtype)
+
+
+def _dense(t):
+    """A gradient as the raw backward functions take it: C-contiguous (autograd
+    hands over broadcast or strided ones, e.g. from `.sum()`)."""
+    return t.contiguous()
+
+
+def _check_params(x, opname, **params):
+    rows.dtype_name(x, "x", opname)
+    for what, p in params.items():
+        if p is not None and tuple(p.shape) != (x.shape[-1],):
+            raise ShapeError(f"{opname}: {what} has shape {tuple(p.shape)}; it must be "
+                             f"({x.shape[-1]},), the length of x's last dimension")
+
+
+# -- softmax, log_softmax: (x, dim) -> y; backward (y, dy, dim) -> dx ------------------------
+
+def _rowwise(forward, backward):
+    def forward_fake(x, dim):
+        return _like_rows(x, dim, "x", forward)
+
+    def backward_fake(y, dy, dim):
+        rows.dtype_name(dy, "dy", backward)
+        return _like_rows(y, dim, "y", backward)
+
+    def save(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.dim = inputs[1]
+
+    def grad(ctx, dy):
+        y, = ctx.saved_tensors
+        return op(backward)(y, _dense(dy), ctx.dim), None
+
+    return TorchOp(forward, "(Tensor x, int dim) -> Tensor", forward_fake,
+                   backward, "(Tensor y, Tensor dy, int dim) -> Tensor", backward_fake, save,
+                   grad)
+
+
+# -- rms_norm: (x, weight?, eps) -> (y, rstd); backward -> (dx, dweight) -----------------------
+
+def _rms_norm_forward_fake(x, weight, eps):
+    _check_params(x, "rms_norm", weight=weight)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), _stats(x)
+
+
+def _rms_norm_backward_fake(dy, x, weight, rstd):
+    dweight = _empty(x) if weight is None else torch.empty_like(weight)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), dweight
+
+
+def _rms_norm_backward_impl(dy, x, weight, rstd):
+    dx, dweight = rows.raw("rms_norm_backward")(dy, x, weight, rstd)
+    return dx, _param_grad(dweight, weight, x, "rms_norm_backward", "dweight")
+
+
+def _rms_norm_save(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.mark_non_differentiable(output[1])
+
+
+def _rms_norm_grad(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dweight = op("rms_norm_backward")(_dense(dy), x, weight, rstd)
+    return dx, (None if weight is None else dweight), None
+
+
+# -- layer_norm: (x, weight?, bias?, eps) -> (y, mean, rstd); backward -> (dx, dw, db) ---------
+# The backward op gives dweight and dbias when weight is given (empty tensors
+# otherwise): a bias without a weight gets its gradient, the sum of dy over
+# the rows, in the autograd formula.
+
+def _layer_norm_forward_fake(x, weight, bias, eps):
+    _check_params(x, "layer_norm", weight=weight, bias=bias)
+    return (torch.empty_like(x, memory_format=torch.contiguous_format), _stats(x), _stats(x))
+
+
+def _layer_norm_backward_fake(dy, x, weight, mean, rstd):
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if weight is None:
+        return dx, _empty(x), _empty(x)
+    return dx, torch.empty_like(weight), torch.empty_like(weight)
+
+
+def _layer_norm_backward_impl(dy, x, weight, mean, rstd):
+    dx, dweight, dbias = rows.raw("layer_norm_backward")(dy, x, weight, mean, rstd)
+    if weight is None:
+        return dx, _empty(x), _empty(x)
+    if dbias is None:
+        dbias = _sum_rows(dy)
+    return (dx, _param_grad(dweight, weight, x, "layer_norm_backward", "dweight"),
+            dbias.to(weight.dtype))
+
+
+def _sum_rows(dy):
+    return dy.reshape(-1, dy.shape[-1]).sum(0, dtype=_stats_dtype(dy))
+
+
+def _layer_norm_save(ctx, inputs, output):
+    x, weight, bias, _ = inputs
+    ctx.save_for_backward(x, weight, output[1], output[2])
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _layer_norm_grad(ctx, dy, _dmean, _drstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    dy = _dense(dy)
+    dx, dweight, dbias = op("layer_norm_backward")(dy, x, weight, mean, rstd)
+    if ctx.bias_dtype is None:
+        dbias = None
+    elif weight is None:
+        dbias = _sum_rows(dy).to(ctx.bias_dtype)
+    return dx, (None if weight is None else dweight), dbias, None
+
+
+# -- cross_entropy: (logits, target, ignore_index) -> (loss, lse) per row; backward -> dlogits --
+
+def _cross_entropy_forward_fake(logits, target, ignore_index):
+    _check_cross_entropy(logits, target)
+    return _stats(logits), _stats(logits)
+
+
+def _cross_entropy_backward_fake(dloss, logits, target, lse, ignore_index):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+def _cross_entropy_save(ctx, inputs, output):
+    logits, target, ignore_index = inputs
+    ctx.save_for_backward(logits, target, output[1])
+    ctx.ignore_index = ignore_index
+    ctx.mark_non_differentiable(output[1])
+
+
+def _cross_entropy_grad(ctx, dloss, _dlse):
+    logits, target, lse = ctx.saved_tensors
+    dlogits = op("cross_entropy_backward")(_dense(dloss.to(lse.dtype)), logits, target, lse,
+                                           ctx.ignore_index)
+    return dlogits, None, None
+
+
+def _check_cross_entropy(logits, target):
+    rows.dtype_name(logits, "logits", "cross_entropy")
+    if logits.dim() != 2:
+        raise ShapeError(f"cross_entropy: logits must be 2-d (rows, classes), got shape "
+                         f"{tuple(logits.shape)}")
+    if target.dtype != torch.int64:
+        raise MoyeTypeError(f"cross_entropy: target must be int64 (class indices), got "
+                            f"{str(target.dtype)[len('torch.'):]}")
+    if tuple(target.shape) != (logits.shape[0],):
+        raise ShapeError(f"cross_entropy: target has shape {tuple(target.shape)}; it must be "
+                         f"({logits.shape[0]},), one class index per row of logits")
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+OPS = {
+    "softmax": _rowwise("softmax", "softmax_backward"),
+    "log_softmax": _rowwise("log_softmax", "log_softmax_backward"),
+    "rms_norm": TorchOp(
+        "rms_norm_forward", "(Tensor x, Tensor? weight, float eps) -> (Tensor, Tensor)",
+        _rms_norm_forward_fake,
+        "rms_norm_backward",
+        "(Tensor dy, Tensor x, Tensor? weight, Tensor rstd) -> (Tensor, Tensor)",
+        _rms_norm_backward_fake, _rms_norm_save, _rms_norm_grad,
+        backward_impl=_rms_norm_backward_impl),
+    "layer_norm": TorchOp(
+        "layer_norm_forward",
+        "(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)",
+        _layer_norm_forward_fake,
+        "layer_norm_backward",
+        "(Tensor dy, Tensor x, Tensor? weight, Tensor mean, Tensor rstd) "
+        "-> (Tensor, Tensor, Tensor)",
+        _layer_norm_backward_fake, _layer_norm_save, _layer_norm_grad,
+        backward_impl=_layer_norm_backward_impl),
+    "cross_entropy": TorchOp(
+        "cross_entropy_forward",
+        "(Tensor logits, Tensor target, int ignore_index) -> (Tensor, Tensor)",
+        _cross_entropy_forward_fake,
+        "cross_entropy_backward",
+        "(Tensor dloss, Tensor logits, Tensor target, Tensor lse, int ignore_index) -> Tensor",
+        _cross_entropy_backward_fake, _cross_entropy_save, _cross_entropy_grad),
+}
+
+
+def _calling_raw(name):
+    def impl(*args):
+        return rows.raw(name)(*args)
+    impl.__name__ = name
+    return impl
+
+
+def _register(spec):
+    for name, schema, fake, impl in (
+            (spec.forward, spec.forward_schema, spec.forward_fake, spec.forward_impl),
+            (spec.backward, spec.backward_schema, spec.backward_fake, spec.backward_impl)):
+        custom = torch.library.custom_op(f"{NAMESPACE}::{name}", impl or _calling_raw(name),
+                                         mutates_args=(), schema=schema)
+        custom.register_fake(fake)
+    torch.library.register_autograd(f"{NAMESPACE}::{spec.forward}", spec.grad,
+                                    setup_context=spec.save)
+
+
+for _spec in OPS.values():
+    _register(_spec)
+
+
+# -- the public ops on torch tensors (moye.ops.functional calls these) -------------------------
+
+def check_devices(opname, **tensors):
+    """Refuse arguments that are not all torch tensors on one device (None
+    ones skipped)."""
+    device = None
+    for what, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise MoyeTypeError(f"{opname}: {what} is a {type(t).__name__}, but other arguments "
+                                "are torch tensors; pass all as torch tensors or all as NumPy "
+                                "arrays")
+        if device is None:
+            device, first = t.device, what
+        elif t.device != device:
+            raise MoyeTypeError(f"{opname}: {what} is on {t.device} but {first} is on {device}; "
+                                "they must be on the same device")
+
+
+def softmax(x, dim):
+    check_devices("softmax", x=x)
+    return op("softmax")(x, rows.check_dim(x, dim, "x", "softmax"))
+
+
+def softmax_backward(y, dy, dim):
+    check_devices("softmax_backward", y=y, dy=dy)
+    return op("softmax_backward")(y, dy, rows.check_dim(y, dim, "y", "softmax_backward"))
+
+
+def log_softmax(x, dim):
+    check_devices("log_softmax", x=x)
+    return op("log_softmax")(x, rows.check_dim(x, dim, "x", "log_softmax"))
+
+
+def log_softmax_backward(y, dy, dim):
+    check_devices("log_softmax_backward", y=y, dy=dy)
+    return op("log_softmax_backward")(y, dy, rows.check_dim(y, dim, "y", "log_softmax_backward"))
+
+
+def rms_norm(x, weight, eps):
+    check_devices("rms_norm", x=x, weight=weight)
+    return op("rms_norm_forward")(x, weight, eps)[0]
+
+
+def rms_norm_backward(dy, x, weight, rstd):
+    check_devices("rms_norm_backward", dy=dy, x=x, weight=weight, rstd=rstd)
+    dx, dweight = op("rms_norm_backward")(dy, x, weight, rstd)
+    return dx, (None if weight is None else dweight)
+
+
+def layer_norm(x, weight, bias, eps):
+    check_devices("layer_norm", x=x, weight=weight, bias=bias)
+    return op("layer_norm_forward")(x, weight, bias, eps)[0]
+
+
+def layer_norm_backward(dy, x, weight, mean, rstd):
+    check_devices("layer_norm_backward", dy=dy, x=x, weight=weight, mean=mean, rstd=rstd)
+    dx, dweight, dbias = op("layer_norm_backward")(dy, x, weight, mean, rstd)
+    return (dx, None, None) if weight is None else (dx, dweight, dbias)
+
+
+def cross_entropy(logits, target, ignore_index, reduction):
+    """The loss per row by the custom op, reduced in torch ops (so that
+    torch.compile traces it): "mean" divides by the rows whose target is not
+    `ignore_index` (0/0 -> nan, as torch)."""
+    check_devices("cross_entropy", logits=logits, target=target)
+    _check_cross_entropy(logits, target)
+    loss = op("cross_entropy_forward")(logits, target, ignore_index)[0]
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / (target != ignore_index).sum()
+
+
+def cross_entropy_backward(dloss, logits, target, lse, ignore_index):
+    check_devices("cross_entropy_backward", dloss=dloss, logits=logits, target=target, lse=lse)
+    return op("cross_entropy_backward")(dloss, logits, target, lse, ignore_index)
