@@ -124,9 +124,9 @@ def softmax_backward_loop(dx, y, dy, VEC: Constexpr, THREADS: Constexpr):
 # -- the ops ---------------------------------------------------------------------------------
 
 def softmax(x, dim=-1):
-    """Softmax of `x` along `dim`: float32, float16, bfloat16 or float64 in,
+    """The raw softmax of `x` along `dim` (moye.ops.softmax without the
+    torch custom op: no autograd): float32, float16, bfloat16 or float64 in,
     the same type out, float32 math inside (float64 for float64).
-    torch: `torch.softmax(x, dim)`.
 
         >>> import numpy as np
         >>> y = softmax(np.array([[0.0, 1.0, 2.0]], np.float32))
@@ -146,9 +146,9 @@ def softmax(x, dim=-1):
 
 
 def softmax_backward(y, dy, dim=-1):
-    """The gradient of softmax: dx = y * (dy - sum(dy * y)) along `dim`, from
-    the forward's output `y` and the output's gradient `dy` (same shape and
-    type). torch: `torch._softmax_backward_data(dy, y, dim, y.dtype)`.
+    """The raw gradient of softmax (moye.ops.softmax_backward's kernels):
+    dx = y * (dy - sum(dy * y)) along `dim`, from the forward's output `y`
+    and the output's gradient `dy` (same shape and type).
 
         >>> import numpy as np
         >>> y = softmax(np.array([[0.0, 1.0, 2.0]], np.float32))
