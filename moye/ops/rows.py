@@ -10,6 +10,7 @@ contiguous first (`np.ascontiguousarray`, `tensor.contiguous()`).
 import contextlib
 import functools
 import importlib
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -95,7 +96,7 @@ def as_rows(x, what, op):
         raise ShapeError(f"{op}: {what} must be contiguous (C order) along its rows; got strides "
                          f"{tuple(x.stride()) if is_torch(x) else x.strides}: call "
                          ".contiguous() / np.ascontiguousarray first")
-    m = int(np.prod(shape[:-1], dtype=np.int64))
+    m = math.prod(shape[:-1])
     return x.reshape(m, n), m, n
 
 
@@ -108,6 +109,8 @@ def empty(like, shape, dtype=None):
     like's device."""
     if is_torch(like):
         import torch
+        if dtype is None and shape == like.shape:
+            return torch.empty_like(like, memory_format=torch.contiguous_format)
         t = like.dtype if dtype is None else getattr(torch, dtype)
         return torch.empty(shape, dtype=t, device=like.device)
     return np.empty(shape, like.dtype if dtype is None else _NUMPY_TYPES[dtype])
@@ -115,7 +118,7 @@ def empty(like, shape, dtype=None):
 
 def empty_like(x):
     """empty() of x's shape and dtype."""
-    return empty(x, tuple(x.shape))
+    return empty(x, x.shape)
 
 
 def backend_of(x):
@@ -257,11 +260,12 @@ def launch(p, registers, loop, out, *args):
     m = out.shape[0]
     if m == 0:
         return
+    backend = None if p.backend == "cuda" else p.backend    # None: the launch's fast path
     if p.kernel == "registers":
         registers[-(-m // p.rows) * p.cluster, p.threads, p.cluster](out, *args, p.work,
-                                                                     backend=p.backend)
+                                                                     backend=backend)
     else:
-        loop[m, p.threads](out, *args, p.vec, p.threads, backend=p.backend)
+        loop[m, p.threads](out, *args, p.vec, p.threads, backend=backend)
 
 
 # -- dispatch: NumPy arrays to the raw host functions, torch tensors to the custom ops ----------
