@@ -5,5 +5,6 @@ tensors on the CPU backend). Each op is a moye kernel with a plan per
 Built on moye.compiler and moye.device; tutorials stay in moye.examples.
 """
 from .softmax_op import softmax, softmax_backward
+from .log_softmax_op import log_softmax, log_softmax_backward
 
-__all__ = ["softmax", "softmax_backward"]
+__all__ = ["softmax", "softmax_backward", "log_softmax", "log_softmax_backward"]
