@@ -6,5 +6,7 @@ Built on moye.compiler and moye.device; tutorials stay in moye.examples.
 """
 from .softmax_op import softmax, softmax_backward
 from .log_softmax_op import log_softmax, log_softmax_backward
+from .cross_entropy_op import cross_entropy, cross_entropy_backward, cross_entropy_forward
 
-__all__ = ["softmax", "softmax_backward", "log_softmax", "log_softmax_backward"]
+__all__ = ["softmax", "softmax_backward", "log_softmax", "log_softmax_backward",
+           "cross_entropy", "cross_entropy_forward", "cross_entropy_backward"]
