@@ -143,24 +143,25 @@ def row_max(r, TPR, CLUSTER):
 
 @func
 def row_logsumexp(r, TPR, CLUSTER):
-    """log(sum(exp(x))) of this thread's row, held in the fragments `r` of
-    its threads (-inf past the row's end), returned to each of them in r's
-    type: the max, then exp2((x - max) log2(e)) summed, one pass over the
-    registers for each."""
+    """(m, l): the max of this thread's row, held in the fragments `r` of its
+    threads (-inf past the row's end), and l = log(sum(exp(x - m))), returned
+    to each of them in r's type; the log-sum-exp is m + l, kept apart so
+    that x - m - l loses nothing to a large m. One pass over the registers
+    for the max, one for exp2((x - m) log2(e))."""
     m = row_max(r, TPR, CLUSTER)
     s = cast(0.0, r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
             s = s + exp2((r[e, k] - m) * LOG2E)
-    return m + log2(row_reduce(s, "sum", TPR, CLUSTER)) * LN2
+    return m, log2(row_reduce(s, "sum", TPR, CLUSTER)) * LN2
 
 
 @func
 def loop_logsumexp(g, r, THREADS):
-    """log(sum(exp(x))) of the row `g` (one block of THREADS per row),
-    returned to each thread in the type of `r`, a (VEC, 1) fragment it loads
-    chunks through: one pass over the row keeps each thread's running max
-    and sum (the sum rescaled when the max grows), the block combines
+    """(m, l) as row_logsumexp's for the row `g` (one block of THREADS per
+    row), returned to each thread in the type of `r`, a (VEC, 1) fragment it
+    loads chunks through: one pass over the row keeps each thread's running
+    max and sum (the sum rescaled when the max grows), the block combines
     them."""
     m = cast(lowest(r.dtype), r.dtype)  # typed: the loop carries them in the math type
     s = cast(0.0, r.dtype)
@@ -171,4 +172,4 @@ def loop_logsumexp(g, r, THREADS):
             s = s * exp2((m - m_new) * LOG2E) + exp2((r[e, 0] - m_new) * LOG2E)
             m = m_new
     mb = block_reduce(m, "max")
-    return mb + log2(block_reduce(s * exp2((m - mb) * LOG2E), "sum")) * LN2
+    return mb, log2(block_reduce(s * exp2((m - mb) * LOG2E), "sum")) * LN2
