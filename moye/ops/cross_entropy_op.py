@@ -198,7 +198,10 @@ def cross_entropy_forward(logits, target, ignore_index=-100):
         >>> np.round(loss.astype(float), 4).tolist(), np.round(lse.astype(float), 4).tolist()
         ([0.4076, 0.0], [2.4076, 2.4076])
     """
-    op = "cross_entropy_forward"
+    return _forward(logits, target, ignore_index, "cross_entropy_forward")
+
+
+def _forward(logits, target, ignore_index, op):
     name, x2, t1, m, n = _rows(logits, target, ignore_index, op)
     out = _loss_type(name)
     loss = rows.empty(logits, (m,), out)
@@ -262,7 +265,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
     if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         raise MoyeTypeError(f"{op}: reduction must be 'none', 'sum' or 'mean', got "
                             f"{reduction!r}")
-    loss, _ = cross_entropy_forward(logits, target, ignore_index)
+    loss, _ = _forward(logits, target, ignore_index, op)
     if reduction == "none":
         return loss
     total = loss.sum()
