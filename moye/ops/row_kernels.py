@@ -20,16 +20,26 @@ Three shapes of work, all static (kernel Constexprs):
 from ..array import make_fragment_like, tile
 from ..compiler import func
 from ..device import (block_idx, block_rank_in_cluster, block_reduce, cast, cluster_idx,
-                      cluster_reduce, cluster_sync, exp2, maximum, minimum, peer_shared,
+                      cluster_reduce, cluster_sync, exp2, log2, maximum, minimum, peer_shared,
                       shared_array, thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
 from ..types import Float32, Float64
 
 
+LOG2E = 1.4426950408889634             # exp(x) = exp2(x log2(e))
+LN2 = 0.6931471805599453               # log(s) = log2(s) ln(2)
+
+
 def math_type(dtype):
     """The type the ops compute in: Float64 for Float64 data, else Float32."""
     return Float64 if dtype == Float64 else Float32
+
+
+def lowest(dtype):
+    """The lowest finite value of the math type `dtype`: max's identity, kept
+    finite so that exp2(identity - max) is 0, not NaN (-inf - -inf)."""
+    return -1.7976931348623157e308 if dtype == Float64 else -3.4028234663852886e38
 
 
 @func
@@ -74,9 +84,6 @@ def row_reduce(v, op, TPR, CLUSTER):
     else:
         r = block_reduce(v, op)
     return r
-
-
-LOG2E = 1.4426950408889634
 
 
 @func
@@ -152,3 +159,53 @@ def store_row(g, r, t, nt, n):
         c = k * nt + t
         if c * size(r, 0) < n:
             store_chunk(g, c, r, k)
+
+
+@func
+def row_max(r, TPR, CLUSTER):
+    """The max of this thread's row, held in the fragments `r` of its threads
+    (-inf past the row's end), returned to each of them in r's type."""
+    m = cast(lowest(r.dtype), r.dtype)
+    for k in range(size(r, 1)):
+        for e in range(size(r, 0)):
+            m = maximum(m, r[e, k])
+    return row_reduce(m, "max", TPR, CLUSTER)
+
+
+@func
+def row_logsumexp(r, TPR, CLUSTER):
+    """(m, l): the max of this thread's row, held in the fragments `r` of its
+    threads (-inf past the row's end), and l = log(sum(exp(x - m))), returned
+    to each of them in r's type; the log-sum-exp is m + l, kept apart so
+    that x - m - l loses nothing to a large m. One pass over the registers
+    for each thread's max, one for its sum of exp2((x - max) log2(e)), then
+    one merge of the threads' (max, sum) pairs (row_max_sumexp)."""
+    m = cast(lowest(r.dtype), r.dtype)
+    for k in range(size(r, 1)):
+        for e in range(size(r, 0)):
+            m = maximum(m, r[e, k])
+    s = cast(0.0, r.dtype)
+    for k in range(size(r, 1)):
+        for e in range(size(r, 0)):
+            s = s + exp2((r[e, k] - m) * LOG2E)
+    big, total = row_max_sumexp(m, s, TPR, CLUSTER)
+    return big, log2(total) * LN2
+
+
+@func
+def loop_logsumexp(g, r, THREADS):
+    """(m, l) as row_logsumexp's for the row `g` (one block of THREADS per
+    row), returned to each thread in the type of `r`, a (VEC, 1) fragment it
+    loads chunks through: one pass over the row keeps each thread's running
+    max and sum (the sum rescaled when the max grows), the block combines
+    them."""
+    m = cast(lowest(r.dtype), r.dtype)  # typed: the loop carries them in the math type
+    s = cast(0.0, r.dtype)
+    for c in range(thread_idx.x, size(g, 0) // size(r, 0), THREADS):
+        load_chunk(r, 0, g, c)
+        for e in range(size(r, 0)):
+            m_new = maximum(m, r[e, 0])
+            s = s * exp2((m - m_new) * LOG2E) + exp2((r[e, 0] - m_new) * LOG2E)
+            m = m_new
+    mb = block_reduce(m, "max")
+    return mb, log2(block_reduce(s * exp2((m - mb) * LOG2E), "sum")) * LN2

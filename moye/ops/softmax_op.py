@@ -8,10 +8,9 @@ Two kernels each, on row_kernels' skeleton (rows.Plan says which):
 - "registers": the row is loaded once into registers (16-byte chunks), its
   max and sum reduced over the row's threads (warp lanes, the block or the
   cluster), then written;
-- "loop": any N, one block per row. Forward: one pass keeps each thread's
-  running max and sum (the sum rescaled when the max grows: the online
-  softmax), the block combines them, and a second pass writes. Backward: a
-  pass for sum(dy * y), a second for dx.
+- "loop": any N, one block per row. Forward: one pass for the row's
+  log-sum-exp (loop_logsumexp: the online softmax), a second writes
+  exp(x - lse). Backward: a pass for sum(dy * y), a second for dx.
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
@@ -20,11 +19,8 @@ from ..errors import MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
 from . import rows
-from .row_kernels import (LOG2E, load_chunk, load_row, math_type, owns_row, place,
-                          row_max_sumexp, row_reduce, store_chunk, store_row)
-
-LOWEST = -3.4028234663852886e38          # the lowest float32: max's identity, finite
-
+from .row_kernels import (LOG2E, load_chunk, load_row, loop_logsumexp, lowest, math_type,
+                          owns_row, place, row_max_sumexp, row_reduce, store_chunk, store_row)
 
 # -- kernels ---------------------------------------------------------------------------------
 
@@ -35,7 +31,7 @@ def softmax_registers(y, x, WORK: Constexpr):
     row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
     r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
     load_row(r, x[row, None], t, nt, n, -float("inf"))
-    m = cast(LOWEST, r.dtype)
+    m = cast(lowest(r.dtype), r.dtype)
     for k in range(CHUNKS):
         for e in range(VEC):
             m = maximum(m, r[e, k])
@@ -56,24 +52,14 @@ def softmax_registers(y, x, WORK: Constexpr):
 
 @kernel(fast_math=True)
 def softmax_loop(y, x, VEC: Constexpr, THREADS: Constexpr):
-    n = size(x, 1)
     gx = x[block_idx.x, None]
     gy = y[block_idx.x, None]
     r = make_fragment_like(Layout((VEC, 1)), math_type(x.dtype))
-    m = cast(LOWEST, r.dtype)          # typed: the loop carries them in the math type
-    s = cast(0.0, r.dtype)
-    for c in range(thread_idx.x, n // VEC, THREADS):
+    m, l = loop_logsumexp(gx, r, THREADS)
+    for c in range(thread_idx.x, size(x, 1) // VEC, THREADS):
         load_chunk(r, 0, gx, c)
         for e in range(VEC):
-            m_new = maximum(m, r[e, 0])
-            s = s * exp2((m - m_new) * LOG2E) + exp2((r[e, 0] - m_new) * LOG2E)
-            m = m_new
-    mb = block_reduce(m, "max")
-    inv = 1.0 / block_reduce(s * exp2((m - mb) * LOG2E), "sum")
-    for c in range(thread_idx.x, n // VEC, THREADS):
-        load_chunk(r, 0, gx, c)
-        for e in range(VEC):
-            r[e, 0] = exp2((r[e, 0] - mb) * LOG2E) * inv
+            r[e, 0] = exp2((r[e, 0] - m - l) * LOG2E)
         store_chunk(gy, c, r, 0)
 
 

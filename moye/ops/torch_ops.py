@@ -23,6 +23,7 @@ import torch
 
 from ..errors import MoyeTypeError, ShapeError
 from . import rows
+from .cross_entropy_op import check_target
 
 NAMESPACE = "moye"
 
@@ -242,17 +243,11 @@ def _cross_entropy_grad(ctx, dloss, _dlse):
     return dlogits, None, None
 
 
-def _check_cross_entropy(logits, target):
-    rows.dtype_name(logits, "logits", "cross_entropy")
-    if logits.dim() != 2:
-        raise ShapeError(f"cross_entropy: logits must be 2-d (rows, classes), got shape "
-                         f"{tuple(logits.shape)}")
-    if target.dtype != torch.int64:
-        raise MoyeTypeError(f"cross_entropy: target must be int64 (class indices), got "
-                            f"{str(target.dtype)[len('torch.'):]}")
-    if tuple(target.shape) != (logits.shape[0],):
-        raise ShapeError(f"cross_entropy: target has shape {tuple(target.shape)}; it must be "
-                         f"({logits.shape[0]},), one class index per row of logits")
+def _check_cross_entropy(logits, target, opname="cross_entropy"):
+    """The raw op's checks of logits and target (kinds, dtypes, shapes,
+    devices), before tracing or dispatch."""
+    rows.dtype_name(logits, "logits", opname)
+    check_target(logits, target, -100, opname)
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -384,9 +379,9 @@ def log_softmax_backward(y, dy, dim):
     return run("log_softmax_backward", y, dy, rows.check_dim(y, dim, "y", "log_softmax_backward"))
 
 
-def rms_norm(x, weight, eps):
-    check_devices("rms_norm", x=x, weight=weight)
-    return run("rms_norm_forward", x, weight, eps)[0]
+def rms_norm_forward(x, weight, eps):
+    check_devices("rms_norm_forward", x=x, weight=weight)
+    return run("rms_norm_forward", x, weight, eps)
 
 
 def rms_norm_backward(dy, x, weight, rstd):
@@ -395,9 +390,9 @@ def rms_norm_backward(dy, x, weight, rstd):
     return dx, (None if weight is None else dweight)
 
 
-def layer_norm(x, weight, bias, eps):
-    check_devices("layer_norm", x=x, weight=weight, bias=bias)
-    return run("layer_norm_forward", x, weight, bias, eps)[0]
+def layer_norm_forward(x, weight, bias, eps):
+    check_devices("layer_norm_forward", x=x, weight=weight, bias=bias)
+    return run("layer_norm_forward", x, weight, bias, eps)
 
 
 def layer_norm_backward(dy, x, weight, mean, rstd):
@@ -418,6 +413,12 @@ def cross_entropy(logits, target, ignore_index, reduction):
     if reduction == "sum":
         return loss.sum()
     return loss.sum() / (target != ignore_index).sum()
+
+
+def cross_entropy_forward(logits, target, ignore_index):
+    check_devices("cross_entropy_forward", logits=logits, target=target)
+    _check_cross_entropy(logits, target, "cross_entropy_forward")
+    return run("cross_entropy_forward", logits, target, ignore_index)
 
 
 def cross_entropy_backward(dloss, logits, target, lse, ignore_index):

@@ -302,3 +302,20 @@ def test_a_kernel_may_be_named_like_a_cuda_or_cpp_name(name):
     assert module.cubin[:4] == b"\x7fELF" and f"moye_{name}".encode() in module.cubin
     kern[1, 1](out, 2.5, backend="cpu")
     np.testing.assert_array_equal(out, [2.5, 0, 0, 0])
+
+
+@moye.kernel
+def _float64_numbers(out):
+    out[0] = moye.cast(0.1, moye.Float64)
+    out[1] = moye.cast(-1.7976931348623157e308, moye.Float64)
+
+
+def test_a_number_cast_to_float64_keeps_its_value():
+    """cast(0.1, Float64) is the double 0.1, not the float 0.1f widened (and
+    a double beyond float's range compiles)."""
+    out = np.zeros(2)
+    source = _float64_numbers.cuda_source(out, block=1)
+    assert "0.1f" not in source and "static_cast<double>(0.1)" in source
+    BACKENDS["cuda"].compile_only(_float64_numbers.trace(out, block=1)[0], (1, 1, 1), "sm_80")
+    _float64_numbers[1, 1](out, backend="cpu")
+    assert out.tolist() == [0.1, -1.7976931348623157e308]

@@ -339,7 +339,9 @@ def _emit_cast(w, s, ind, decl):
     if s.ptr:
         w.emit(ind, f"{decl}reinterpret_cast<{ctype(s.result.type)}>({w.operand(s.x)});")
     else:
-        w.emit(ind, f"{decl}static_cast<{ctype(s.result.type)}>({w.arg(s.x)});")
+        # a number cast to a float type is a literal of that type (0.1f would round a Float64)
+        to = s.result.type if s.result.type.is_float else None
+        w.emit(ind, f"{decl}static_cast<{ctype(s.result.type)}>({w.arg(s.x, to)});")
 
 
 @emits(ir.Call)
