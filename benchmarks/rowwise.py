@@ -158,8 +158,8 @@ def parse_args(argv=None):
     a.directions = a.directions or list(DIRECTIONS)
     a.dtypes = a.dtypes or quick.get("dtypes", ["float32", "bfloat16"])
     a.ns = a.ns or quick.get("ns", list(NS))
-    a.elements = a.elements or quick.get("elements", MAX_ELEMENTS)
-    a.rounds = a.rounds or quick.get("rounds", 3)
+    a.elements = quick.get("elements", MAX_ELEMENTS) if a.elements is None else a.elements
+    a.rounds = quick.get("rounds", 3) if a.rounds is None else a.rounds
     a.contenders = a.contenders or list(CONTENDERS[1:])
     for n in a.ns:
         if not 1 <= n <= MAX_N:
@@ -313,6 +313,16 @@ def cross_entropy_bwd_math(dloss, x, target, lse):
     return g.to(x.dtype)
 
 
+# each backward formula, its arguments and its outputs' names
+BWD_MATH = {
+    "softmax": (softmax_bwd_math, ("y", "dy"), ("dx",)),
+    "log_softmax": (log_softmax_bwd_math, ("y", "dy"), ("dx",)),
+    "rms_norm": (rms_norm_bwd_math, ("dy", "x", "w", "rstd"), ("dx", "dw")),
+    "layer_norm": (layer_norm_bwd_math, ("dy", "x", "w", "mean", "rstd"), ("dx", "dw", "db")),
+    "cross_entropy": (cross_entropy_bwd_math, ("dloss", "x", "target", "lse"), ("dx",)),
+}
+
+
 def eager_calls(torch, op, direction, inp):
     """{outputs} = fn() for torch eager; the backward graphs built here, once."""
     F = torch.nn.functional
@@ -371,15 +381,13 @@ def compile_calls(torch, op, direction, inp):
         name = "loss" if op == "cross_entropy" else "y"
         fn = compiled(fwd[op])
         return lambda: {name: fn(*(inp[a] for a in args))}
-    math_fn, args, names = {
-        "softmax": (softmax_bwd_math, ("y", "dy"), ("dx",)),
-        "log_softmax": (log_softmax_bwd_math, ("y", "dy"), ("dx",)),
-        "rms_norm": (rms_norm_bwd_math, ("dy", "x", "w", "rstd"), ("dx", "dw")),
-        "layer_norm": (layer_norm_bwd_math, ("dy", "x", "w", "mean", "rstd"),
-                       ("dx", "dw", "db")),
-        "cross_entropy": (cross_entropy_bwd_math, ("dloss", "x", "target", "lse"), ("dx",)),
-    }[op]
-    fn = compiled(math_fn)
+    return bwd_math_call(op, inp, compiled)
+
+
+def bwd_math_call(op, inp, wrap=lambda f: f):
+    """{outputs} = fn(): the backward's plain formula (`*_bwd_math`), wrapped."""
+    math_fn, args, names = BWD_MATH[op]
+    fn = wrap(math_fn)
 
     def call():
         out = fn(*(inp[a] for a in args))
