@@ -3,16 +3,21 @@ axis), one subplot per op (rows of the grid) and direction and dtype
 (columns), moye beside torch eager, torch.compile, QuACK and the
 device-to-device copy of the same bytes (the roof).
 
-    python benchmarks/plot_rowwise.py [JSON] [-o PNG]
+    python benchmarks/plot_rowwise.py [JSON ...] [-o PNG]
 
-JSON defaults to benchmarks/results/rowwise_h100.json, PNG to
-benchmarks/results/rowwise_h100.png. A contender with no figure at some N
+Several JSONs (runs split to fit the GPU machine's calls) are merged as
+`rowwise.py --merge` does. JSON defaults to benchmarks/results/rowwise_h100.json,
+PNG to benchmarks/results/rowwise_h100.png. A contender with no figure at some N
 (n/a: not installed, no such op, wrong result) has a gap there. Needs
 matplotlib (pip install .[bench]).
 """
 import argparse
-import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rowwise import merge  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # contender: (label, matplotlib style)
@@ -84,10 +89,10 @@ def plot(results, png):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("json", nargs="?", default=str(RESULTS / "rowwise_h100.json"))
+    parser.add_argument("json", nargs="*", default=[str(RESULTS / "rowwise_h100.json")])
     parser.add_argument("-o", "--output", default=str(RESULTS / "rowwise_h100.png"))
     args = parser.parse_args(argv)
-    results = json.loads(Path(args.json).read_text())
+    results = merge(args.json)
     if not results.get("rows"):
         raise SystemExit(f"plot_rowwise: {args.json} has no rows to plot")
     plot(results, args.output)

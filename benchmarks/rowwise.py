@@ -4,6 +4,7 @@ the same tensors (issue 18, outcome 4).
 
     python benchmarks/rowwise.py [--json out.json] [--quick] [--ops OP ...]
         [--dtypes float32 bfloat16] [--ns N ...] [--elements 268435456] [--rounds 3]
+    python benchmarks/rowwise.py --merge f32.json bf16.json [--json all.json]
 
 For each op (softmax, log_softmax, rms_norm, layer_norm, cross_entropy),
 direction (fwd, bwd), dtype and row length N, M = elements // N rows (the
@@ -150,6 +151,9 @@ def parse_args(argv=None):
                    help="which to run beside the copy (default: all)")
     p.add_argument("--weight-dtype", choices=("auto", "input", "float32"), default="auto")
     p.add_argument("--no-host", action="store_true", help="skip the host-time measurement")
+    p.add_argument("--merge", nargs="+", metavar="JSON",
+                   help="run nothing: merge these runs' results (--json writes them), print "
+                        "the table")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help=argparse.SUPPRESS)     # cpu: the tests' smoke run, any --elements
     a = p.parse_args(argv)
@@ -643,8 +647,56 @@ def table(rows):
     return "\n".join(lines)
 
 
+def report(results):
+    """Print the speed table and the host times."""
+    print(f"\nrow-wise ops on {results['device']} (torch {results.get('torch')}, QuACK "
+          f"{results.get('quack')}): GB/s counting bytes read + written, moye's ratios\n")
+    print(table(results["rows"]))
+    if results.get("host"):
+        print(f"\nhost time per call, {HOST_SHAPE[0]} x {HOST_SHAPE[1]} float32, "
+              f"mean of {HOST_CALLS} back-to-back calls (target <= 10 us)\n")
+        print("| op | dir | moye us | eager us |\n| --- | --- | ---: | ---: |")
+        for h in results["host"]:
+            print(f"| {h['op']} | {h['direction']} | {_fmt(h['moye_us'], '.1f')} | "
+                  f"{_fmt(h['eager_us'], '.1f')} |")
+    if "seconds" in results:
+        print(f"\n{results['seconds']:.0f} s")
+
+
+def merge(paths):
+    """The results of several runs (e.g. one per dtype, each inside the GPU
+    machine's 10-minute call) as one: their rows, a later run's replacing an
+    earlier one's of the same op, direction, dtype and N; the host times of
+    the last run that has them."""
+    merged, rows = None, {}
+    for path in paths:
+        r = json.loads(Path(path).read_text())
+        if merged is None:
+            merged = dict(r, runs=[])
+        elif r["device"] != merged["device"]:
+            raise SystemExit(f"rowwise --merge: {path} ran on {r['device']}, "
+                             f"not {merged['device']}")
+        merged["runs"].append({"file": str(path), "args": r.get("args"),
+                               "seconds": r.get("seconds"), "quack": r.get("quack")})
+        for row in r["rows"]:
+            rows[row["op"], row["direction"], row["dtype"], row["N"]] = row
+        if r.get("host"):
+            merged["host"] = r["host"]
+    merged.pop("seconds", None)
+    merged.pop("args", None)
+    merged["rows"] = [rows[k] for k in sorted(rows, key=lambda k: (
+        OPS.index(k[0]), DIRECTIONS.index(k[1]), DTYPES.index(k[2]), k[3]))]
+    return merged
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.merge:
+        results = merge(args.merge)
+        report(results)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+        return results
     import torch                                # before moye: see tests/conftest.py
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("rowwise: needs a CUDA device (torch sees none)")
@@ -685,17 +737,7 @@ def main(argv=None):
     if not args.no_host:
         results["host"] = host_times(torch, args)
     results["seconds"] = time.perf_counter() - t0
-    print(f"\nrow-wise ops on {device}: GB/s counting bytes read + written "
-          f"(M*N = {args.elements}), moye's ratios\n")
-    print(table(results["rows"]))
-    if results.get("host"):
-        print(f"\nhost time per call, {HOST_SHAPE[0]} x {HOST_SHAPE[1]} float32, "
-              f"mean of {HOST_CALLS} back-to-back calls (target <= 10 us)\n")
-        print("| op | dir | moye us | eager us |\n| --- | --- | ---: | ---: |")
-        for h in results["host"]:
-            print(f"| {h['op']} | {h['direction']} | {_fmt(h['moye_us'], '.1f')} | "
-                  f"{_fmt(h['eager_us'], '.1f')} |")
-    print(f"\n{results['seconds']:.0f} s")
+    report(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if failed:

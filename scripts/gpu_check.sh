@@ -27,8 +27,12 @@
 #     rowwise   benchmarks/rowwise.py: moye.ops' softmax, log_softmax, rms_norm, layer_norm and
 #               cross_entropy, forward and backward, against the copy, torch eager,
 #               torch.compile and QuACK (ROWWISE_ARGS, e.g. --quick), then its plot:
-#               rowwise.json, .log and .png under $OUT. Not part of 'all' until a default
-#               run is timed at 8 minutes or less. QuACK needs .cute_dsl1, .cute_dsl2
+#               $ROWWISE_NAME.json, .log and .png under $OUT (default name: rowwise). Not
+#               part of 'all' until a default run is timed at 8 minutes or less; a run
+#               too long for one call splits, e.g. ROWWISE_ARGS="--dtypes float32"
+#               ROWWISE_NAME=rowwise_f32, then bfloat16, merged afterwards anywhere by
+#               benchmarks/rowwise.py --merge A.json B.json --json all.json (and
+#               plot_rowwise.py A.json B.json). QuACK needs .cute_dsl1, .cute_dsl2
 #               (scripts/fetch_cute_dsl.sh) and .cute_dsl3 (scripts/fetch_quack.sh)
 #               carried, as for 'cutedsl'; without .cute_dsl3 its column reads n/a
 # The machine has no network: packages it lacks travel in .whl/ (made by
@@ -176,13 +180,14 @@ if [[ " ${stages[*]} " == *" rowwise "* ]]; then
     # DLPack exchange API; skip that there (see scripts/fetch_quack.sh)
     python3 -c 'import sys, torch; t = torch.Tensor; sys.exit(not (hasattr(t, "__dlpack_c_exchange_api__") or hasattr(t, "__c_dlpack_exchange_api__")))' \
       || export TVM_FFI_DISABLE_TORCH_C_DLPACK=1
+    name=${ROWWISE_NAME:-rowwise}
     PYTHONPATH=$quack_path$PYTHONPATH python3 benchmarks/rowwise.py ${ROWWISE_ARGS:-} \
-      --json "$OUT/rowwise.json"
+      --json "$OUT/$name.json"
     rc=$?                               # the plot also shows a run that failed a check
-    [[ -s $OUT/rowwise.json ]] && python3 benchmarks/plot_rowwise.py "$OUT/rowwise.json" \
-      -o "$OUT/rowwise.png"
+    [[ -s $OUT/$name.json ]] && python3 benchmarks/plot_rowwise.py "$OUT/$name.json" \
+      -o "$OUT/$name.png"
     exit $rc
-  } 2>&1 | tee "$OUT/rowwise.log" || status=1
+  } 2>&1 | tee "$OUT/${ROWWISE_NAME:-rowwise}.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status

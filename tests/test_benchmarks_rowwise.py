@@ -120,6 +120,33 @@ def test_a_tiny_run_on_cpu_tensors(tmp_path, capsys):
     assert "| softmax | bwd | float32 | 256 | 8 |" in capsys.readouterr().out
 
 
+def test_merge_joins_runs_in_table_order(tmp_path, capsys):
+    def run(name, rows, host=None):
+        path = tmp_path / name
+        path.write_text(json.dumps({"device": "H", "torch": "t", "quack": None, "seconds": 1.0,
+                                    "rows": rows, **({"host": host} if host else {})}))
+        return path
+
+    def row(direction, dtype, N, moye):
+        return {"op": "softmax", "direction": direction, "dtype": dtype, "N": N, "M": 2,
+                "bytes": 8 * N, "GB/s": {"copy": 2.0, "moye": moye}}
+    a = run("a.json", [row("bwd", "float32", 256, 1.0), row("fwd", "float32", 256, 1.0)],
+            [{"op": "softmax", "direction": "fwd", "moye_us": 5.0, "eager_us": 4.0}])
+    b = run("b.json", [row("fwd", "bfloat16", 256, 1.5), row("fwd", "float32", 256, 1.25)])
+    out = tmp_path / "all.json"
+    rw.main(["--merge", str(a), str(b), "--json", str(out)])
+    merged = json.loads(out.read_text())
+    assert [(r["direction"], r["dtype"], r["GB/s"]["moye"]) for r in merged["rows"]] == [
+        ("fwd", "float32", 1.25), ("fwd", "bfloat16", 1.5), ("bwd", "float32", 1.0)]
+    assert merged["host"][0]["moye_us"] == 5.0 and len(merged["runs"]) == 2
+    printed = capsys.readouterr().out
+    assert "| softmax | fwd | bfloat16 | 256 | 2 | 0 | 2 | 2 | n/a | n/a | n/a | 0.750 |" in printed
+    other = tmp_path / "c.json"
+    other.write_text(json.dumps({"device": "G", "rows": []}))
+    with pytest.raises(SystemExit, match="ran on G"):
+        rw.merge([a, other])
+
+
 def test_plot_groups_rows_by_op_direction_and_dtype():
     rows = [{"op": "softmax", "direction": d, "dtype": "float32", "N": n,
              "GB/s": {"moye": n / 2, "copy": 3000.0}} for n in (4096, 256) for d in ("fwd", "bwd")]
