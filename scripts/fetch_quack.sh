@@ -21,12 +21,15 @@
 #                                   3.3 MB; needs typing-extensions, on the device). The
 #                                   DSL's kernels are compiled with --enable-tvm-ffi and
 #                                   called through it
-#   torch, einops                   on the device (torch 2.11, einops)
+#   torch, einops                   on the device
 #   torch-c-dlpack-ext              not carried: its prebuilt addons stop at torch 2.9,
 #                                   and tvm-ffi skips it where torch itself has the DLPack
 #                                   exchange API (torch >= 2.10); where it does not,
 #                                   gpu_check.sh sets TVM_FFI_DISABLE_TORCH_C_DLPACK=1 so
 #                                   that tvm-ffi does not JIT-build the addon there
+# Seen on the H100 machine (2026-11-24): Python 3.12.3, torch 2.11.0+cu130 with
+# torch.Tensor.__dlpack_c_exchange_api__, einops 0.8.2, typing_extensions 4.16.0,
+# cuda-bindings 13.3.1, matplotlib 3.11.2 (for plot_rowwise.py).
 # So one folder, .cute_dsl3/ (~4 MB), holds the two wheels; carry it with the
 # DSL's parts (e.g. call 1: .cute_dsl1; call 2: .cute_dsl2 .cute_dsl3 and .whl).
 # On the device: `unpack DIR` pip-installs them into DIR (--no-index --no-deps
