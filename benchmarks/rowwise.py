@@ -68,6 +68,7 @@ TOLERANCE = {"float32": 5e-4, "bfloat16": 2e-2, "float16": 5e-3}
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
 IGNORE_INDEX = -100
 QUICK = {"dtypes": ["bfloat16"], "ns": [4096], "elements": 2 ** 26, "rounds": 2}
+TARGETS = {"copy": 0.93, "compile": 1.0, "quack": 1.0}      # moye's ratio to each, issue 18
 HOST_SHAPE = (8, 1024)
 HOST_CALLS = 1000
 
@@ -647,11 +648,27 @@ def table(rows):
     return "\n".join(lines)
 
 
+def targets(rows):
+    """Lines saying how many rows meet each of issue 18's targets (moye/copy
+    >= 0.93, moye/compile >= 1, moye/QuACK >= 1) and the worst row."""
+    lines = []
+    for who, target in TARGETS.items():
+        have = [(ratios(r)[who], r) for r in rows if ratios(r)[who] is not None]
+        if not have:
+            continue
+        worst, r = min(have, key=lambda x: x[0])
+        met = sum(q >= target for q, _ in have)
+        lines.append(f"moye/{who} >= {target}: {met} of {len(have)} rows; worst {worst:.3f} "
+                     f"({r['op']} {r['direction']} {r['dtype']} N={r['N']})")
+    return lines
+
+
 def report(results):
-    """Print the speed table and the host times."""
+    """Print the speed table, the targets met and the host times."""
     print(f"\nrow-wise ops on {results['device']} (torch {results.get('torch')}, QuACK "
           f"{results.get('quack')}): GB/s counting bytes read + written, moye's ratios\n")
     print(table(results["rows"]))
+    print("\n" + "\n".join(targets(results["rows"])))
     if results.get("host"):
         print(f"\nhost time per call, {HOST_SHAPE[0]} x {HOST_SHAPE[1]} float32, "
               f"mean of {HOST_CALLS} back-to-back calls (target <= 10 us)\n")

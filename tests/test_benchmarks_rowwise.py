@@ -141,6 +141,7 @@ def test_merge_joins_runs_in_table_order(tmp_path, capsys):
     assert merged["host"][0]["moye_us"] == 5.0 and len(merged["runs"]) == 2
     printed = capsys.readouterr().out
     assert "| softmax | fwd | bfloat16 | 256 | 2 | 0 | 2 | 2 | n/a | n/a | n/a | 0.750 |" in printed
+    assert "moye/copy >= 0.93: 0 of 3 rows; worst 0.500 (softmax bwd float32 N=256)" in printed
     other = tmp_path / "c.json"
     other.write_text(json.dumps({"device": "G", "rows": []}))
     with pytest.raises(SystemExit, match="ran on G"):
