@@ -1,6 +1,6 @@
 """benchmarks/rowwise.py without a GPU: its byte counts, its arguments, its
-check that refuses a wrong result, the backward formulas it hands to
-torch.compile, and a tiny run on CPU tensors (torch eager and moye on the
+check that refuses a wrong result, what it hands to torch.compile (traced
+whole, right), and a tiny run on CPU tensors (torch eager and moye on the
 CPU backend); plot_rowwise's grouping."""
 import json
 import math
@@ -95,13 +95,19 @@ def test_check_refuses_a_wrong_result():
         rw.check(torch, {"y": good["y"][:2]}, ref, 1e-3)
 
 
+@pytest.mark.parametrize("direction", rw.DIRECTIONS)
 @pytest.mark.parametrize("op", rw.OPS)
-def test_backward_formulas_for_torch_compile_match_the_reference(op):
+def test_what_torch_compile_gets_traces_whole_and_matches_the_reference(op, direction,
+                                                                         monkeypatch):
     torch = pytest.importorskip("torch")
-    inp = rw.make_inputs(torch, op, "bwd", 16, 300, "float32", "float32", "cpu")
-    ref = rw.reference(torch, op, "bwd", inp)
-    outputs = rw.bwd_math_call(op, inp)()
-    worst, _ = rw.check(torch, outputs, ref, rw.TOLERANCE["float32"])
+    compile_ = torch.compile
+    # dynamo's tracing with fullgraph=True, as on the GPU, without inductor's code generation
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: compile_(f, backend="eager", **kw))
+    torch._dynamo.reset()
+    inp = rw.make_inputs(torch, op, direction, 16, 300, "float32", "float32", "cpu")
+    outputs = rw.compile_calls(torch, op, direction, inp)()
+    worst, _ = rw.check(torch, outputs, rw.reference(torch, op, direction, inp),
+                        rw.TOLERANCE["float32"])
     assert worst < 1
 
 
