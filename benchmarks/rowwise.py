@@ -36,13 +36,18 @@ Every contender's result is checked before it is timed: the allocator's free
 memory is NaN-filled first (outputs are poisoned), and each output, every
 element, is compared with a float64 torch reference: the largest error over the
 largest reference magnitude, at most 5e-4 for float32 inputs, 2e-2 for
-bfloat16 (5e-3 float16) ones, for every output. A wrong result is reported and never timed.
+bfloat16 (5e-3 float16) ones, for every output. A wrong result is reported
+and never timed; a wrong or raising moye op makes the script exit 1.
 
 Times: CUDA events around back-to-back calls (kernels.cuda_time), the
 contenders alternated in `--rounds` rounds to share the clocks' drift, the
 median. Compilations (torch.compile, QuACK's, moye's) happen in the checking
-call, outside the timing, once per shape. Then the host time of each moye op: the
-mean wall time of 1000 back-to-back calls on 8 x 1024 float32 (target: 10 us).
+call, outside the timing, once per shape. Then the host time of each moye op:
+the mean wall time of 1000 back-to-back calls on 8 x 1024 float32 (target:
+10 us). The table ends with how many rows meet issue 18's targets (moye/copy
+>= 0.93, moye/compile >= 1, moye/QuACK >= 1). The JSON is rewritten after
+every row, so a run cut short keeps what it measured; runs split by dtype or
+op (the GPU machine allows 10 minutes a call) join with --merge.
 """
 import argparse
 import importlib
