@@ -32,12 +32,13 @@ Norm weights are in the input's dtype for rms_norm (torch's fused kernel needs
 that) and float32 for layer_norm (QuACK's needs that); --weight-dtype changes
 both. Cross-entropy targets are int64, one row in 16 set to ignore_index.
 
-Every contender's result is checked before it is timed: the allocator's free
-memory is NaN-filled first (outputs are poisoned), and each output, every
-element, is compared with a float64 torch reference: the largest error over the
-largest reference magnitude, at most 5e-4 for float32 inputs, 2e-2 for
-bfloat16 (5e-3 float16) ones, for every output. A wrong result is reported
-and never timed; a wrong or raising moye op makes the script exit 1.
+Every contender's result is checked before it is timed. Outputs are poisoned:
+the allocator's free memory is NaN-filled before each checked call, and each
+checked output after its check. Every element of every output is compared
+with a float64 torch reference: the largest error over the largest reference
+magnitude, at most 5e-4 for float32 inputs, 2e-2 for bfloat16 (5e-3 float16).
+A wrong result is reported and never timed; a wrong or raising moye op makes
+the script exit 1.
 
 Times: CUDA events around back-to-back calls (kernels.cuda_time), the
 contenders alternated in `--rounds` rounds to share the clocks' drift, the
@@ -529,6 +530,15 @@ def poison_free_memory(torch, device, shapes_dtypes):
     del bait
 
 
+def scrub(torch, outputs, inp):
+    """NaN-fill a checked contender's outputs (none that shares an input's
+    memory), so that the next one cannot find right answers in freed memory."""
+    inputs = {t.untyped_storage().data_ptr() for t in inp.values()}
+    for t in outputs.values():
+        if t.is_floating_point() and t.untyped_storage().data_ptr() not in inputs:
+            t.fill_(float("nan"))
+
+
 def run_case(torch, args, op, direction, dtype, N, quack, copy_buffers):
     """One row of the table: check every contender, then time them in rounds."""
     M = rows_for(args.elements, N)
@@ -570,6 +580,7 @@ def run_case(torch, args, op, direction, dtype, N, quack, copy_buffers):
                 traceback.print_exc()
             del calls[who]
             continue
+        scrub(torch, outputs, inp)
         del outputs
         row["error"][who] = errors
         if not worst <= 1:

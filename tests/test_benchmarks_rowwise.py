@@ -95,6 +95,15 @@ def test_check_refuses_a_wrong_result():
         rw.check(torch, {"y": good["y"][:2]}, ref, 1e-3)
 
 
+def test_scrub_poisons_outputs_but_never_an_input():
+    torch = pytest.importorskip("torch")
+    inp = {"x": torch.rand(4, 8), "target": torch.arange(4)}
+    outputs = {"y": torch.rand(4, 8), "view_of_x": inp["x"][1:], "idx": torch.arange(4)}
+    rw.scrub(torch, outputs, inp)
+    assert torch.isnan(outputs["y"]).all()
+    assert not torch.isnan(inp["x"]).any() and outputs["idx"].tolist() == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize("direction", rw.DIRECTIONS)
 @pytest.mark.parametrize("op", rw.OPS)
 def test_what_torch_compile_gets_traces_whole_and_matches_the_reference(op, direction,
