@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
-#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention|compile]...
-#                                                                                 (default: all)
+#   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention|compile|
+#                         hopper|cutlass|cutedsl|rowwise]...                      (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
@@ -24,6 +24,17 @@
 #               scripts/fetch_cute_dsl.sh makes, carried: .cute_dsl1 and .cute_dsl2, in
 #               one call or two consecutive ones (the first leaves .cute_dsl1 on the
 #               warm machine); unpacked into /tmp/cute_dsl, a private dir
+#     rowwise   benchmarks/rowwise.py: moye.ops' softmax, log_softmax, rms_norm, layer_norm and
+#               cross_entropy, forward and backward, against the copy, torch eager,
+#               torch.compile and QuACK (ROWWISE_ARGS, e.g. --quick), then its plot:
+#               $ROWWISE_NAME.json, .log and .png under $OUT (default name: rowwise). Not
+#               part of 'all' until a default run is timed at 8 minutes or less; a run
+#               too long for one call splits, e.g. ROWWISE_ARGS="--dtypes float32"
+#               ROWWISE_NAME=rowwise_f32, then bfloat16, merged afterwards anywhere by
+#               benchmarks/rowwise.py --merge A.json B.json --json all.json (and
+#               plot_rowwise.py A.json B.json). QuACK needs .cute_dsl1, .cute_dsl2
+#               (scripts/fetch_cute_dsl.sh) and .cute_dsl3 (scripts/fetch_quack.sh)
+#               carried, as for 'cutedsl'; without .cute_dsl3 its column reads n/a
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -155,6 +166,28 @@ if [[ " ${stages[*]} " == *" cutedsl "* ]]; then
     PYTHONPATH=/tmp/cute_dsl/nvidia_cutlass_dsl/dsl_packages:/tmp/cute_dsl:$PYTHONPATH \
       python3 benchmarks/cute_dsl_gemm.py ${CUTE_DSL_ARGS:-} --json "$OUT/cute_dsl_h100.json"
   } 2>&1 | tee "$OUT/cute_dsl.log" || status=1
+fi
+if [[ " ${stages[*]} " == *" rowwise "* ]]; then
+  {
+    quack_path=
+    if [[ -d .cute_dsl3 ]] && bash scripts/fetch_cute_dsl.sh unpack /tmp/cute_dsl \
+        && bash scripts/fetch_quack.sh unpack /tmp/quack; then
+      quack_path=/tmp/cute_dsl/nvidia_cutlass_dsl/dsl_packages:/tmp/cute_dsl:/tmp/quack:
+    else
+      echo "rowwise: QuACK is not installed (no .cute_dsl3, or see above): its column reads n/a"
+    fi
+    # tvm-ffi (QuACK's calls) would JIT-build a torch addon where torch lacks the
+    # DLPack exchange API; skip that there (see scripts/fetch_quack.sh)
+    python3 -c 'import sys, torch; t = torch.Tensor; sys.exit(not (hasattr(t, "__dlpack_c_exchange_api__") or hasattr(t, "__c_dlpack_exchange_api__")))' \
+      || export TVM_FFI_DISABLE_TORCH_C_DLPACK=1
+    name=${ROWWISE_NAME:-rowwise}
+    PYTHONPATH=$quack_path$PYTHONPATH python3 benchmarks/rowwise.py ${ROWWISE_ARGS:-} \
+      --json "$OUT/$name.json"
+    rc=$?                               # the plot also shows a run that failed a check
+    [[ -s $OUT/$name.json ]] && python3 benchmarks/plot_rowwise.py "$OUT/$name.json" \
+      -o "$OUT/$name.png"
+    exit $rc
+  } 2>&1 | tee "$OUT/${ROWWISE_NAME:-rowwise}.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status
