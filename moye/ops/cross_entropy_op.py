@@ -63,8 +63,10 @@ def cross_entropy_loop(loss, lse, x, target, ignore_index, VEC: Constexpr, THREA
 @func
 def write_loss(loss, lse, x, target, ignore_index, row, m, l):
     """loss[row] = (m - x[row, target]) + l, 0 for an ignored row, NaN for a
-    target outside [0, N) (the host refuses those before the launch, except
-    while a CUDA graph is captured); lse[row] = m + l."""
+    target outside [0, N) (the host refuses those of NumPy arrays and CPU
+    tensors before the launch; on CUDA tensors the NaN is the check, as
+    reading a device check's answer would make every call wait for the
+    device); lse[row] = m + l."""
     tgt = target[row]
     v = cast(0.0, m.type)
     if tgt != ignore_index:
@@ -83,7 +85,7 @@ def cross_entropy_backward_registers(dx, x, target, lse, dloss, ignore_index, WO
     row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
     r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
     load_row(r, x[row, None], t, nt, n, 0.0)
-    tgt, l, g = row_gradient_terms(target, lse, dloss, ignore_index, row, r.dtype)
+    tgt, l, g = row_gradient_terms(target, lse, dloss, ignore_index, row, n, r.dtype)
     for k in range(CHUNKS):
         for e in range(VEC):
             r[e, k] = gradient(r[e, k], (k * nt + t) * VEC + e, tgt, l, g)
@@ -99,7 +101,7 @@ def cross_entropy_backward_loop(dx, x, target, lse, dloss, ignore_index, VEC: Co
     gx = x[row, None]
     gdx = dx[row, None]
     r = make_fragment_like(Layout((VEC, 1)), math_type(x.dtype))
-    tgt, l, g = row_gradient_terms(target, lse, dloss, ignore_index, row, r.dtype)
+    tgt, l, g = row_gradient_terms(target, lse, dloss, ignore_index, row, n, r.dtype)
     for c in range(thread_idx.x, n // VEC, THREADS):
         load_chunk(r, 0, gx, c)
         for e in range(VEC):
@@ -108,11 +110,18 @@ def cross_entropy_backward_loop(dx, x, target, lse, dloss, ignore_index, VEC: Co
 
 
 @func
-def row_gradient_terms(target, lse, dloss, ignore_index, row, dtype):
+def row_gradient_terms(target, lse, dloss, ignore_index, row, n, dtype):
     """(target, lse, dloss) of `row` in the math type `dtype`; dloss 0 for an
-    ignored row."""
+    ignored row, NaN for a target outside [0, N) (see write_loss)."""
     tgt = target[row]
-    g = ifelse(tgt == ignore_index, cast(0.0, dtype), cast(dloss[row], dtype))
+    g = cast(dloss[row], dtype)
+    if tgt == ignore_index:
+        g = cast(0.0, dtype)
+    else:
+        if tgt < 0:
+            g = cast(float("nan"), dtype)
+        if tgt >= n:
+            g = cast(float("nan"), dtype)
     return tgt, cast(lse[row], dtype), g
 
 
@@ -154,14 +163,12 @@ def check_target(logits, target, ignore_index, op):
 
 def _check_range(target, n, ignore_index, op):
     """Refuse targets outside [0, n) other than ignore_index, naming the
-    first such row and its value. For torch tensors one fused expression on
-    target's device, read by the host (a synchronization for CUDA); not
-    while a CUDA graph is captured, where reading it is not allowed: there
-    such a row's loss is NaN (write_loss)."""
+    first such row and its value: for NumPy arrays and CPU tensors. On CUDA
+    tensors the kernels check instead (a bad target's loss and gradient are
+    NaN): reading a check's answer on the host would make each call wait for
+    the device, and is not allowed while a CUDA graph is captured."""
     if rows.backend_of(target) == "cuda":
-        import torch
-        if torch.cuda.is_current_stream_capturing():
-            return
+        return
     bad = ((target < 0) | (target >= n)) & (target != ignore_index)
     if not bool(bad.any()):
         return

@@ -90,7 +90,13 @@ def test_int32_targets_all_ignored_and_errors(torch):
     torch.testing.assert_close(cross_entropy(x, t), torch.nn.functional.cross_entropy(
         x, t.long()), atol=1e-5, rtol=1e-5)
     assert torch.isnan(cross_entropy(x, torch.full((8,), IGNORE, device="cuda")))
-    with pytest.raises(moye.BoundsError, match=r"target\[3\] is 100, outside the 100 classes"):
-        cross_entropy(x, torch.tensor([0, 1, 2, 100, 4, 5, 6, 7], device="cuda"))
+    # on CUDA the kernels check the targets: a bad one's loss and gradient are NaN
+    for bad_value in (100, -5):
+        bad = torch.tensor([0, 1, 2, bad_value, 4, 5, 6, 7], device="cuda")
+        loss = cross_entropy(x, bad, reduction="none")
+        assert torch.isnan(loss[3]) and not torch.isnan(loss[torch.arange(8) != 3]).any()
+        _, lse = cross_entropy_forward(x, bad)
+        dx = cross_entropy_backward(torch.ones(8, device="cuda"), x, bad, lse)
+        assert torch.isnan(dx[3]).all() and not torch.isnan(dx[torch.arange(8) != 3]).any()
     with pytest.raises(moye.MoyeTypeError, match="target is on cpu but logits is on cuda"):
         cross_entropy(x, t.cpu())

@@ -341,3 +341,17 @@ def test_kernels_compile_with_nvrtc(arch):
             continue                           # clusters are sm_90
         kernel = kern.trace(*args, block=p.threads)[0]
         BACKENDS["cuda"].compile_only(kernel, (p.threads, 1, 1), arch)
+
+
+def test_kernels_give_nan_for_bad_targets(monkeypatch, path):
+    """Where the host does not check (CUDA tensors), the kernels do: a target
+    outside [0, N) gives that row a NaN loss and NaN gradient, the others
+    are right; no read outside the row."""
+    monkeypatch.setattr(module, "_check_range", lambda *args: None)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 700)).astype(np.float32)
+    t = np.array([5, 700, -3, 699])
+    loss, lse = cross_entropy_forward(x, t)
+    assert np.isnan(loss[1]) and np.isnan(loss[2]) and np.isfinite(loss[[0, 3]]).all()
+    dx = cross_entropy_backward(np.ones(4, np.float32), x, t, lse)
+    assert np.isnan(dx[1:3]).all() and np.isfinite(dx[[0, 3]]).all()
