@@ -19,9 +19,9 @@ Three shapes of work, all static (kernel Constexprs):
 """
 from ..array import make_fragment_like, tile
 from ..compiler import func
-from ..device import (block_idx, block_rank_in_cluster, block_reduce, cast, cluster_idx,
-                      cluster_reduce, cluster_sync, exp2, log2, maximum, minimum, peer_shared,
-                      shared_array, thread_idx, warp_reduce)
+from ..device import (block_idx, block_rank_in_cluster, block_reduce, cast, cluster_arrive,
+                      cluster_idx, cluster_reduce, cluster_sync, cluster_wait, exp2, log2,
+                      maximum, minimum, peer_shared, shared_array, thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
 from ..types import Float32, Float64
@@ -109,7 +109,8 @@ def row_max_sumexp(m, s, TPR, CLUSTER):
         for r in range(CLUSTER):
             other = peer_shared(pair, r)
             total = total + other[1] * exp2((other[0] - big) * LOG2E)
-        cluster_sync()              # the pairs stay until every block has read them
+        cluster_arrive(relaxed=True)    # the pairs stay until every block has read them
+        cluster_wait()                  # (read already: no memory ordering needed)
     else:
         big = row_reduce(m, "max", TPR, CLUSTER)
         total = row_reduce(s * exp2((m - big) * LOG2E), "sum", TPR, CLUSTER)
