@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import MoyeTypeError, ShapeError
+from .row_kernels import COLUMN_LANES, COLUMNS, column_sum
 
 MAX_N = 262_144
 # elements a thread keeps in registers in the one-pass kernels (aimed at)
@@ -138,6 +139,30 @@ def _cuda_max_cluster(index):
     return MAX_CLUSTER if torch.cuda.get_device_capability(index)[0] >= 9 else 1
 
 
+# blocks of the backward kernels on the CPU backend (the row loops run there too)
+CPU_BLOCKS = 4
+SM_THREADS = 2048
+
+
+def parallel_blocks(x, threads):
+    """How many blocks of `threads` the looping kernels (a backward that sums
+    over rows) launch for `x`'s device: as many as fit at once, the SM count
+    times the blocks of `threads` an SM holds (cached per device);
+    CPU_BLOCKS on the CPU backend.
+        >>> parallel_blocks(np.zeros(3, np.float32), 256)
+        4
+    """
+    if backend_of(x) != "cuda":
+        return CPU_BLOCKS
+    return _cuda_sms(x.device.index) * max(1, SM_THREADS // threads)
+
+
+@functools.lru_cache(maxsize=64)
+def _cuda_sms(index):
+    import torch
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 @dataclass(frozen=True)
 class Plan:
     """How one row-wise op runs for one (dtype, N, backend). A row is N / vec
@@ -254,3 +279,36 @@ def launch(p, registers, loop, out, *args):
                                                                      backend=p.backend)
     else:
         loop[m, p.threads](out, *args, p.vec, p.threads, backend=p.backend)
+
+
+def sum_columns(part, dtype):
+    """The sums of the (P, N) partial's columns (float32 or float64), as a
+    new (N,) array of `dtype` (a name, as empty() takes) on part's device:
+    the backward kernels' per-block column sums (dweight, dbias) added up."""
+    out = empty(part, (part.shape[1],), dtype)
+    if part.shape[1]:
+        column_sum[-(-part.shape[1] // COLUMNS), COLUMNS * COLUMN_LANES](
+            out, part, backend=backend_of(part))
+    return out
+
+
+def group_count(p, x, m):
+    """How many row groups (blocks, or clusters of p.cluster blocks) a
+    looping kernel of plan `p` runs over `m` rows of `x`: enough to fill the
+    device (parallel_blocks), no more than there are groups of p.rows rows."""
+    fill = max(1, parallel_blocks(x, p.threads) // p.cluster)
+    return max(1, min(fill, -(-m // p.rows)))
+
+
+def launch_groups(p, registers, loop, count, out, *args):
+    """Run plan `p`'s looping kernel with `count` row groups (group_count):
+    registers[count * cluster, threads, cluster](out, *args, p.work), or
+    loop[count, threads](out, *args, p.vec, p.threads); each group loops
+    over rows first, first + count, ..."""
+    if out.shape[0] == 0:
+        return
+    if p.kernel == "registers":
+        registers[count * p.cluster, p.threads, p.cluster](out, *args, p.work,
+                                                           backend=p.backend)
+    else:
+        loop[count, p.threads](out, *args, p.vec, p.threads, backend=p.backend)
