@@ -82,3 +82,9 @@ def check_stat(s, what, x, name, op):
         raise ShapeError(f"{op}: {what} must be contiguous")
     m = int(np.prod(tuple(x.shape[:-1]), dtype=np.int64))
     return s.reshape(m)
+
+
+def as_scalar(v, name):
+    """`v` as a kernel's scalar argument in the math type of `name` data:
+    a Float64 (np.float64) for float64, else a Float32 (a Python float)."""
+    return np.float64(v) if name == "float64" else float(v)

@@ -21,7 +21,8 @@ from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
 from ..layout import Layout, size
 
 from . import rows
-from .norm_args import check_eps, check_like, check_param, check_stat, stat_dtype
+from .norm_args import (as_scalar, check_eps, check_like, check_param, check_stat,
+                        stat_dtype)
 from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, owns_row,
                           place, row_reduce, store_chunk, store_partial, store_row)
 
@@ -31,7 +32,7 @@ OP = "rms_norm"
 # -- kernels ---------------------------------------------------------------------------------
 
 @kernel(fast_math=True)
-def rms_norm_registers(y, rstd, x, w, eps, HAS_W: Constexpr, WORK: Constexpr):
+def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
     row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
@@ -42,7 +43,7 @@ def rms_norm_registers(y, rstd, x, w, eps, HAS_W: Constexpr, WORK: Constexpr):
         for e in range(VEC):
             s = s + r[e, k] * r[e, k]
     s = row_reduce(s, "sum", TPR, CLUSTER)
-    inv = rsqrt(s / cast(n, r.dtype) + cast(eps, r.dtype))
+    inv = rsqrt(s * rn + eps)
     if owns_row(ROWS, TPR, m_rows):
         if t == 0:
             rstd[row] = inv
@@ -61,7 +62,8 @@ def rms_norm_registers(y, rstd, x, w, eps, HAS_W: Constexpr, WORK: Constexpr):
 
 
 @kernel(fast_math=True)
-def rms_norm_loop(y, rstd, x, w, eps, HAS_W: Constexpr, VEC: Constexpr, THREADS: Constexpr):
+def rms_norm_loop(y, rstd, x, w, eps, rn, HAS_W: Constexpr, VEC: Constexpr,
+                  THREADS: Constexpr):
     n = size(x, 1)
     gx = x[block_idx.x, None]
     gy = y[block_idx.x, None]
@@ -72,7 +74,7 @@ def rms_norm_loop(y, rstd, x, w, eps, HAS_W: Constexpr, VEC: Constexpr, THREADS:
         load_chunk(r, 0, gx, c)
         for e in range(VEC):
             s = s + r[e, 0] * r[e, 0]
-    inv = rsqrt(block_reduce(s, "sum") / cast(n, r.dtype) + cast(eps, r.dtype))
+    inv = rsqrt(block_reduce(s, "sum") * rn + eps)
     if thread_idx.x == 0:
         rstd[block_idx.x] = inv
     for c in range(thread_idx.x, n // VEC, THREADS):
@@ -87,7 +89,8 @@ def rms_norm_loop(y, rstd, x, w, eps, HAS_W: Constexpr, VEC: Constexpr, THREADS:
 
 
 @kernel(fast_math=True)
-def rms_norm_backward_registers(dx, part, dy, x, w, rstd, HAS_W: Constexpr, WORK: Constexpr):
+def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
+                                WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
     first, count, step = groups(ROWS, CLUSTER, m_rows)
@@ -113,7 +116,7 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, HAS_W: Constexpr, WORK
             for e in range(VEC):
                 d = d + rdy[e, k] * rw[e, k] * rx[e, k]
         # mean(g * xhat) * rstd, so that dx = rstd * g - x * d
-        d = row_reduce(d, "sum", TPR, CLUSTER) * rs * rs * rs / cast(n, mt)
+        d = row_reduce(d, "sum", TPR, CLUSTER) * rs * rs * rs * rn
         if mine:
             for k in range(CHUNKS):
                 for e in range(VEC):
@@ -126,7 +129,7 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, HAS_W: Constexpr, WORK
 
 
 @kernel(fast_math=True)
-def rms_norm_backward_loop(dx, part, dy, x, w, rstd, HAS_W: Constexpr, VEC: Constexpr,
+def rms_norm_backward_loop(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr, VEC: Constexpr,
                            THREADS: Constexpr):
     m_rows, n = size(x, 0), size(x, 1)
     mt = math_type(x.dtype)
@@ -153,7 +156,7 @@ def rms_norm_backward_loop(dx, part, dy, x, w, rstd, HAS_W: Constexpr, VEC: Cons
                 load_chunk(rw, 0, w, c)
             for e in range(VEC):
                 d = d + rdy[e, 0] * rw[e, 0] * rx[e, 0]
-        d = block_reduce(d, "sum") * rs * rs * rs / cast(n, mt)
+        d = block_reduce(d, "sum") * rs * rs * rs * rn
         for c in range(thread_idx.x, n // VEC, THREADS):
             load_chunk(rx, 0, gx, c)
             load_chunk(rdy, 0, gdy, c)
@@ -193,7 +196,7 @@ def rms_norm_forward(x, weight, eps):
     elif m:
         rows.launch(rows.plan_for(x, name, n), rms_norm_registers, rms_norm_loop,
                     y.reshape(m, n), rstd.reshape(m), x2, x2 if weight is None else weight,
-                    eps, weight is not None)
+                    as_scalar(eps, name), as_scalar(1 / n, name), weight is not None)
     return y, rstd
 
 
@@ -231,7 +234,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     part = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
     rows.launch_groups(p, rms_norm_backward_registers, rms_norm_backward_loop, count, dx2,
                        part, dy2, x2, x2 if weight is None else weight, rstd1,
-                       weight is not None)
+                       as_scalar(1 / n, name), weight is not None)
     if weight is None:
         return dx, None
     return dx, rows.sum_columns(part, rows.dtype_name(weight, "weight", op))

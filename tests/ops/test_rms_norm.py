@@ -233,12 +233,12 @@ def _variants():
                           "cuda", **options)
             for has_w in (True, False):
                 if p.kernel == "registers":
-                    yield m.rms_norm_registers, (a, s, a, w, 1e-6, has_w, p.work), p
-                    yield m.rms_norm_backward_registers, (a, part, a, a, w, s, has_w,
+                    yield m.rms_norm_registers, (a, s, a, w, 1e-6, 1e-3, has_w, p.work), p
+                    yield m.rms_norm_backward_registers, (a, part, a, a, w, s, 1e-3, has_w,
                                                           p.work), p
                 else:
-                    yield m.rms_norm_loop, (a, s, a, w, 1e-6, has_w, p.vec, p.threads), p
-                    yield m.rms_norm_backward_loop, (a, part, a, a, w, s, has_w, p.vec,
+                    yield m.rms_norm_loop, (a, s, a, w, 1e-6, 1e-3, has_w, p.vec, p.threads), p
+                    yield m.rms_norm_backward_loop, (a, part, a, a, w, s, 1e-3, has_w, p.vec,
                                                      p.threads), p
 
 
