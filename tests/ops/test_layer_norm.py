@@ -8,8 +8,8 @@ import pytest
 import moye
 from moye.backend.cpu import race_checking
 from moye.compiler.frontend import BACKENDS
-from moye.ops import layer_norm, layer_norm_backward, layer_norm_forward, rows
-from moye.ops import layer_norm_op
+from moye.ops import layer_norm_op, rows
+from moye.ops.layer_norm_op import layer_norm, layer_norm_backward, layer_norm_forward
 
 from .test_rms_norm import BF16, DTYPES, close, data
 

@@ -9,8 +9,8 @@ import pytest
 import moye
 from moye.backend.cpu import race_checking
 from moye.compiler.frontend import BACKENDS
-from moye.ops import rms_norm, rms_norm_backward, rms_norm_forward, rows
-from moye.ops import rms_norm_op
+from moye.ops import rms_norm_op, rows
+from moye.ops.rms_norm_op import rms_norm, rms_norm_backward, rms_norm_forward
 
 BF16 = ml_dtypes.bfloat16
 DTYPES = [np.float32, np.float16, BF16, np.float64]
