@@ -25,6 +25,7 @@ Three shapes of work, all static (kernel Constexprs):
 """
 from ..array import make_fragment_like, tile
 from ..compiler import func, kernel
+from ..compiler import range as unrolled_range
 from ..device import (atomic_add, block_idx, block_rank_in_cluster, block_reduce, cast,
                       cluster_grid_dim, cluster_idx, cluster_reduce, grid_dim, minimum,
                       shared_array, sync_threads, thread_idx, warp_reduce)
@@ -188,8 +189,11 @@ def store_partial(p, acc, t, nt, n, ROWS, THREADS):
         store_row(p, acc, t, nt, n)
 
 
+# column_sum's block: COLUMNS columns (a warp's coalesced loads) times
+# COLUMN_LANES lanes down the rows, many loads in flight when the partial
+# has few columns and many rows (short rows, many blocks)
 COLUMNS = 32
-COLUMN_LANES = 8
+COLUMN_LANES = 32
 
 
 @kernel
@@ -204,7 +208,7 @@ def column_sum(out, part):
     lane = thread_idx.x // COLUMNS
     s = cast(0.0, part.dtype)
     if col < n:
-        for i in range(lane, p, COLUMN_LANES):
+        for i in unrolled_range(lane, p, COLUMN_LANES, unroll=4):
             s = s + part[i, col]
     sums = shared_array(part.dtype, Layout(COLUMNS * COLUMN_LANES))
     sums[thread_idx.x] = s
