@@ -141,20 +141,29 @@ def _cuda_max_cluster(index):
 
 # blocks of the backward kernels on the CPU backend (the row loops run there too)
 CPU_BLOCKS = 4
+# an SM's threads and 32-bit registers (sm_80 and sm_90), and a thread's most
 SM_THREADS = 2048
+SM_REGISTERS = 65536
+MAX_REGISTERS = 255
 
 
-def parallel_blocks(x, threads):
+def parallel_blocks(x, threads, registers=0):
     """How many blocks of `threads` the looping kernels (a backward that sums
     over rows) launch for `x`'s device: as many as fit at once, the SM count
-    times the blocks of `threads` an SM holds (cached per device);
-    CPU_BLOCKS on the CPU backend.
+    (cached per device) times the blocks of `threads` an SM holds, by its
+    threads and, given the `registers` a thread needs (an estimate), by its
+    registers; CPU_BLOCKS on the CPU backend. Not more, so that every block
+    runs in the one wave and they share the rows evenly.
         >>> parallel_blocks(np.zeros(3, np.float32), 256)
         4
     """
     if backend_of(x) != "cuda":
         return CPU_BLOCKS
-    return _cuda_sms(x.device.index) * max(1, SM_THREADS // threads)
+    per_sm = SM_THREADS // threads
+    if registers:
+        per_thread = min(MAX_REGISTERS, -(-registers // 8) * 8)
+        per_sm = min(per_sm, SM_REGISTERS // (per_thread * threads))
+    return _cuda_sms(x.device.index) * max(1, per_sm)
 
 
 @functools.lru_cache(maxsize=64)
@@ -292,11 +301,20 @@ def sum_columns(part, dtype):
     return out
 
 
-def group_count(p, x, m):
+# registers a thread of the looping kernels needs besides its fragments
+# (addresses, indices, sums), from NVRTC's sm_90a cubins of the norms' backwards
+BASE_REGISTERS = 40
+
+
+def group_count(p, x, m, fragments=0):
     """How many row groups (blocks, or clusters of p.cluster blocks) a
     looping kernel of plan `p` runs over `m` rows of `x`: enough to fill the
-    device (parallel_blocks), no more than there are groups of p.rows rows."""
-    fill = max(1, parallel_blocks(x, p.threads) // p.cluster)
+    device (parallel_blocks), no more than there are groups of p.rows rows.
+    `fragments`: how many (vec, chunks) fragments of 32-bit registers a
+    thread keeps (the estimate of its registers)."""
+    registers = fragments * p.vec * p.chunks * (2 if p.dtype == "float64" else 1)
+    fill = max(1, parallel_blocks(x, p.threads, registers and registers + BASE_REGISTERS)
+               // p.cluster)
     return max(1, min(fill, -(-m // p.rows)))
 
 
