@@ -289,7 +289,7 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
             sums.append(s)
         return dx, sums[0], sums[1]
     p = rows.plan_for(x, name, n)
-    count = rows.group_count(p, x, m)
+    count = rows.group_count(p, x, m, 5)          # x, dy, weight and two sums
     dx2 = dx.reshape(m, n)
     pw = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
     pb = rows.empty(x, (count, n), stat_dtype(name))

@@ -229,7 +229,7 @@ def rms_norm_backward(dy, x, weight, rstd):
             dw[...] = 0
         return dx, dw
     p = rows.plan_for(x, name, n)
-    count = rows.group_count(p, x, m)
+    count = rows.group_count(p, x, m, 4)          # x, dy, weight and the sums
     dx2 = dx.reshape(m, n)
     part = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
     rows.launch_groups(p, rms_norm_backward_registers, rms_norm_backward_loop, count, dx2,
