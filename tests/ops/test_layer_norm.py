@@ -106,6 +106,17 @@ def test_each_kernel_path(path, dtype, shape, affine):
           data(rng, (n,), dtype) if affine else None)
 
 
+
+def test_clusters_take_uneven_numbers_of_rows():
+    """Two clusters over five rows: three trips for one, two for the other,
+    around the cluster reductions."""
+    rng = np.random.default_rng(9)
+    x = data(rng, (5, 301), np.float32)
+    with rows.plan_options(elements=8, max_threads=32, max_cluster=8):
+        p = rows.plan_for(x, "float32", 301)
+        assert p.cluster == 2 and rows.group_count(p, x, 5, 4) == 2
+        check(x, data(rng, (301,), np.float32, 1.0, 1.0), data(rng, (301,), np.float32))
+
 def test_many_rows_per_block_group():
     rng = np.random.default_rng(7)
     for shape in [(700, 8), (41, 3000)]:

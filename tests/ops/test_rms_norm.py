@@ -108,6 +108,17 @@ def test_each_kernel_path(path, dtype, shape, weighted):
     check(x, data(rng, shape[-1:], dtype, 1.0, 1.0) if weighted else None, 1e-5)
 
 
+
+def test_clusters_take_uneven_numbers_of_rows():
+    """Two clusters over five rows: three trips for one, two for the other,
+    around the cluster reductions."""
+    rng = np.random.default_rng(9)
+    x = data(rng, (5, 301), np.float32)
+    with rows.plan_options(elements=8, max_threads=32, max_cluster=8):
+        p = rows.plan_for(x, "float32", 301)
+        assert p.cluster == 2 and rows.group_count(p, x, 5, 4) == 2
+        check(x, data(rng, (301,), np.float32, 1.0, 1.0))
+
 def test_many_rows_per_block_group():
     """More row groups than blocks: each block loops over several, adding
     their dweight columns in registers (and in shared memory across the
