@@ -18,8 +18,8 @@ def stat_dtype(name):
 def same_device(a, b, what, op):
     """A MoyeTypeError unless `a` (the argument `what`) lives where `b` (x)
     does: both NumPy, both CPU tensors, or both CUDA tensors (one device)."""
-    if rows.is_torch(a) != rows.is_torch(b) or rows.backend_of(a) != rows.backend_of(b) or \
-            (rows.backend_of(a) == "cuda" and a.device != b.device):
+    ta = rows.is_torch(a)
+    if ta != rows.is_torch(b) or ta and a.device != b.device:
         kinds = [f"a {t.device} tensor" if rows.is_torch(t) else "a NumPy array"
                  for t in (a, b)]
         raise MoyeTypeError(f"{op}: {what} is {kinds[0]} but x is {kinds[1]}; they must be on "
@@ -80,8 +80,7 @@ def check_stat(s, what, x, name, op):
     contiguous = s.is_contiguous() if rows.is_torch(s) else s.flags.c_contiguous
     if not contiguous:
         raise ShapeError(f"{op}: {what} must be contiguous")
-    m = int(np.prod(tuple(x.shape[:-1]), dtype=np.int64))
-    return s.reshape(m)
+    return s.reshape(-1)
 
 
 def as_scalar(v, name):
