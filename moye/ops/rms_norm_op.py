@@ -115,7 +115,7 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
         for k in range(CHUNKS):
             for e in range(VEC):
                 d = d + rdy[e, k] * rw[e, k] * rx[e, k]
-        # mean(g * xhat) * rstd, so that dx = rstd * g - x * d
+        # d = rstd^2 * mean(g * xhat), so that dx = rstd * g - x * d
         d = row_reduce(d, "sum", TPR, CLUSTER) * rs * rs * rs * rn
         if mine:
             for k in range(CHUNKS):
