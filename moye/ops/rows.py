@@ -296,8 +296,9 @@ def sum_columns(part, dtype):
     the backward kernels' per-block column sums (dweight, dbias) added up."""
     out = empty(part, (part.shape[1],), dtype)
     if part.shape[1]:
-        column_sum[-(-part.shape[1] // COLUMNS), COLUMNS * COLUMN_LANES](
-            out, part, backend=backend_of(part))
+        backend = None if backend_of(part) == "cuda" else "cpu"
+        column_sum[-(-part.shape[1] // COLUMNS), COLUMNS * COLUMN_LANES](out, part,
+                                                                        backend=backend)
     return out
 
 
@@ -325,8 +326,9 @@ def launch_groups(p, registers, loop, count, out, *args):
     over rows first, first + count, ..."""
     if out.shape[0] == 0:
         return
+    backend = None if p.backend == "cuda" else p.backend    # None: found from the arrays
     if p.kernel == "registers":
         registers[count * p.cluster, p.threads, p.cluster](out, *args, p.work,
-                                                           backend=p.backend)
+                                                           backend=backend)
     else:
-        loop[count, p.threads](out, *args, p.vec, p.threads, backend=p.backend)
+        loop[count, p.threads](out, *args, p.vec, p.threads, backend=backend)
