@@ -307,15 +307,40 @@ def sum_columns(part, dtype):
 BASE_REGISTERS = 40
 
 
+def registers_of(p, fragments):
+    """An estimate of the registers a thread of plan `p` needs when it keeps
+    `fragments` (vec, chunks) fragments in the math type (0: unknown)."""
+    if not fragments:
+        return 0
+    return fragments * p.vec * p.chunks * (2 if p.dtype == "float64" else 1) + BASE_REGISTERS
+
+
+# the knobs of the plan for kernels whose threads keep more fragments than the
+# forward's one (the backwards): half the elements, blocks of at most 512
+FITTING_KNOBS = {"elements": ELEMENTS // 2, "max_threads": 512}
+
+
+def plan_fitting(x, dtype, n, fragments):
+    """plan_for(), unless on a CUDA device its blocks would need more
+    registers than an SM has for `fragments` fragments per thread (NVRTC
+    would spill them to local memory: blocks of 1,024 threads get 64
+    registers each): then the plan under FITTING_KNOBS (fewer elements per
+    thread; on sm_90 a cluster), if that one keeps the row in registers."""
+    p = plan_for(x, dtype, n)
+    if _OPTIONS or p.backend != "cuda" or p.kernel != "registers" or \
+            registers_of(p, fragments) * p.threads <= SM_REGISTERS:
+        return p
+    q = plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
+    return q if q.kernel == "registers" else p
+
+
 def group_count(p, x, m, fragments=0):
     """How many row groups (blocks, or clusters of p.cluster blocks) a
     looping kernel of plan `p` runs over `m` rows of `x`: enough to fill the
     device (parallel_blocks), no more than there are groups of p.rows rows.
-    `fragments`: how many (vec, chunks) fragments of 32-bit registers a
-    thread keeps (the estimate of its registers)."""
-    registers = fragments * p.vec * p.chunks * (2 if p.dtype == "float64" else 1)
-    fill = max(1, parallel_blocks(x, p.threads, registers and registers + BASE_REGISTERS)
-               // p.cluster)
+    `fragments`: how many (vec, chunks) fragments a thread keeps
+    (registers_of estimates its registers)."""
+    fill = max(1, parallel_blocks(x, p.threads, registers_of(p, fragments)) // p.cluster)
     return max(1, min(fill, -(-m // p.rows)))
 
 

@@ -39,3 +39,25 @@ def test_column_sum_compiles_with_nvrtc(arch):
         k = column_sum.trace(np.ones(70, out), np.ones((5, 70), part),
                              block=COLUMNS * COLUMN_LANES)[0]
         BACKENDS["cuda"].compile_only(k, (COLUMNS * COLUMN_LANES, 1, 1), arch)
+
+
+def test_plan_fitting(monkeypatch):
+    """On a CUDA device, a backward's plan keeps its threads' fragments in
+    the registers an SM has (no spills): blocks of 1,024 threads (64
+    registers each) give way to a cluster; where that is not possible (no
+    clusters) the plan stays. Elsewhere it is plan_for's."""
+    x = np.ones((2, 16384), np.float32)
+    assert rows.plan_fitting(x, "float32", 16384, 4) is rows.plan_for(x, "float32", 16384)
+    monkeypatch.setattr(rows, "backend_of", lambda a: "cuda")
+    for clusters in (8, 1):
+        monkeypatch.setattr(rows, "max_cluster", lambda a: clusters)
+        p = rows.plan_for(x, "float32", 16384)
+        assert p.threads == 1024 and rows.registers_of(p, 4) * p.threads > rows.SM_REGISTERS
+        q = rows.plan_fitting(x, "float32", 16384, 4)
+        if clusters == 1:
+            assert q is p
+        else:
+            assert q.kernel == "registers" and q.cluster > 1
+            assert rows.registers_of(q, 4) * q.threads <= rows.SM_REGISTERS
+        p = rows.plan_for(x, "float32", 1024)
+        assert rows.plan_fitting(x, "float32", 1024, 5) is p          # fits already
