@@ -26,6 +26,8 @@ from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, 
                           place, row_reduce, store_chunk, store_partial, store_row)
 
 OP = "layer_norm"
+# the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
+FRAGMENTS = 5
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -288,8 +290,8 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
                 s[...] = 0
             sums.append(s)
         return dx, sums[0], sums[1]
-    p = rows.plan_for(x, name, n)
-    count = rows.group_count(p, x, m, 5)          # x, dy, weight and two sums
+    p = rows.plan_fitting(x, name, n, FRAGMENTS)
+    count = rows.group_count(p, x, m, FRAGMENTS)
     dx2 = dx.reshape(m, n)
     pw = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
     pb = rows.empty(x, (count, n), stat_dtype(name))

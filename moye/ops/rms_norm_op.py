@@ -27,6 +27,8 @@ from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, 
                           place, row_reduce, store_chunk, store_partial, store_row)
 
 OP = "rms_norm"
+# the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and the sums
+FRAGMENTS = 4
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -228,8 +230,8 @@ def rms_norm_backward(dy, x, weight, rstd):
         if dw is not None:
             dw[...] = 0
         return dx, dw
-    p = rows.plan_for(x, name, n)
-    count = rows.group_count(p, x, m, 4)          # x, dy, weight and the sums
+    p = rows.plan_fitting(x, name, n, FRAGMENTS)
+    count = rows.group_count(p, x, m, FRAGMENTS)
     dx2 = dx.reshape(m, n)
     part = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
     rows.launch_groups(p, rms_norm_backward_registers, rms_norm_backward_loop, count, dx2,
