@@ -10,6 +10,12 @@ fragment of (VEC, CHUNKS) registers holds a thread's part, in the math type
 (`math_type`: Float64 for Float64 data, else Float32); chunks past the row's
 end hold `fill` and are not stored.
 
+A backward that also sums over rows (a norm's dweight) loops: a block (or
+cluster) takes row groups first, first + step, ... (`groups`, `group_place`),
+keeps its threads' column sums in registers across them, and writes them
+as one row of a (blocks, N) partial (`store_partial`); `column_sum` adds
+the partial's rows.
+
 Three shapes of work, all static (kernel Constexprs):
 - ROWS rows per block, TPR threads (a power of two up to 32) per row: the
   reductions are warp shuffles over TPR lanes;
@@ -18,10 +24,12 @@ Three shapes of work, all static (kernel Constexprs):
   threads are the cluster's, the reductions cluster_reduce (DSMEM).
 """
 from ..array import make_fragment_like, tile
-from ..compiler import func
-from ..device import (block_idx, block_rank_in_cluster, block_reduce, cast, cluster_arrive,
-                      cluster_idx, cluster_reduce, cluster_sync, cluster_wait, exp2, log2,
-                      maximum, minimum, peer_shared, shared_array, thread_idx, warp_reduce)
+from ..compiler import func, kernel
+from ..compiler import range as unrolled_range
+from ..device import (atomic_add, block_idx, block_rank_in_cluster, block_reduce, cast,
+                      cluster_arrive, cluster_grid_dim, cluster_idx, cluster_reduce, cluster_sync,
+                      cluster_wait, exp2, grid_dim, log2, maximum, minimum, peer_shared,
+                      shared_array, sync_threads, thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
 from ..types import Float32, Float64
@@ -210,3 +218,95 @@ def loop_logsumexp(g, r, THREADS):
             m = m_new
     mb = block_reduce(m, "max")
     return mb, log2(block_reduce(s * exp2((m - mb) * LOG2E), "sum")) * LN2
+
+
+@func
+def groups(ROWS, CLUSTER, m):
+    """(first, count, step) of the row groups a looping kernel's block (or
+    cluster) takes: first, first + step, ... below count. A group is ROWS
+    rows (one row per block or cluster when ROWS == 1); every thread of a
+    block takes the same groups, so the row reductions stay uniform."""
+    if CLUSTER > 1:
+        first = cluster_idx.x
+        step = cluster_grid_dim.x
+    else:
+        first = block_idx.x
+        step = grid_dim.x
+    return first, (m + ROWS - 1) // ROWS, step
+
+
+@func
+def group_place(ROWS, TPR, CLUSTER, THREADS, m, g):
+    """(row, t, nt, mine) of this thread in row group `g`: place() with the
+    group in place of the block (or cluster) index; `mine` is owns_row()."""
+    mine = True
+    if CLUSTER > 1:
+        row = g
+        t = block_rank_in_cluster() * THREADS + thread_idx.x
+        nt = CLUSTER * THREADS
+    elif ROWS == 1:
+        row = g
+        t = thread_idx.x
+        nt = THREADS
+    else:
+        row = minimum(g * ROWS + thread_idx.x // TPR, m - 1)
+        mine = g * ROWS + thread_idx.x // TPR < m
+        t = thread_idx.x % TPR
+        nt = TPR
+    return row, t, nt, mine
+
+
+@func
+def store_partial(p, acc, t, nt, n, ROWS, THREADS):
+    """Write the block's column sums into the partial row `p` (n elements):
+    each thread's (VEC, CHUNKS) fragment `acc` holds its chunks of the sum
+    over the rows it took. With ROWS > 1 rows per block, the rows' threads
+    (nt == TPR each) hold the same columns: they are added in shared memory
+    first (atomics), so the block writes one row."""
+    if ROWS > 1:
+        vec, chunks = size(acc, 0), size(acc, 1)
+        s = shared_array(acc.dtype, Layout(vec * chunks * nt))
+        for i in range(thread_idx.x, vec * chunks * nt, THREADS):
+            s[i] = cast(0.0, acc.dtype)
+        sync_threads()
+        for k in range(chunks):
+            c = k * nt + t
+            if c * vec < n:
+                for e in range(vec):
+                    atomic_add(s, c * vec + e, acc[e, k])
+        sync_threads()
+        for i in range(thread_idx.x, n, THREADS):
+            p[i] = s[i]
+    else:
+        store_row(p, acc, t, nt, n)
+
+
+# column_sum's block: COLUMNS columns (a warp's coalesced loads) times
+# COLUMN_LANES lanes down the rows, many loads in flight when the partial
+# has few columns and many rows (short rows, many blocks)
+COLUMNS = 32
+COLUMN_LANES = 32
+
+
+@kernel
+def column_sum(out, part):
+    """out[c] = the sum of part[:, c] (in part's type), stored in out's type:
+    a block of COLUMNS x COLUMN_LANES threads per COLUMNS columns, each lane
+    adding every COLUMN_LANES-th row (coalesced across the columns), the
+    lanes' sums added in shared memory. Launched as
+    column_sum[ceil(N / COLUMNS), COLUMNS * COLUMN_LANES]."""
+    p, n = size(part, 0), size(part, 1)
+    col = block_idx.x * COLUMNS + thread_idx.x % COLUMNS
+    lane = thread_idx.x // COLUMNS
+    s = cast(0.0, part.dtype)
+    if col < n:
+        for i in unrolled_range(lane, p, COLUMN_LANES, unroll=4):
+            s = s + part[i, col]
+    sums = shared_array(part.dtype, Layout(COLUMNS * COLUMN_LANES))
+    sums[thread_idx.x] = s
+    sync_threads()
+    if lane == 0 and col < n:
+        total = s
+        for j in range(1, COLUMN_LANES):
+            total = total + sums[j * COLUMNS + thread_idx.x]
+        out[col] = cast(total, out.dtype)

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import MoyeError, MoyeTypeError, ShapeError
+from .row_kernels import COLUMN_LANES, COLUMNS, column_sum
 
 MAX_N = 262_144
 # elements a thread keeps in registers in the one-pass kernels (aimed at)
@@ -140,6 +141,39 @@ def max_cluster(x):
 def _cuda_max_cluster(index):
     import torch
     return MAX_CLUSTER if torch.cuda.get_device_capability(index)[0] >= 9 else 1
+
+
+# blocks of the backward kernels on the CPU backend (the row loops run there too)
+CPU_BLOCKS = 4
+# an SM's threads and 32-bit registers (sm_80 and sm_90), and a thread's most
+SM_THREADS = 2048
+SM_REGISTERS = 65536
+MAX_REGISTERS = 255
+
+
+def parallel_blocks(x, threads, registers=0):
+    """How many blocks of `threads` the looping kernels (a backward that sums
+    over rows) launch for `x`'s device: as many as fit at once, the SM count
+    (cached per device) times the blocks of `threads` an SM holds, by its
+    threads and, given the `registers` a thread needs (an estimate), by its
+    registers; CPU_BLOCKS on the CPU backend. Not more, so that every block
+    runs in the one wave and they share the rows evenly.
+        >>> parallel_blocks(np.zeros(3, np.float32), 256)
+        4
+    """
+    if backend_of(x) != "cuda":
+        return CPU_BLOCKS
+    per_sm = SM_THREADS // threads
+    if registers:
+        per_thread = min(MAX_REGISTERS, -(-registers // 8) * 8)
+        per_sm = min(per_sm, SM_REGISTERS // (per_thread * threads))
+    return _cuda_sms(x.device.index) * max(1, per_sm)
+
+
+@functools.lru_cache(maxsize=64)
+def _cuda_sms(index):
+    import torch
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 @dataclass(frozen=True)
@@ -306,3 +340,72 @@ def torch_ops():
     """moye.ops.torch_ops, imported (with torch) on the first torch tensor."""
     from . import torch_ops as module
     return module
+
+
+def sum_columns(part, dtype):
+    """The sums of the (P, N) partial's columns (float32 or float64), as a
+    new (N,) array of `dtype` (a name, as empty() takes) on part's device:
+    the backward kernels' per-block column sums (dweight, dbias) added up."""
+    out = empty(part, (part.shape[1],), dtype)
+    if part.shape[1]:
+        backend = None if backend_of(part) == "cuda" else "cpu"
+        column_sum[-(-part.shape[1] // COLUMNS), COLUMNS * COLUMN_LANES](out, part,
+                                                                        backend=backend)
+    return out
+
+
+# registers a thread of the looping kernels needs besides its fragments
+# (addresses, indices, sums), from NVRTC's sm_90a cubins of the norms' backwards
+BASE_REGISTERS = 40
+
+
+def registers_of(p, fragments):
+    """An estimate of the registers a thread of plan `p` needs when it keeps
+    `fragments` (vec, chunks) fragments in the math type (0: unknown)."""
+    if not fragments:
+        return 0
+    return fragments * p.vec * p.chunks * (2 if p.dtype == "float64" else 1) + BASE_REGISTERS
+
+
+# the knobs of the plan for kernels whose threads keep more fragments than the
+# forward's one (the backwards): half the elements, blocks of at most 512
+FITTING_KNOBS = {"elements": ELEMENTS // 2, "max_threads": 512}
+
+
+def plan_fitting(x, dtype, n, fragments):
+    """plan_for(), unless on a CUDA device its blocks would need more
+    registers than an SM has for `fragments` fragments per thread (NVRTC
+    would spill them to local memory: blocks of 1,024 threads get 64
+    registers each): then the plan under FITTING_KNOBS (fewer elements per
+    thread; on sm_90 a cluster), if that one keeps the row in registers."""
+    p = plan_for(x, dtype, n)
+    if _OPTIONS or p.backend != "cuda" or p.kernel != "registers" or \
+            registers_of(p, fragments) * p.threads <= SM_REGISTERS:
+        return p
+    q = plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
+    return q if q.kernel == "registers" else p
+
+
+def group_count(p, x, m, fragments=0):
+    """How many row groups (blocks, or clusters of p.cluster blocks) a
+    looping kernel of plan `p` runs over `m` rows of `x`: enough to fill the
+    device (parallel_blocks), no more than there are groups of p.rows rows.
+    `fragments`: how many (vec, chunks) fragments a thread keeps
+    (registers_of estimates its registers)."""
+    fill = max(1, parallel_blocks(x, p.threads, registers_of(p, fragments)) // p.cluster)
+    return max(1, min(fill, -(-m // p.rows)))
+
+
+def launch_groups(p, registers, loop, count, out, *args):
+    """Run plan `p`'s looping kernel with `count` row groups (group_count):
+    registers[count * cluster, threads, cluster](out, *args, p.work), or
+    loop[count, threads](out, *args, p.vec, p.threads); each group loops
+    over rows first, first + count, ..."""
+    if out.shape[0] == 0:
+        return
+    backend = None if p.backend == "cuda" else p.backend    # None: found from the arrays
+    if p.kernel == "registers":
+        registers[count * p.cluster, p.threads, p.cluster](out, *args, p.work,
+                                                           backend=backend)
+    else:
+        loop[count, p.threads](out, *args, p.vec, p.threads, backend=backend)

@@ -1,31 +1,14 @@
 """moye.ops' torch custom ops on CUDA tensors: forward and backward of each
 op against torch in float64, on a non-default stream, under CUDA-graph
-capture and replay, and under torch.compile(fullgraph=True). Ops whose
-kernels are not on this branch yet are skipped."""
+capture and replay, and under torch.compile(fullgraph=True)."""
 import pytest
 
 import moye
-from moye.ops import rows
 
 pytestmark = pytest.mark.gpu
 
 OPS = ["softmax", "log_softmax", "rms_norm", "layer_norm", "cross_entropy"]
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 4e-3), "bfloat16": (1.6e-2, 2e-2)}
-RAW = {"softmax": "softmax", "log_softmax": "log_softmax", "rms_norm": "rms_norm_forward",
-       "layer_norm": "layer_norm_forward", "cross_entropy": "cross_entropy_forward"}
-
-
-def _have(op):
-    try:
-        rows.raw(RAW[op])
-        return True
-    except moye.MoyeError:
-        return False
-
-
-def _skip_missing(op):
-    if not _have(op):
-        pytest.skip(f"{op}: its kernels are not on this branch")
 
 
 def _inputs(torch, op, m, n, dtype, seed):
@@ -66,7 +49,6 @@ def _grads(torch, op, args, fn, w):
 @pytest.mark.parametrize("n", [1, 100, 4097, 65_536])
 @pytest.mark.parametrize("op", OPS)
 def test_forward_and_backward(torch, op, n, dtype):
-    _skip_missing(op)
     m = max(1, min(64, 2 ** 20 // n))
     args = _inputs(torch, op, m, n, getattr(torch, dtype), seed=n)
     ref_args = [a.detach().double().requires_grad_() if a.is_floating_point() else a
@@ -87,7 +69,6 @@ def test_forward_and_backward(torch, op, n, dtype):
 def test_on_a_side_stream(torch, op):
     """The ops launch on torch's current stream: work queued after them on a
     busy side stream sees their results."""
-    _skip_missing(op)
     args = _inputs(torch, op, 512, 4096, torch.float32, seed=1)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -136,7 +117,7 @@ def _step(model, x, target):
 def test_cuda_graph_capture_and_replay(torch):
     """Forward and backward of a model of every op, captured once; replayed
     on new data copied into the static input."""
-    ops = [op for op in OPS if _have(op)]
+    ops = OPS
     m, n = 64, 1000
     model = Model(torch, ops, n)
     x = torch.randn(m, n, device="cuda").requires_grad_()
@@ -164,7 +145,7 @@ def test_cuda_graph_capture_and_replay(torch):
 
 @pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
 def test_torch_compile_fullgraph(torch, backend):
-    ops = [op for op in OPS if _have(op)]
+    ops = OPS
     model = Model(torch, ops, 512)
     x = torch.randn(32, 512, device="cuda").requires_grad_()
     target = torch.randint(0, 512, (32,), device="cuda")
@@ -180,7 +161,6 @@ def test_torch_compile_fullgraph(torch, backend):
 
 
 def test_mismatched_devices_and_dtypes(torch):
-    _skip_missing("softmax")
     x = torch.randn(4, 8, device="cuda")
     with pytest.raises(moye.MoyeTypeError, match="dy is on cpu but y is on cuda"):
         moye.ops.softmax_backward(x, x.cpu())

@@ -213,3 +213,20 @@ def test_array_operations_in_a_kernel_and_vector_accesses(capsys):
     src = K.array_ops.cuda_source(out, x, block=2)
     assert "*reinterpret_cast<uint4*>(&p_x_" in src      # 16-byte global loads
     assert 'printf("thread %lld first %f\\n"' in src
+
+
+@moye.kernel
+def grid_stride_sums(out, x):
+    """Each block sums rows block_idx.x, + grid_dim.x, ...: the blocks take
+    different numbers of trips around a block_reduce (its barriers)."""
+    for row in range(moye.block_idx.x, moye.size(x, 0), moye.grid_dim.x):
+        s = moye.block_reduce(x[row, moye.thread_idx.x], "sum")
+        if moye.thread_idx.x == 0:
+            out[row] = s
+
+
+def test_blocks_of_one_batch_take_different_trips_around_a_barrier():
+    x = np.random.default_rng(0).standard_normal((7, 64)).astype(np.float32)
+    out = np.full(7, np.nan, np.float32)
+    grid_stride_sums[3, 64](out, x)                 # blocks 0: 3 rows, 1 and 2: 2 rows
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-5, atol=1e-5)

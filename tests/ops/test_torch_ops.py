@@ -3,10 +3,8 @@ and autograd, torch.compile and gradcheck, against torch's own ops in
 float64.
 
 Each test runs on two sets of raw host functions ("kernels"): moye's
-(the CPU backend; an op whose module is not on this branch yet is skipped:
-delete `_kernels_or_skip`'s skip once all five are merged) and stand-ins
-written in torch to the op contract (docs/ops.md), which test the torch layer
-alone, quickly, for every op."""
+(the CPU backend) and stand-ins written in torch to the op contract
+(docs/ops.md), which test the torch layer alone."""
 import numpy as np
 import pytest
 
@@ -111,15 +109,6 @@ STANDINS = {
 }
 
 
-def _kernels_or_skip(op):
-    """Skips `op` when its kernels' module is not on this branch yet (to be
-    deleted once all five ops are merged)."""
-    try:
-        rows.raw(torch_ops_table()[op].forward)
-    except moye.MoyeError as e:
-        pytest.skip(str(e))
-
-
 def torch_ops_table():
     return torch_ops.OPS
 
@@ -135,11 +124,6 @@ def kernels(request, monkeypatch):
         monkeypatch.setattr(rows, "empty_like", lambda x: torch.full_like(
             x, float("nan"), memory_format=torch.contiguous_format))
     return request.param
-
-
-def needs(op, kernels):
-    if kernels == "moye":
-        _kernels_or_skip(op)
 
 
 # -- each op: inputs, moye's call, torch's call ------------------------------------------------
@@ -194,7 +178,6 @@ def close(got, want, dtype, scale=1.0):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("op", OPS)
 def test_forward(kernels, op, dtype):
-    needs(op, kernels)
     args, _ = inputs(op, (2, 3, 37), dtype, seed=OPS.index(op))
     before = [None if t is None else t.detach().clone() for t in args]
     out = call_moye(op, args)
@@ -212,7 +195,6 @@ def test_forward(kernels, op, dtype):
 @pytest.mark.parametrize("dim", [0, 1, -2])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_other_dims(kernels, op, dim):
-    needs(op, kernels)
     args, _ = inputs(op, (4, 5, 6), torch.float32, seed=dim + 5)
     out = call_moye(op, args, dim)
     close(out, call_torch(op, args, dim), torch.float32)
@@ -224,7 +206,6 @@ def test_other_dims(kernels, op, dim):
 
 
 def test_cross_entropy_reductions(kernels):
-    needs("cross_entropy", kernels)
     args, _ = inputs("cross_entropy", (7, 11), torch.float32, seed=3)
     logits, target = args
     ref = {r: F.cross_entropy(logits.double(), target, reduction=r) for r in ("none", "sum",
@@ -245,7 +226,6 @@ def test_cross_entropy_reductions(kernels):
 @pytest.mark.parametrize("op", OPS)
 def test_autograd(kernels, op, weights):
     """loss.backward() through the op gives torch's gradients for x, weight, bias."""
-    needs(op, kernels)
     if not weights and op not in ("rms_norm", "layer_norm"):
         pytest.skip("no weights")
     args, _ = inputs(op, (2, 3, 29), torch.float32, seed=11, weights=weights)
@@ -262,7 +242,6 @@ def test_autograd(kernels, op, weights):
 
 
 def test_bias_without_weight(kernels):
-    needs("layer_norm", kernels)
     x, _, b = inputs("layer_norm", (3, 16), torch.float32, seed=2)[0]
     y = moye.ops.layer_norm(x, None, b)
     w = torch.randn(3, 16)
@@ -274,7 +253,6 @@ def test_bias_without_weight(kernels):
 def test_gradcheck(kernels, op):
     """torch.autograd.gradcheck in float64 (the moye kernels: on the CPU
     backend, once they take float64 inputs)."""
-    needs(op, kernels)
     args, _ = inputs(op, (2, 6), torch.float64, seed=4)
 
     def f(*a):
@@ -378,7 +356,6 @@ def test_opcheck(kernels, op):
     """torch.library.opcheck: schema, autograd registration, fake tensors
     (the fakes' shapes, dtypes and strides equal the real outputs'), AOT
     dispatch with dynamic shapes."""
-    needs(op, kernels)
     for name, args in _op_samples(op):
         if name == torch_ops_table()[op].forward:
             args = tuple(a.clone().requires_grad_() if isinstance(a, torch.Tensor)
@@ -389,7 +366,6 @@ def test_opcheck(kernels, op):
 # -- bad inputs --------------------------------------------------------------------------------
 
 def test_bad_inputs_through_torch():
-    _kernels_or_skip("softmax")
     x = torch.randn(3, 5)
     with pytest.raises(moye.MoyeTypeError, match="x must be float32, float16, bfloat16 or float64, "
                                                  "got int64"):
@@ -423,7 +399,6 @@ def test_bad_inputs_of_the_other_ops():
 
 
 def test_target_out_of_range():
-    _kernels_or_skip("cross_entropy")
     x = torch.randn(3, 5)
     for bad in (5, -1):
         with pytest.raises(moye.MoyeError, match="target"):

@@ -212,7 +212,7 @@ class Scheduler:
         that arrived and those that did not."""
         race = self.block.race
         if not self.concurrent:
-            if not mask.all():
+            if not self._whole_blocks(mask):
                 raise self._partial_sync(s, mask)
             if race is not None:
                 race.barrier(block_only=True)
@@ -232,7 +232,7 @@ class Scheduler:
             for c in live:
                 if c.at_sync:
                     arrived |= c.sync_mask
-            if not arrived.all():
+            if not self._whole_blocks(arrived):
                 raise self._partial_sync(s, arrived)
             for c in live:
                 if c.at_sync:
@@ -250,10 +250,20 @@ class Scheduler:
                 + " have not reached"))
         me.at_sync = me.released = False
 
+    def _whole_blocks(self, arrived):
+        """Whether each block of the batch has all its threads in `arrived`
+        or none: a block none of whose threads is here (it left a loop
+        around the barrier after fewer trips than another block: a
+        grid-stride loop) reaches no barrier of the others."""
+        per_block = arrived.reshape(-1, self.block.threads)
+        return bool((per_block.all(1) | ~per_block.any(1)).all())
+
     def _partial_sync(self, s, arrived):
         """The error of a sync_threads that the lanes not in `arrived` do not reach."""
         b = self.block
-        first = int(np.nonzero(~arrived)[0][0])
+        per_block = arrived.reshape(-1, b.threads)
+        partial = per_block.any(1) & ~per_block.all(1)
+        first = int(np.nonzero(np.repeat(partial, b.threads) & ~arrived)[0][0])
         mine = b.block_of_lane == b.block_of_lane[first]        # that lane's block only
         came = int((arrived & mine).sum())
         return KernelRuntimeError(

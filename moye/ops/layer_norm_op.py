@@ -1,0 +1,316 @@
+"""LayerNorm over the last dimension, forward and backward, as moye kernels.
+
+Forward: mean = mean(x), rstd = 1 / sqrt(mean((x - mean)^2) + eps) (two
+passes over the row in registers, not E[x^2] - E[x]^2, which cancels),
+y = (x - mean) * rstd * weight + bias, in float32 (float64 for float64
+data); y in x's type, mean and rstd in float32 (float64). Backward, with
+xhat = (x - mean) * rstd and g = dy * weight:
+dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dweight = the sum over
+rows of dy * xhat, dbias = the sum over rows of dy.
+
+The kernels are rms_norm_op's, with the mean: a "registers" forward (the
+row read once), a "loop" forward (three passes: mean, variance, write), and
+backwards that loop over row groups, keeping dweight and dbias columns in
+registers (or, in the loop kernel, in their partial rows in global memory)
+for row_kernels.column_sum.
+"""
+from ..array import make_fragment_like
+from ..compiler import Constexpr, kernel
+from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
+from ..layout import Layout, size
+
+from . import rows
+from .norm_args import (as_scalar, check_eps, check_like, check_param, check_stat,
+                        stat_dtype)
+from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, owns_row,
+                          place, row_reduce, store_chunk, store_partial, store_row)
+
+OP = "layer_norm"
+# the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
+FRAGMENTS = 5
+
+
+# -- kernels ---------------------------------------------------------------------------------
+
+@kernel(fast_math=True)
+def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
+                         HAS_B: Constexpr, WORK: Constexpr):
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    m_rows, n = size(x, 0), size(x, 1)
+    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
+    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
+    load_row(r, x[row, None], t, nt, n, 0.0)
+    s = cast(0.0, r.dtype)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            s = s + r[e, k]
+    mu = row_reduce(s, "sum", TPR, CLUSTER) * rn
+    v = cast(0.0, r.dtype)
+    for k in range(CHUNKS):
+        if (k * nt + t) * VEC < n:     # not the fill past the row's end
+            for e in range(VEC):
+                r[e, k] = r[e, k] - mu
+                v = v + r[e, k] * r[e, k]
+    inv = rsqrt(row_reduce(v, "sum", TPR, CLUSTER) * rn + eps)
+    if owns_row(ROWS, TPR, m_rows):
+        if t == 0:
+            mean[row] = mu
+            rstd[row] = inv
+        wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+        bk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+        gy = y[row, None]
+        for k in range(CHUNKS):
+            c = k * nt + t
+            if c * VEC < n:
+                if HAS_W:
+                    load_chunk(wk, 0, w, c)
+                if HAS_B:
+                    load_chunk(bk, 0, b, c)
+                for e in range(VEC):
+                    r[e, k] = r[e, k] * inv
+                    if HAS_W:
+                        r[e, k] = r[e, k] * wk[e, 0]
+                    if HAS_B:
+                        r[e, k] = r[e, k] + bk[e, 0]
+                store_chunk(gy, c, r, k)
+
+
+@kernel(fast_math=True)
+def layer_norm_loop(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr, HAS_B: Constexpr,
+                    VEC: Constexpr, THREADS: Constexpr):
+    n = size(x, 1)
+    gx = x[block_idx.x, None]
+    gy = y[block_idx.x, None]
+    r = make_fragment_like(Layout((VEC, 1)), math_type(x.dtype))
+    wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+    bk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+    s = cast(0.0, r.dtype)             # typed: the loops carry them in the math type
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(r, 0, gx, c)
+        for e in range(VEC):
+            s = s + r[e, 0]
+    mu = block_reduce(s, "sum") * rn
+    v = cast(0.0, r.dtype)
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(r, 0, gx, c)
+        for e in range(VEC):
+            v = v + (r[e, 0] - mu) * (r[e, 0] - mu)
+    inv = rsqrt(block_reduce(v, "sum") * rn + eps)
+    if thread_idx.x == 0:
+        mean[block_idx.x] = mu
+        rstd[block_idx.x] = inv
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(r, 0, gx, c)
+        if HAS_W:
+            load_chunk(wk, 0, w, c)
+        if HAS_B:
+            load_chunk(bk, 0, b, c)
+        for e in range(VEC):
+            r[e, 0] = (r[e, 0] - mu) * inv
+            if HAS_W:
+                r[e, 0] = r[e, 0] * wk[e, 0]
+            if HAS_B:
+                r[e, 0] = r[e, 0] + bk[e, 0]
+        store_chunk(gy, c, r, 0)
+
+
+@kernel(fast_math=True)
+def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: Constexpr,
+                                  HAS_B: Constexpr, WORK: Constexpr):
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    m_rows, n = size(x, 0), size(x, 1)
+    first, count, step = groups(ROWS, CLUSTER, m_rows)
+    row, t, nt, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, first)
+    mt = math_type(x.dtype)
+    rx = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    rdy = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    rw = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    accw = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    accb = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            accw[e, k] = cast(0.0, mt)
+            accb[e, k] = cast(0.0, mt)
+            rw[e, k] = cast(1.0, mt)
+    if HAS_W:                          # the same for every row: loaded once
+        load_row(rw, w, t, nt, n, 1.0)
+    for g in range(first, count, step):
+        row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, g)
+        load_row(rx, x[row, None], t, nt, n, 0.0)
+        load_row(rdy, dy[row, None], t, nt, n, 0.0)
+        mu = cast(mean[row], mt)
+        rs = cast(rstd[row], mt)
+        sg = cast(0.0, mt)
+        sgx = cast(0.0, mt)
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                rx[e, k] = (rx[e, k] - mu) * rs       # xhat (the fill's is never used)
+                sg = sg + rdy[e, k] * rw[e, k]
+                sgx = sgx + rdy[e, k] * rw[e, k] * rx[e, k]
+        sg = row_reduce(sg, "sum", TPR, CLUSTER) * rn
+        sgx = row_reduce(sgx, "sum", TPR, CLUSTER) * rn
+        if mine:
+            for k in range(CHUNKS):
+                for e in range(VEC):
+                    if HAS_W:
+                        accw[e, k] = accw[e, k] + rdy[e, k] * rx[e, k]
+                    if HAS_B:
+                        accb[e, k] = accb[e, k] + rdy[e, k]
+                    rx[e, k] = rs * (rdy[e, k] * rw[e, k] - sg - rx[e, k] * sgx)
+            store_row(dx[row, None], rx, t, nt, n)
+    if HAS_W:
+        store_partial(pw[first, None], accw, t, nt, n, ROWS, THREADS)
+    if HAS_B:
+        store_partial(pb[first, None], accb, t, nt, n, ROWS, THREADS)
+
+
+@kernel(fast_math=True)
+def layer_norm_backward_loop(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: Constexpr,
+                             HAS_B: Constexpr, VEC: Constexpr, THREADS: Constexpr):
+    m_rows, n = size(x, 0), size(x, 1)
+    mt = math_type(x.dtype)
+    rx = make_fragment_like(Layout((VEC, 1)), mt)
+    rdy = make_fragment_like(Layout((VEC, 1)), mt)
+    rw = make_fragment_like(Layout((VEC, 1)), mt)
+    acc = make_fragment_like(Layout((VEC, 1)), mt)
+    gpw, gpb = pw[block_idx.x, None], pb[block_idx.x, None]
+    for e in range(VEC):               # the block's column sums, in its partial rows
+        acc[e, 0] = cast(0.0, mt)
+        rw[e, 0] = cast(1.0, mt)
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        if HAS_W:
+            store_chunk(gpw, c, acc, 0)
+        if HAS_B:
+            store_chunk(gpb, c, acc, 0)
+    for row in range(block_idx.x, m_rows, grid_dim.x):
+        gx, gdy, gdx = x[row, None], dy[row, None], dx[row, None]
+        mu = cast(mean[row], mt)
+        rs = cast(rstd[row], mt)
+        sg = cast(0.0, mt)
+        sgx = cast(0.0, mt)
+        for c in range(thread_idx.x, n // VEC, THREADS):
+            load_chunk(rx, 0, gx, c)
+            load_chunk(rdy, 0, gdy, c)
+            if HAS_W:
+                load_chunk(rw, 0, w, c)
+            for e in range(VEC):
+                sg = sg + rdy[e, 0] * rw[e, 0]
+                sgx = sgx + rdy[e, 0] * rw[e, 0] * (rx[e, 0] - mu) * rs
+        sg = block_reduce(sg, "sum") * rn
+        sgx = block_reduce(sgx, "sum") * rn
+        for c in range(thread_idx.x, n // VEC, THREADS):
+            load_chunk(rx, 0, gx, c)
+            load_chunk(rdy, 0, gdy, c)
+            if HAS_W:
+                load_chunk(rw, 0, w, c)
+            for e in range(VEC):
+                rx[e, 0] = (rx[e, 0] - mu) * rs
+            if HAS_W:
+                load_chunk(acc, 0, gpw, c)
+                for e in range(VEC):
+                    acc[e, 0] = acc[e, 0] + rdy[e, 0] * rx[e, 0]
+                store_chunk(gpw, c, acc, 0)
+            if HAS_B:
+                load_chunk(acc, 0, gpb, c)
+                for e in range(VEC):
+                    acc[e, 0] = acc[e, 0] + rdy[e, 0]
+                store_chunk(gpb, c, acc, 0)
+            for e in range(VEC):
+                rx[e, 0] = rs * (rdy[e, 0] * rw[e, 0] - sg - rx[e, 0] * sgx)
+            store_chunk(gdx, c, rx, 0)
+
+
+# -- the ops ---------------------------------------------------------------------------------
+
+def layer_norm_forward(x, weight, bias, eps):
+    """(y, mean, rstd): LayerNorm of `x` over its last dimension,
+    y = (x - mean) * rstd * weight + bias with rstd = 1 / sqrt(var + eps), the
+    biased variance; mean and rstd float32 (float64 for float64 x) of shape
+    x.shape[:-1]; `weight`, `bias` (N,) of x's dtype or float32, or None.
+
+        >>> import numpy as np
+        >>> y, mean, rstd = layer_norm_forward(np.array([[1.0, 3.0]], np.float32), None,
+        ...                                    None, 1e-5)
+        >>> np.round(y.astype(float), 4).tolist(), mean.tolist(), np.round(rstd, 4).tolist()
+        ([[-1.0, 1.0]], [2.0], [1.0])
+    """
+    name = rows.dtype_name(x, "x", OP)
+    rows.check_dim(x, -1, "x", OP)
+    x2, m, n = rows.as_rows(x, "x", OP)
+    weight = check_param(weight, "weight", x, name, n, OP)
+    bias = check_param(bias, "bias", x, name, n, OP)
+    eps = check_eps(eps, OP)
+    y = rows.empty_like(x)
+    mean = rows.empty(x, tuple(x.shape[:-1]), stat_dtype(name))
+    rstd = rows.empty(x, tuple(x.shape[:-1]), stat_dtype(name))
+    if n == 0:
+        mean[...] = 0                  # the moments of no elements: 0
+        rstd[...] = eps ** -0.5
+    elif m:
+        rows.launch(rows.plan_for(x, name, n), layer_norm_registers, layer_norm_loop,
+                    y.reshape(m, n), mean.reshape(m), rstd.reshape(m), x2,
+                    x2 if weight is None else weight, x2 if bias is None else bias,
+                    as_scalar(eps, name), as_scalar(1 / n, name),
+                    weight is not None, bias is not None)
+    return y, mean, rstd
+
+
+def layer_norm_backward(dy, x, weight, mean, rstd):
+    """(dx, dweight, dbias): the gradients of layer_norm_forward from the
+    output's gradient `dy`, its `x`, `weight` and the `mean`, `rstd` it
+    returned: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
+    xhat = (x - mean) * rstd, g = dy * weight; dweight = the sum over rows of
+    dy * xhat and dbias = the sum over rows of dy, in weight's dtype.
+    dweight is None when weight is; dbias is always computed (the caller
+    drops it when there is no bias), in weight's dtype or else x's.
+
+        >>> import numpy as np
+        >>> x = np.array([[1.0, 3.0], [0.0, 4.0]], np.float32)
+        >>> y, mean, rstd = layer_norm_forward(x, None, None, 1e-5)
+        >>> dx, dw, db = layer_norm_backward(np.ones_like(x), x, None, mean, rstd)
+        >>> np.round(dx.astype(float), 4).tolist(), dw, db.tolist()
+        ([[0.0, 0.0], [0.0, 0.0]], None, [2.0, 2.0])
+    """
+    op = "layer_norm_backward"
+    name = rows.dtype_name(x, "x", op)
+    rows.check_dim(x, -1, "x", op)
+    check_like(dy, "dy", x, name, op)
+    x2, m, n = rows.as_rows(x, "x", op)
+    dy2, _, _ = rows.as_rows(dy, "dy", op)
+    weight = check_param(weight, "weight", x, name, n, op)
+    mean1 = check_stat(mean, "mean", x, name, op)
+    rstd1 = check_stat(rstd, "rstd", x, name, op)
+    pname = name if weight is None else rows.dtype_name(weight, "weight", op)
+    dx = rows.empty_like(x)
+    if m == 0 or n == 0:
+        sums = []
+        for wanted in (weight is not None, True):
+            s = rows.empty(x, (n,), pname) if wanted else None
+            if s is not None:
+                s[...] = 0
+            sums.append(s)
+        return dx, sums[0], sums[1]
+    p = rows.plan_fitting(x, name, n, FRAGMENTS)
+    count = rows.group_count(p, x, m, FRAGMENTS)
+    dx2 = dx.reshape(m, n)
+    pw = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
+    pb = rows.empty(x, (count, n), stat_dtype(name))
+    rows.launch_groups(p, layer_norm_backward_registers, layer_norm_backward_loop, count, dx2,
+                       pw, pb, dy2, x2, x2 if weight is None else weight, mean1, rstd1,
+                       as_scalar(1 / n, name), weight is not None, True)
+    dw = None if weight is None else rows.sum_columns(pw, pname)
+    return dx, dw, rows.sum_columns(pb, pname)
+
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    """LayerNorm of `x` over its last dimension: (x - mean) / sqrt(var + eps)
+    * weight + bias, in x's dtype (float32 math inside; float64 for float64).
+    torch: `torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`.
+
+        >>> import numpy as np
+        >>> y = layer_norm(np.array([[1.0, 3.0]], np.float32), np.array([2.0, 2.0], np.float32),
+        ...                np.array([0.0, 1.0], np.float32))
+        >>> np.round(y.astype(float), 4).tolist()
+        [[-2.0, 3.0]]
+    """
+    return layer_norm_forward(x, weight, bias, eps)[0]

@@ -1,0 +1,255 @@
+"""RMSNorm over the last dimension, forward and backward, as moye kernels.
+
+Forward: rstd = 1 / sqrt(mean(x^2) + eps), y = x * rstd * weight, in float32
+(float64 for float64 data), y stored in x's type and rstd in float32
+(float64). Backward, with xhat = x * rstd and g = dy * weight:
+dx = rstd * (g - xhat * mean(g * xhat)), dweight = sum over rows of dy * xhat.
+
+On row_kernels' skeleton (rows.Plan picks the kernel):
+- forward "registers": the row is read once into registers, its sum of
+  squares reduced over the row's threads, then scaled and written; "loop":
+  one block per row, a pass for the sum of squares, a second to write.
+- backward: a block (or cluster) loops over row groups (rows.group_count of
+  them), keeping weight in registers and its threads' dweight columns in
+  float32 registers across its rows; each writes one row of a (groups, N)
+  partial that row_kernels.column_sum adds up. The "loop" backward keeps its
+  column sums in its own partial row in global memory instead.
+"""
+from ..array import make_fragment_like
+from ..compiler import Constexpr, kernel
+from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
+from ..layout import Layout, size
+
+from . import rows
+from .norm_args import (as_scalar, check_eps, check_like, check_param, check_stat,
+                        stat_dtype)
+from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, owns_row,
+                          place, row_reduce, store_chunk, store_partial, store_row)
+
+OP = "rms_norm"
+# the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and the sums
+FRAGMENTS = 4
+
+
+# -- kernels ---------------------------------------------------------------------------------
+
+@kernel(fast_math=True)
+def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr):
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    m_rows, n = size(x, 0), size(x, 1)
+    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
+    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
+    load_row(r, x[row, None], t, nt, n, 0.0)
+    s = cast(0.0, r.dtype)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            s = s + r[e, k] * r[e, k]
+    s = row_reduce(s, "sum", TPR, CLUSTER)
+    inv = rsqrt(s * rn + eps)
+    if owns_row(ROWS, TPR, m_rows):
+        if t == 0:
+            rstd[row] = inv
+        wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+        gy = y[row, None]
+        for k in range(CHUNKS):
+            c = k * nt + t
+            if c * VEC < n:
+                if HAS_W:
+                    load_chunk(wk, 0, w, c)
+                for e in range(VEC):
+                    r[e, k] = r[e, k] * inv
+                    if HAS_W:
+                        r[e, k] = r[e, k] * wk[e, 0]
+                store_chunk(gy, c, r, k)
+
+
+@kernel(fast_math=True)
+def rms_norm_loop(y, rstd, x, w, eps, rn, HAS_W: Constexpr, VEC: Constexpr,
+                  THREADS: Constexpr):
+    n = size(x, 1)
+    gx = x[block_idx.x, None]
+    gy = y[block_idx.x, None]
+    r = make_fragment_like(Layout((VEC, 1)), math_type(x.dtype))
+    wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+    s = cast(0.0, r.dtype)             # typed: the loop carries it in the math type
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(r, 0, gx, c)
+        for e in range(VEC):
+            s = s + r[e, 0] * r[e, 0]
+    inv = rsqrt(block_reduce(s, "sum") * rn + eps)
+    if thread_idx.x == 0:
+        rstd[block_idx.x] = inv
+    for c in range(thread_idx.x, n // VEC, THREADS):
+        load_chunk(r, 0, gx, c)
+        if HAS_W:
+            load_chunk(wk, 0, w, c)
+        for e in range(VEC):
+            r[e, 0] = r[e, 0] * inv
+            if HAS_W:
+                r[e, 0] = r[e, 0] * wk[e, 0]
+        store_chunk(gy, c, r, 0)
+
+
+@kernel(fast_math=True)
+def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
+                                WORK: Constexpr):
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    m_rows, n = size(x, 0), size(x, 1)
+    first, count, step = groups(ROWS, CLUSTER, m_rows)
+    row, t, nt, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, first)
+    mt = math_type(x.dtype)
+    rx = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    rdy = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    rw = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    acc = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            acc[e, k] = cast(0.0, mt)
+            rw[e, k] = cast(1.0, mt)
+    if HAS_W:                          # the same for every row: loaded once
+        load_row(rw, w, t, nt, n, 1.0)
+    for g in range(first, count, step):
+        row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, g)
+        load_row(rx, x[row, None], t, nt, n, 0.0)
+        load_row(rdy, dy[row, None], t, nt, n, 0.0)
+        rs = cast(rstd[row], mt)
+        d = cast(0.0, mt)
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                d = d + rdy[e, k] * rw[e, k] * rx[e, k]
+        # d = rstd^2 * mean(g * xhat), so that dx = rstd * g - x * d
+        d = row_reduce(d, "sum", TPR, CLUSTER) * rs * rs * rs * rn
+        if mine:
+            for k in range(CHUNKS):
+                for e in range(VEC):
+                    if HAS_W:
+                        acc[e, k] = acc[e, k] + rdy[e, k] * rx[e, k] * rs
+                    rx[e, k] = rs * rdy[e, k] * rw[e, k] - rx[e, k] * d
+            store_row(dx[row, None], rx, t, nt, n)
+    if HAS_W:
+        store_partial(part[first, None], acc, t, nt, n, ROWS, THREADS)
+
+
+@kernel(fast_math=True)
+def rms_norm_backward_loop(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr, VEC: Constexpr,
+                           THREADS: Constexpr):
+    m_rows, n = size(x, 0), size(x, 1)
+    mt = math_type(x.dtype)
+    rx = make_fragment_like(Layout((VEC, 1)), mt)
+    rdy = make_fragment_like(Layout((VEC, 1)), mt)
+    rw = make_fragment_like(Layout((VEC, 1)), mt)
+    acc = make_fragment_like(Layout((VEC, 1)), mt)
+    gp = part[block_idx.x, None]
+    if HAS_W:                          # the block's column sums, in its partial row
+        for e in range(VEC):
+            acc[e, 0] = cast(0.0, mt)
+        for c in range(thread_idx.x, n // VEC, THREADS):
+            store_chunk(gp, c, acc, 0)
+    for e in range(VEC):
+        rw[e, 0] = cast(1.0, mt)
+    for row in range(block_idx.x, m_rows, grid_dim.x):
+        gx, gdy, gdx = x[row, None], dy[row, None], dx[row, None]
+        rs = cast(rstd[row], mt)
+        d = cast(0.0, mt)
+        for c in range(thread_idx.x, n // VEC, THREADS):
+            load_chunk(rx, 0, gx, c)
+            load_chunk(rdy, 0, gdy, c)
+            if HAS_W:
+                load_chunk(rw, 0, w, c)
+            for e in range(VEC):
+                d = d + rdy[e, 0] * rw[e, 0] * rx[e, 0]
+        d = block_reduce(d, "sum") * rs * rs * rs * rn
+        for c in range(thread_idx.x, n // VEC, THREADS):
+            load_chunk(rx, 0, gx, c)
+            load_chunk(rdy, 0, gdy, c)
+            if HAS_W:
+                load_chunk(rw, 0, w, c)
+                load_chunk(acc, 0, gp, c)
+            for e in range(VEC):
+                if HAS_W:
+                    acc[e, 0] = acc[e, 0] + rdy[e, 0] * rx[e, 0] * rs
+                rx[e, 0] = rs * rdy[e, 0] * rw[e, 0] - rx[e, 0] * d
+            store_chunk(gdx, c, rx, 0)
+            if HAS_W:
+                store_chunk(gp, c, acc, 0)
+
+
+# -- the ops ---------------------------------------------------------------------------------
+
+def rms_norm_forward(x, weight, eps):
+    """(y, rstd): RMSNorm of `x` over its last dimension, y = x * rstd * weight
+    with rstd = 1 / sqrt(mean(x^2) + eps) (float32; float64 for float64 x) of
+    shape x.shape[:-1]; `weight` (N,) of x's dtype or float32, or None.
+
+        >>> import numpy as np
+        >>> y, rstd = rms_norm_forward(np.array([[3.0, 4.0]], np.float32), None, 1e-6)
+        >>> np.round(y.astype(float), 4).tolist(), np.round(rstd.astype(float), 4).tolist()
+        ([[0.8485, 1.1314]], [0.2828])
+    """
+    name = rows.dtype_name(x, "x", OP)
+    rows.check_dim(x, -1, "x", OP)
+    x2, m, n = rows.as_rows(x, "x", OP)
+    weight = check_param(weight, "weight", x, name, n, OP)
+    eps = check_eps(eps, OP)
+    y = rows.empty_like(x)
+    rstd = rows.empty(x, tuple(x.shape[:-1]), stat_dtype(name))
+    if n == 0:
+        rstd[...] = eps ** -0.5        # the mean of no squares: 0
+    elif m:
+        rows.launch(rows.plan_for(x, name, n), rms_norm_registers, rms_norm_loop,
+                    y.reshape(m, n), rstd.reshape(m), x2, x2 if weight is None else weight,
+                    as_scalar(eps, name), as_scalar(1 / n, name), weight is not None)
+    return y, rstd
+
+
+def rms_norm_backward(dy, x, weight, rstd):
+    """(dx, dweight): the gradients of rms_norm_forward from the output's
+    gradient `dy`, its `x`, `weight` and the `rstd` it returned:
+    dx = rstd * (g - xhat * mean(g * xhat)) with xhat = x * rstd, g = dy * weight;
+    dweight = the sum over rows of dy * xhat in weight's dtype (None when
+    weight is None).
+
+        >>> import numpy as np
+        >>> x = np.array([[3.0, 4.0]], np.float32)
+        >>> y, rstd = rms_norm_forward(x, None, 1e-6)
+        >>> dx, dw = rms_norm_backward(np.array([[1.0, 0.0]], np.float32), x, None, rstd)
+        >>> np.round(dx.astype(float), 4).tolist(), dw
+        ([[0.181, -0.1358]], None)
+    """
+    op = "rms_norm_backward"
+    name = rows.dtype_name(x, "x", op)
+    rows.check_dim(x, -1, "x", op)
+    check_like(dy, "dy", x, name, op)
+    x2, m, n = rows.as_rows(x, "x", op)
+    dy2, _, _ = rows.as_rows(dy, "dy", op)
+    weight = check_param(weight, "weight", x, name, n, op)
+    rstd1 = check_stat(rstd, "rstd", x, name, op)
+    dx = rows.empty_like(x)
+    if m == 0 or n == 0:
+        dw = None if weight is None else rows.empty(x, (n,), rows.dtype_name(weight, "", op))
+        if dw is not None:
+            dw[...] = 0
+        return dx, dw
+    p = rows.plan_fitting(x, name, n, FRAGMENTS)
+    count = rows.group_count(p, x, m, FRAGMENTS)
+    dx2 = dx.reshape(m, n)
+    part = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
+    rows.launch_groups(p, rms_norm_backward_registers, rms_norm_backward_loop, count, dx2,
+                       part, dy2, x2, x2 if weight is None else weight, rstd1,
+                       as_scalar(1 / n, name), weight is not None)
+    if weight is None:
+        return dx, None
+    return dx, rows.sum_columns(part, rows.dtype_name(weight, "weight", op))
+
+
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm of `x` over its last dimension: x / sqrt(mean(x^2) + eps) *
+    weight, in x's dtype (float32 math inside; float64 for float64).
+    torch: `torch.nn.functional.rms_norm(x, (N,), weight, eps)`.
+
+        >>> import numpy as np
+        >>> y = rms_norm(np.array([[3.0, 4.0]], np.float32), np.array([1.0, 2.0], np.float32))
+        >>> np.round(y.astype(float), 4).tolist()
+        [[0.8485, 2.2627]]
+    """
+    return rms_norm_forward(x, weight, eps)[0]

@@ -1,0 +1,63 @@
+"""The shared pieces of backwards that sum over rows: rows.parallel_blocks,
+group_count, sum_columns and its kernel row_kernels.column_sum."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from moye.compiler.frontend import BACKENDS
+from moye.ops import rows
+from moye.ops.row_kernels import COLUMN_LANES, COLUMNS, column_sum
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 70), (37, 1), (5, 33), (300, 65)])
+@pytest.mark.parametrize("part,out", [(np.float32, "float32"), (np.float32, "bfloat16"),
+                                      (np.float64, "float64"), (np.float32, "float16")])
+def test_sum_columns(shape, part, out):
+    rng = np.random.default_rng(shape[0] * shape[1])
+    p = rng.standard_normal(shape).astype(part)
+    got = rows.sum_columns(p, out)
+    assert got.shape == (shape[1],) and got.dtype.name == out
+    want = p.astype(np.float64).sum(0)
+    tol = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 8e-3}[out]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol,
+                               atol=tol * (1 + np.abs(want).max()))
+
+
+def test_group_count():
+    x = np.ones((1000, 8), np.float32)
+    assert rows.parallel_blocks(x, 128) == rows.CPU_BLOCKS
+    p = rows.plan("float32", 8, "cpu")
+    assert rows.group_count(p, x, 1000) == rows.CPU_BLOCKS
+    assert rows.group_count(p, x, 3) == 1                      # one group of p.rows rows
+    p = rows.plan("float32", 3000, "cpu")
+    assert rows.group_count(p, x, 2) == 2
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_column_sum_compiles_with_nvrtc(arch):
+    for part, out in ((np.float32, ml_dtypes.bfloat16), (np.float64, np.float64)):
+        k = column_sum.trace(np.ones(70, out), np.ones((5, 70), part),
+                             block=COLUMNS * COLUMN_LANES)[0]
+        BACKENDS["cuda"].compile_only(k, (COLUMNS * COLUMN_LANES, 1, 1), arch)
+
+
+def test_plan_fitting(monkeypatch):
+    """On a CUDA device, a backward's plan keeps its threads' fragments in
+    the registers an SM has (no spills): blocks of 1,024 threads (64
+    registers each) give way to a cluster; where that is not possible (no
+    clusters) the plan stays. Elsewhere it is plan_for's."""
+    x = np.ones((2, 16384), np.float32)
+    assert rows.plan_fitting(x, "float32", 16384, 4) is rows.plan_for(x, "float32", 16384)
+    monkeypatch.setattr(rows, "backend_of", lambda a: "cuda")
+    for clusters in (8, 1):
+        monkeypatch.setattr(rows, "max_cluster", lambda a: clusters)
+        p = rows.plan_for(x, "float32", 16384)
+        assert p.threads == 1024 and rows.registers_of(p, 4) * p.threads > rows.SM_REGISTERS
+        q = rows.plan_fitting(x, "float32", 16384, 4)
+        if clusters == 1:
+            assert q is p
+        else:
+            assert q.kernel == "registers" and q.cluster > 1
+            assert rows.registers_of(q, 4) * q.threads <= rows.SM_REGISTERS
+        p = rows.plan_for(x, "float32", 1024)
+        assert rows.plan_fitting(x, "float32", 1024, 5) is p          # fits already
