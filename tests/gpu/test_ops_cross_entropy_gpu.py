@@ -72,9 +72,9 @@ def test_forward_and_backward(torch, dtype, n):
 
 
 @pytest.mark.parametrize("options,kernel,clustered", [
-    ({"max_threads": 128}, "registers", True), ({"max_threads": 128, "max_cluster": 1}, "loop",
-                                                False)])
-@pytest.mark.parametrize("n", [700, 5000])
+    ({"elements": 8, "max_threads": 32}, "registers", True),
+    ({"elements": 4, "max_threads": 32, "max_cluster": 1}, "loop", False)])
+@pytest.mark.parametrize("n", [700, 2000])
 def test_cluster_and_loop_kernels(torch, options, kernel, clustered, n):
     g = torch.Generator(device="cuda").manual_seed(n)
     x = torch.randn(6, n, device="cuda", generator=g) * 10

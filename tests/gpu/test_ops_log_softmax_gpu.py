@@ -50,9 +50,9 @@ def test_forward_and_backward(torch, dtype, n):
 
 
 @pytest.mark.parametrize("options,kernel,clustered", [
-    ({"max_threads": 128}, "registers", True), ({"max_threads": 128, "max_cluster": 1}, "loop",
-                                                False)])
-@pytest.mark.parametrize("n", [700, 5000])
+    ({"elements": 8, "max_threads": 32}, "registers", True),
+    ({"elements": 4, "max_threads": 32, "max_cluster": 1}, "loop", False)])
+@pytest.mark.parametrize("n", [700, 2000])
 def test_cluster_and_loop_kernels(torch, options, kernel, clustered, n):
     x = torch.randn(5, n, device="cuda") * 10
     dy = torch.randn(5, n, device="cuda")
