@@ -624,13 +624,14 @@ def tensor_map_call(args):
     cu = _cu()
     u64 = lambda xs: [cu.cuuint64_t(int(x)) for x in xs]  # noqa: E731
     u32 = lambda xs: [cu.cuuint32_t(int(x)) for x in xs]  # noqa: E731
-    return (cu.CUtensorMapDataType["CU_TENSOR_MAP_DATA_TYPE_" + args.data_type], args.rank,
+    enum = lambda kind, prefix, name: getattr(getattr(cu, kind), prefix + name)  # noqa: E731
+    return (enum("CUtensorMapDataType", "CU_TENSOR_MAP_DATA_TYPE_", args.data_type), args.rank,
             args.global_address, u64(args.global_dim), u64(args.global_strides),
             u32(args.box_dim), u32(args.element_strides),
-            cu.CUtensorMapInterleave["CU_TENSOR_MAP_INTERLEAVE_" + args.interleave],
-            cu.CUtensorMapSwizzle["CU_TENSOR_MAP_SWIZZLE_" + args.swizzle],
-            cu.CUtensorMapL2promotion["CU_TENSOR_MAP_L2_PROMOTION_" + args.l2_promotion],
-            cu.CUtensorMapFloatOOBfill["CU_TENSOR_MAP_FLOAT_OOB_FILL_" + args.oob_fill])
+            enum("CUtensorMapInterleave", "CU_TENSOR_MAP_INTERLEAVE_", args.interleave),
+            enum("CUtensorMapSwizzle", "CU_TENSOR_MAP_SWIZZLE_", args.swizzle),
+            enum("CUtensorMapL2promotion", "CU_TENSOR_MAP_L2_PROMOTION_", args.l2_promotion),
+            enum("CUtensorMapFloatOOBfill", "CU_TENSOR_MAP_FLOAT_OOB_FILL_", args.oob_fill))
 
 
 def encode_tensor_map(args):
