@@ -23,7 +23,7 @@ from . import rows
 from .norm_args import (as_scalar, check_eps, check_like, check_param, check_stat,
                         stat_dtype)
 from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, owns_row,
-                          place, row_reduce, store_chunk, store_partial, store_row)
+                          place, row_reduce, row_sums, store_chunk, store_partial, store_row)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -147,8 +147,9 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                 rx[e, k] = (rx[e, k] - mu) * rs       # xhat (the fill's is never used)
                 sg = sg + rdy[e, k] * rw[e, k]
                 sgx = sgx + rdy[e, k] * rw[e, k] * rx[e, k]
-        sg = row_reduce(sg, "sum", TPR, CLUSTER) * rn
-        sgx = row_reduce(sgx, "sum", TPR, CLUSTER) * rn
+        sg, sgx = row_sums(sg, sgx, TPR, CLUSTER)
+        sg = sg * rn
+        sgx = sgx * rn
         if mine:
             for k in range(CHUNKS):
                 for e in range(VEC):

@@ -99,30 +99,62 @@ def row_max_sumexp(m, s, TPR, CLUSTER):
     """(M, S): the max of the row and the sum of exp(x - M) over it, from
     each thread's max `m` of its elements and sum `s` of exp(x - m) over
     them (the online softmax's merge). In a cluster, the blocks merge their
-    (max, sum) pairs through DSMEM in one exchange (two cluster barriers,
-    where two cluster_reduce calls take four).
-    """
+    (max, sum) pairs in one DSMEM exchange (cluster_pairs: two cluster
+    barriers, where two cluster_reduce calls take four)."""
     if CLUSTER > 1:
         mb = block_reduce(m, "max")
-        sb = block_reduce(s * exp2((m - mb) * LOG2E), "sum")
-        pair = shared_array(mb.type, Layout(2), align=16)
-        if thread_idx.x == 0:
-            pair[0] = mb
-            pair[1] = sb
-        cluster_sync()
-        big = mb
-        for r in range(CLUSTER):
-            big = maximum(big, peer_shared(pair, r)[0])
-        total = cast(0.0, mb.type)
-        for r in range(CLUSTER):
-            other = peer_shared(pair, r)
-            total = total + other[1] * exp2((other[0] - big) * LOG2E)
-        cluster_arrive(relaxed=True)    # the pairs stay until every block has read them
-        cluster_wait()                  # (read already: no memory ordering needed)
+        big, total = cluster_pairs(mb, block_reduce(s * exp2((m - mb) * LOG2E), "sum"),
+                                   merge_max_sumexp, CLUSTER)
     else:
         big = row_reduce(m, "max", TPR, CLUSTER)
         total = row_reduce(s * exp2((m - big) * LOG2E), "sum", TPR, CLUSTER)
     return big, total
+
+
+@func
+def row_sums(a, b, TPR, CLUSTER):
+    """(the sum of a, the sum of b) over the threads of this thread's row:
+    two row_reduce sums, but in a cluster one DSMEM exchange of the blocks'
+    pairs (cluster_pairs)."""
+    if CLUSTER > 1:
+        sa, sb = cluster_pairs(block_reduce(a, "sum"), block_reduce(b, "sum"), add_pairs,
+                               CLUSTER)
+    else:
+        sa = row_reduce(a, "sum", TPR, CLUSTER)
+        sb = row_reduce(b, "sum", TPR, CLUSTER)
+    return sa, sb
+
+
+def merge_max_sumexp(m1, s1, m2, s2):
+    """Two (max, sum of exp(x - max)) pairs as one."""
+    big = maximum(m1, m2)
+    return big, s1 * exp2((m1 - big) * LOG2E) + s2 * exp2((m2 - big) * LOG2E)
+
+
+def add_pairs(a1, b1, a2, b2):
+    return a1 + a2, b1 + b2
+
+
+@func
+def cluster_pairs(a, b, combine, CLUSTER):
+    """The pairs (a, b) of the cluster's blocks (thread 0's of each), combined
+    in rank order by combine(a1, b1, a2, b2) -> (a, b), for every thread of
+    the cluster: each block's pair goes to its shared memory, a cluster
+    barrier, every thread reads the others' through DSMEM, and a relaxed
+    barrier keeps each pair (and its block) until all have read it."""
+    pair = shared_array(a.type, Layout(2), align=16)
+    if thread_idx.x == 0:
+        pair[0] = a
+        pair[1] = b
+    cluster_sync()
+    ra = peer_shared(pair, 0)[0]
+    rb = peer_shared(pair, 0)[1]
+    for r in range(1, CLUSTER):
+        other = peer_shared(pair, r)
+        ra, rb = combine(ra, rb, other[0], other[1])
+    cluster_arrive(relaxed=True)        # read already: no memory ordering needed
+    cluster_wait()
+    return ra, rb
 
 
 @func
