@@ -31,8 +31,8 @@ from ..errors import BoundsError, MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
 from . import rows
-from .row_kernels import (LOG2E, load_chunk, load_row, loop_logsumexp, math_type, owns_row,
-                          place, row_logsumexp, store_chunk, store_row)
+from .row_kernels import (LOG2E, load_chunk, loop_logsumexp, math_type, my_row, owns_row,
+                          row_logsumexp, store_chunk, store_row)
 
 REDUCTIONS = ("none", "sum", "mean")
 
@@ -42,12 +42,9 @@ REDUCTIONS = ("none", "sum", "mean")
 @kernel(fast_math=True)
 def cross_entropy_registers(loss, lse, x, target, ignore_index, WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    m_rows, n = size(x, 0), size(x, 1)
-    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
-    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
-    load_row(r, x[row, None], t, nt, n, -float("inf"))
+    row, t, nt, r = my_row(x, -float("inf"), WORK)
     m, l = row_logsumexp(r, TPR, CLUSTER)
-    if t == 0 and owns_row(ROWS, TPR, m_rows):
+    if t == 0 and owns_row(ROWS, TPR, size(x, 0)):
         write_loss(loss, lse, x, target, ignore_index, row, m, l)
 
 
@@ -82,9 +79,7 @@ def write_loss(loss, lse, x, target, ignore_index, row, m, l):
 def cross_entropy_backward_registers(dx, x, target, lse, dloss, ignore_index, WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
-    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
-    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
-    load_row(r, x[row, None], t, nt, n, 0.0)
+    row, t, nt, r = my_row(x, 0.0, WORK)
     tgt, l, g = row_gradient_terms(target, lse, dloss, ignore_index, row, n, r.dtype)
     for k in range(CHUNKS):
         for e in range(VEC):

@@ -23,8 +23,8 @@ from ..layout import Layout, size
 from . import rows
 from .norm_args import (as_scalar, check_eps, check_like, check_param, check_stat,
                         stat_dtype)
-from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, owns_row,
-                          place, row_reduce, store_chunk, store_partial, store_row)
+from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, my_row, owns_row,
+                          row_reduce, store_chunk, store_partial, store_row)
 
 OP = "rms_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and the sums
@@ -37,9 +37,7 @@ FRAGMENTS = 4
 def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
-    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
-    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
-    load_row(r, x[row, None], t, nt, n, 0.0)
+    row, t, nt, r = my_row(x, 0.0, WORK)
     s = cast(0.0, r.dtype)
     for k in range(CHUNKS):
         for e in range(VEC):

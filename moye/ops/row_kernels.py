@@ -193,6 +193,26 @@ def load_row(r, g, t, nt, n, fill):
 
 
 @func
+def my_row(x, fill, WORK):
+    """(row, t, nt, r): this thread's place in its row of the (M, N) `x`
+    (place()) and its chunks of that row in a new (VEC, CHUNKS) fragment
+    `r` of the math type (load_row; `fill` past the row's end)."""
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, size(x, 0))
+    return row, t, nt, row_fragment(x, row, t, nt, fill, WORK)
+
+
+@func
+def row_fragment(g, row, t, nt, fill, WORK):
+    """This thread's chunks of row `row` of `g` in a new (VEC, CHUNKS)
+    fragment of the math type, as my_row's."""
+    VEC, CHUNKS = WORK[0], WORK[1]
+    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(g.dtype))
+    load_row(r, g[row, None], t, nt, size(g, 1), fill)
+    return r
+
+
+@func
 def store_row(g, r, t, nt, n):
     """Store this thread's chunks of the fragment `r` into the row `g` (n
     elements), converted to g's type; chunks past the end are skipped."""

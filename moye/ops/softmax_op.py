@@ -19,8 +19,8 @@ from ..errors import MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
 from . import rows
-from .row_kernels import (LOG2E, load_chunk, load_row, loop_logsumexp, lowest, math_type,
-                          owns_row, place, row_max_sumexp, row_reduce, store_chunk, store_row)
+from .row_kernels import (LOG2E, load_chunk, loop_logsumexp, lowest, math_type, my_row, owns_row,
+                          row_fragment, row_max_sumexp, row_reduce, store_chunk, store_row)
 
 # -- kernels ---------------------------------------------------------------------------------
 
@@ -28,9 +28,7 @@ from .row_kernels import (LOG2E, load_chunk, load_row, loop_logsumexp, lowest, m
 def softmax_registers(y, x, WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
-    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
-    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
-    load_row(r, x[row, None], t, nt, n, -float("inf"))
+    row, t, nt, r = my_row(x, -float("inf"), WORK)
     m = cast(lowest(r.dtype), r.dtype)
     for k in range(CHUNKS):
         for e in range(VEC):
@@ -67,11 +65,8 @@ def softmax_loop(y, x, VEC: Constexpr, THREADS: Constexpr):
 def softmax_backward_registers(dx, y, dy, WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(y, 0), size(y, 1)
-    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, m_rows)
-    ry = make_fragment_like(Layout((VEC, CHUNKS)), math_type(y.dtype))
-    rdy = make_fragment_like(Layout((VEC, CHUNKS)), math_type(y.dtype))
-    load_row(ry, y[row, None], t, nt, n, 0.0)
-    load_row(rdy, dy[row, None], t, nt, n, 0.0)
+    row, t, nt, ry = my_row(y, 0.0, WORK)
+    rdy = row_fragment(dy, row, t, nt, 0.0, WORK)
     d = cast(0.0, ry.dtype)
     for k in range(CHUNKS):
         for e in range(VEC):
