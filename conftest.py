@@ -14,6 +14,21 @@ def _moye_doctest_namespace(doctest_namespace):
                               if not n.startswith("_") and not hasattr(builtins, n)})
     doctest_namespace["np"] = np
 
+@pytest.fixture
+def poisoned_ops_outputs(monkeypatch):
+    """Every output moye.ops allocates (rows.empty: results, statistics,
+    partials) starts as NaN (integers: -2**62), so an element a kernel does
+    not write fails the comparison. NumPy arrays and torch tensors alike."""
+    from moye.ops import rows
+    allocate = rows.empty
+
+    def poisoned(like, shape, dtype=None):
+        out = allocate(like, shape, dtype)
+        out[...] = float("nan") if "float" in str(out.dtype) else -(2**62)
+        return out
+    monkeypatch.setattr(rows, "empty", poisoned)
+
+
 collect_ignore = ["moye/__main__.py"]
 if importlib.util.find_spec("torch") is None:
     # torch is optional: without it, no doctests of the PyTorch ops

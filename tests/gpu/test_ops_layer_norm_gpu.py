@@ -7,9 +7,9 @@ import pytest
 from moye.ops import rows
 from moye.ops.layer_norm_op import layer_norm, layer_norm_backward, layer_norm_forward
 
-from .test_ops_rms_norm_gpu import NS, TOL, poisoned_outputs  # noqa: F401
+from .test_ops_rms_norm_gpu import NS, TOL
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("poisoned_ops_outputs")]
 
 
 def check(torch, x, w, b, eps=1e-5):
