@@ -7,9 +7,10 @@ import pytest
 
 import moye
 from moye.backend.cpu import race_checking
-from moye.compiler.frontend import BACKENDS
 from moye.ops import layer_norm_op, rows
 from moye.ops.layer_norm_op import layer_norm, layer_norm_backward, layer_norm_forward
+
+from .nvrtc import compile_variants
 
 from .test_rms_norm import BF16, DTYPES, close, data
 
@@ -245,8 +246,4 @@ def test_variants_cover_every_path():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile_with_nvrtc(arch):
-    for kern, args, p in _variants():
-        if p.cluster > 1 and arch == "sm_80":
-            continue                           # clusters are sm_90
-        kernel = kern.trace(*args, block=p.threads)[0]
-        BACKENDS["cuda"].compile_only(kernel, (p.threads, 1, 1), arch)
+    compile_variants(_variants(), arch)

@@ -8,10 +8,11 @@ import pytest
 
 import moye
 from moye.backend.cpu import race_checking
-from moye.compiler.frontend import BACKENDS
 from moye.ops import rows
 from moye.ops.softmax_op import softmax, softmax_backward
 from moye.ops import softmax_op as softmax_module
+
+from .nvrtc import compile_variants
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
 # tolerance on probabilities (at most 1): the output type's rounding
@@ -227,8 +228,4 @@ def test_variants_cover_every_path():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile_with_nvrtc(arch):
-    for kern, args, p in _variants():
-        if p.cluster > 1 and arch == "sm_80":
-            continue                           # clusters are sm_90
-        kernel = kern.trace(*args, block=p.threads)[0]
-        BACKENDS["cuda"].compile_only(kernel, (p.threads, 1, 1), arch)
+    compile_variants(_variants(), arch)
