@@ -319,3 +319,18 @@ def test_a_number_cast_to_float64_keeps_its_value():
     BACKENDS["cuda"].compile_only(_float64_numbers.trace(out, block=1)[0], (1, 1, 1), "sm_80")
     _float64_numbers[1, 1](out, backend="cpu")
     assert out.tolist() == [0.1, -1.7976931348623157e308]
+
+
+def test_min_max_of_an_int64_and_a_literal_compile():
+    """max(int64_t, 0) is ambiguous in C++: the literal takes the result's type."""
+    @moye.kernel
+    def clamp(out, idx):
+        i = moye.thread_idx.x
+        out[i] = moye.minimum(moye.maximum(idx[i], 0), 9)
+    idx = np.array([-5, 3, 12, 7], np.int64)
+    out = np.zeros(4, np.int64)
+    clamp[1, 4](out, idx, backend="cpu")
+    assert out.tolist() == [0, 3, 9, 7]
+    kernel = clamp.trace(out, idx, block=4)[0]
+    for arch in ("sm_80", "sm_90a"):
+        BACKENDS["cuda"].compile_only(kernel, (4, 1, 1), arch)

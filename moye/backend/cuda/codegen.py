@@ -325,7 +325,12 @@ def _emit_abs(w, s, ind, decl):
 @emits(ir.Min, ir.Max)
 def _emit_minmax(w, s, ind, decl):
     t = s.result.type
-    w.emit(ind, f"{decl}{s.op}({w.arg(s.a, t)}, {w.arg(s.b, t)});")
+
+    def operand(x):     # an int literal in the result's type: max(int64_t, int) is ambiguous
+        if isinstance(x, int) and not isinstance(x, bool) and t.name != "Int32":
+            return f"static_cast<{ctype(t)}>({x})"
+        return w.arg(x, t)
+    w.emit(ind, f"{decl}{s.op}({operand(s.a)}, {operand(s.b)});")
 
 
 @emits(ir.Select)
