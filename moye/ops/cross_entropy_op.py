@@ -26,7 +26,7 @@ import numpy as np
 
 from ..array import make_fragment_like
 from ..compiler import Constexpr, func, kernel
-from ..device import block_idx, cast, exp2, ifelse, thread_idx
+from ..device import block_idx, cast, exp2, ifelse, maximum, minimum, thread_idx
 from ..errors import BoundsError, MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
@@ -43,34 +43,44 @@ REDUCTIONS = ("none", "sum", "mean")
 def cross_entropy_registers(loss, lse, x, target, ignore_index, WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     row, t, nt, r = my_row(x, -float("inf"), WORK)
+    tgt, xt = target_logit(x, target, row, r.dtype)    # loads in flight with the row's
     m, l = row_logsumexp(r, TPR, CLUSTER)
     if t == 0 and owns_row(ROWS, TPR, size(x, 0)):
-        write_loss(loss, lse, x, target, ignore_index, row, m, l)
+        write_loss(loss, lse, tgt, xt, ignore_index, row, size(x, 1), m, l)
 
 
 @kernel(fast_math=True)
 def cross_entropy_loop(loss, lse, x, target, ignore_index, VEC: Constexpr, THREADS: Constexpr):
     row = block_idx.x
     r = make_fragment_like(Layout((VEC, 1)), math_type(x.dtype))
+    tgt, xt = target_logit(x, target, row, r.dtype)
     m, l = loop_logsumexp(x[row, None], r, THREADS)
     if thread_idx.x == 0:
-        write_loss(loss, lse, x, target, ignore_index, row, m, l)
+        write_loss(loss, lse, tgt, xt, ignore_index, row, size(x, 1), m, l)
 
 
 @func
-def write_loss(loss, lse, x, target, ignore_index, row, m, l):
-    """loss[row] = (m - x[row, target]) + l, 0 for an ignored row, NaN for a
-    target outside [0, N) (the host refuses those of NumPy arrays and CPU
-    tensors before the launch; on CUDA tensors the NaN is the check, as
-    reading a device check's answer would make every call wait for the
-    device); lse[row] = m + l."""
+def target_logit(x, target, row, dtype):
+    """(target[row], the row's logit at it in `dtype`): read where the target
+    is clamped into [0, N), so that a bad or ignored target reads in bounds
+    (write_loss does not use that logit)."""
     tgt = target[row]
+    return tgt, cast(x[row, minimum(maximum(tgt, 0), size(x, 1) - 1)], dtype)
+
+
+@func
+def write_loss(loss, lse, tgt, xt, ignore_index, row, n, m, l):
+    """loss[row] = (m - x[row, target]) + l, with xt the target's logit; 0
+    for an ignored row, NaN for a target outside [0, N) (the host refuses
+    those of NumPy arrays and CPU tensors before the launch; on CUDA tensors
+    the NaN is the check, as reading a device check's answer would make
+    every call wait for the device); lse[row] = m + l."""
     v = cast(0.0, m.type)
     if tgt != ignore_index:
         v = cast(float("nan"), m.type)
         if tgt >= 0:
-            if tgt < size(x, 1):
-                v = (m - cast(x[row, tgt], m.type)) + l
+            if tgt < n:
+                v = (m - xt) + l
     loss[row] = v
     lse[row] = m + l
 
