@@ -28,6 +28,22 @@ from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
 FRAGMENTS = 5
+# the forward's largest block for a row in one block: its two dependent block reductions
+# (mean, then variance) cost more in blocks of 1,024 (H100, bfloat16 rows of 16,384: 2,066
+# GB/s with 1,024 threads, 2,844-2,912 with 512; float32: 2,947 and 2,916-2,946)
+FORWARD_THREADS = 512
+
+
+def _forward_plan(x, name, n):
+    """The shared plan, but a row that takes one block of more than
+    FORWARD_THREADS threads takes one of FORWARD_THREADS if it fits there
+    (clusters and the loop kernel keep theirs)."""
+    p = rows.plan_for(x, name, n)
+    if p.kernel == "registers" and p.cluster == 1 and p.threads > FORWARD_THREADS:
+        q = rows.plan_for(x, name, n, max_threads=FORWARD_THREADS)
+        if q.kernel == "registers" and q.cluster == 1:
+            return q
+    return p
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -246,10 +262,10 @@ def layer_norm_forward(x, weight, bias, eps):
         mean[...] = 0                  # the moments of no elements: 0
         rstd[...] = eps ** -0.5
     elif m:
-        rows.launch(rows.plan_for(x, name, n), layer_norm_registers, layer_norm_loop,
-                    y.reshape(m, n), mean.reshape(m), rstd.reshape(m), x2,
-                    x2 if weight is None else weight, x2 if bias is None else bias,
-                    as_scalar(eps, name), as_scalar(1 / n, name),
+        p = _forward_plan(x, name, n)
+        rows.launch(p, layer_norm_registers, layer_norm_loop, y.reshape(m, n), mean.reshape(m),
+                    rstd.reshape(m), x2, x2 if weight is None else weight,
+                    x2 if bias is None else bias, as_scalar(eps, name), as_scalar(1 / n, name),
                     weight is not None, bias is not None)
     return y, mean, rstd
 

@@ -228,11 +228,12 @@ def plan_options(**knobs):
         _OPTIONS.update(saved)
 
 
-def plan_for(x, dtype, n):
+def plan_for(x, dtype, n, **defaults):
     """plan() for rows of `n` elements of `x` (its backend and device's
-    clusters), under the current plan_options."""
-    if _OPTIONS:
-        knobs = {"max_cluster": max_cluster(x), **_OPTIONS}
+    clusters), with an op's own `defaults` of plan()'s knobs, under the
+    current plan_options (which override both)."""
+    if _OPTIONS or defaults:
+        knobs = {"max_cluster": max_cluster(x), **defaults, **_OPTIONS}
         return plan(dtype, n, backend_of(x), **knobs)
     return plan(dtype, n, backend_of(x), max_cluster(x))
 
