@@ -21,7 +21,9 @@ Three shapes of work, all static (kernel Constexprs):
   reductions are warp shuffles over TPR lanes;
 - one row per block (ROWS == 1, TPR == THREADS): block_reduce;
 - one row per thread-block cluster of CLUSTER blocks (sm_90): the row's
-  threads are the cluster's, the reductions cluster_reduce (DSMEM).
+  threads are the cluster's, the reductions cluster_reduce (DSMEM), or, for
+  two values at once, block reductions and one exchange of the blocks'
+  pairs (`cluster_pairs`: softmax's max and sum, layer_norm's two sums).
 """
 from ..array import make_fragment_like, tile
 from ..compiler import func, kernel

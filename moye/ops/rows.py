@@ -1,6 +1,8 @@
 """Row-wise ops' shared host side: checking the input, seeing it as M rows of
-N contiguous elements, and the launch plan (threads, elements per thread,
-which kernel) per (dtype, N, backend), cached.
+N contiguous elements, the launch plan (threads, elements per thread,
+cluster, which kernel) per (dtype, N, backend, clusters), cached, the
+launches, and the dispatch of the public ops (NumPy arrays to the raw host
+functions, torch tensors to moye.ops.torch_ops).
 
 An op reduces along `dim`. The last dimension of a C-contiguous array is used
 in place; any other `dim` is moved last (one copy) and the result moved back.
