@@ -14,7 +14,6 @@ Two kernels each, on row_kernels' skeleton (rows.Plan says which):
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
 from ..device import block_idx, block_reduce, cast, exp2, thread_idx
-from ..errors import MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
 from . import rows
@@ -103,16 +102,7 @@ def log_softmax(x, dim=-1):
         >>> np.round(y.astype(float), 4).tolist()
         [[-2.4076, -1.4076, -0.4076]]
     """
-    name = rows.dtype_name(x, "x", "log_softmax")
-    d = rows.check_dim(x, dim, "x", "log_softmax")
-    nd = x.dim() if rows.is_torch(x) else x.ndim
-    xl = rows.to_last(x, d)
-    x2, m, n = rows.as_rows(xl, "x", "log_softmax")
-    y = rows.empty_like(xl)
-    if n:
-        rows.launch(rows.plan_for(x, name, n), log_softmax_registers, log_softmax_loop,
-                    y.reshape(m, n), x2)
-    return rows.from_last(y, d, nd)
+    return rows.map_rows("log_softmax", log_softmax_registers, log_softmax_loop, dim, x=x)
 
 
 def log_softmax_backward(y, dy, dim=-1):
@@ -126,25 +116,5 @@ def log_softmax_backward(y, dy, dim=-1):
         >>> np.round(dx.astype(float), 4).tolist()
         [[0.91, -0.2447, -0.6652]]
     """
-    op = "log_softmax_backward"
-    name = rows.dtype_name(y, "y", op)
-    name_dy = rows.dtype_name(dy, "dy", op)
-    if name_dy != name:
-        raise MoyeTypeError(f"{op}: dy is {name_dy} but y is {name}; they must have the same "
-                            "dtype")
-    if tuple(dy.shape) != tuple(y.shape):
-        raise ShapeError(f"{op}: dy has shape {tuple(dy.shape)} but y has {tuple(y.shape)}; "
-                         "they must match")
-    if rows.is_torch(y) != rows.is_torch(dy) or rows.backend_of(y) != rows.backend_of(dy):
-        raise MoyeTypeError(f"{op}: y and dy must be on the same device (both NumPy, both CPU "
-                            "tensors or both CUDA tensors)")
-    d = rows.check_dim(y, dim, "y", op)
-    nd = y.dim() if rows.is_torch(y) else y.ndim
-    yl, dyl = rows.to_last(y, d), rows.to_last(dy, d)
-    y2, m, n = rows.as_rows(yl, "y", op)
-    dy2, _, _ = rows.as_rows(dyl, "dy", op)
-    dx = rows.empty_like(yl)
-    if n:
-        rows.launch(rows.plan_for(y, name, n), log_softmax_backward_registers,
-                    log_softmax_backward_loop, dx.reshape(m, n), y2, dy2)
-    return rows.from_last(dx, d, nd)
+    return rows.map_rows("log_softmax_backward", log_softmax_backward_registers,
+                         log_softmax_backward_loop, dim, y=y, dy=dy)

@@ -290,6 +290,35 @@ def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_TH
     return Plan(dtype, n, backend, threads, threads, 1, vec, 1, 1, "loop")
 
 
+def map_rows(op, registers, loop, dim, **arrays):
+    """The output of a row-wise op whose kernels map rows of `arrays` (named,
+    in order: x, or y and dy) along `dim` to rows of one output like the
+    first: every array checked to have the first's dtype, shape and device,
+    `dim` moved last and back, the plan's kernel launched (launch()).
+    Softmax and log_softmax, forward and backward, are this."""
+    (first, a), *others = arrays.items()
+    name = dtype_name(a, first, op)
+    for what, b in others:
+        other = dtype_name(b, what, op)
+        if other != name:
+            raise MoyeTypeError(f"{op}: {what} is {other} but {first} is {name}; they must "
+                                "have the same dtype")
+        if tuple(b.shape) != tuple(a.shape):
+            raise ShapeError(f"{op}: {what} has shape {tuple(b.shape)} but {first} has "
+                             f"{tuple(a.shape)}; they must match")
+        if is_torch(a) != is_torch(b) or backend_of(a) != backend_of(b):
+            raise MoyeTypeError(f"{op}: {first} and {what} must be on the same device (both "
+                                "NumPy, both CPU tensors or both CUDA tensors)")
+    d = check_dim(a, dim, first, op)
+    nd = a.dim() if is_torch(a) else a.ndim
+    moved = [to_last(v, d) for v in arrays.values()]
+    flat = [as_rows(v, what, op) for what, v in zip(arrays, moved)]
+    _, m, n = flat[0]
+    out = empty_like(moved[0])
+    if n:
+        launch(plan_for(a, name, n), registers, loop, out.reshape(m, n), *(f[0] for f in flat))
+    return from_last(out, d, nd)
+
 def launch(p, registers, loop, out, *args):
     """Run plan `p`'s kernel over the (M, N) `out` and the other arguments:
     registers[grid, threads, cluster](out, *args, p.work), or

@@ -15,7 +15,6 @@ Two kernels each, on row_kernels' skeleton (rows.Plan says which):
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
 from ..device import block_idx, block_reduce, cast, exp2, maximum, thread_idx
-from ..errors import MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
 from . import rows
@@ -114,16 +113,7 @@ def softmax(x, dim=-1):
         >>> np.round(y.astype(float), 4).tolist()
         [[0.09, 0.2447, 0.6652]]
     """
-    name = rows.dtype_name(x, "x", "softmax")
-    d = rows.check_dim(x, dim, "x", "softmax")
-    nd = x.dim() if rows.is_torch(x) else x.ndim
-    xl = rows.to_last(x, d)
-    x2, m, n = rows.as_rows(xl, "x", "softmax")
-    y = rows.empty_like(xl)
-    if n:
-        rows.launch(rows.plan_for(x, name, n), softmax_registers, softmax_loop, y.reshape(m, n),
-                    x2)
-    return rows.from_last(y, d, nd)
+    return rows.map_rows("softmax", softmax_registers, softmax_loop, dim, x=x)
 
 
 def softmax_backward(y, dy, dim=-1):
@@ -137,24 +127,5 @@ def softmax_backward(y, dy, dim=-1):
         >>> np.round(dx.astype(float), 4).tolist()
         [[0.0819, -0.022, -0.0599]]
     """
-    name = rows.dtype_name(y, "y", "softmax_backward")
-    name_dy = rows.dtype_name(dy, "dy", "softmax_backward")
-    if name_dy != name:
-        raise MoyeTypeError(f"softmax_backward: dy is {name_dy} but y is {name}; they must "
-                                 "have the same dtype")
-    if tuple(dy.shape) != tuple(y.shape):
-        raise ShapeError(f"softmax_backward: dy has shape {tuple(dy.shape)} but y has "
-                              f"{tuple(y.shape)}; they must match")
-    if rows.is_torch(y) != rows.is_torch(dy) or rows.backend_of(y) != rows.backend_of(dy):
-        raise MoyeTypeError("softmax_backward: y and dy must be on the same device "
-                                 "(both NumPy, both CPU tensors or both CUDA tensors)")
-    d = rows.check_dim(y, dim, "y", "softmax_backward")
-    nd = y.dim() if rows.is_torch(y) else y.ndim
-    yl, dyl = rows.to_last(y, d), rows.to_last(dy, d)
-    y2, m, n = rows.as_rows(yl, "y", "softmax_backward")
-    dy2, _, _ = rows.as_rows(dyl, "dy", "softmax_backward")
-    dx = rows.empty_like(yl)
-    if n:
-        rows.launch(rows.plan_for(y, name, n), softmax_backward_registers, softmax_backward_loop,
-                    dx.reshape(m, n), y2, dy2)
-    return rows.from_last(dx, d, nd)
+    return rows.map_rows("softmax_backward", softmax_backward_registers, softmax_backward_loop, dim,
+                         y=y, dy=dy)
