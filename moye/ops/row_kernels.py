@@ -225,14 +225,14 @@ def store_row(g, r, t, nt, n):
 
 
 @func
-def row_max(r, TPR, CLUSTER):
-    """The max of this thread's row, held in the fragments `r` of its threads
-    (-inf past the row's end), returned to each of them in r's type."""
+def fragment_max(r):
+    """The max of this thread's fragment `r` (no less than lowest(): finite,
+    so that exp2(x - max) is 0 for a -inf fill, not NaN)."""
     m = cast(lowest(r.dtype), r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
             m = maximum(m, r[e, k])
-    return row_reduce(m, "max", TPR, CLUSTER)
+    return m
 
 
 @func
@@ -243,10 +243,7 @@ def row_logsumexp(r, TPR, CLUSTER):
     that x - m - l loses nothing to a large m. One pass over the registers
     for each thread's max, one for its sum of exp2((x - max) log2(e)), then
     one merge of the threads' (max, sum) pairs (row_max_sumexp)."""
-    m = cast(lowest(r.dtype), r.dtype)
-    for k in range(size(r, 1)):
-        for e in range(size(r, 0)):
-            m = maximum(m, r[e, k])
+    m = fragment_max(r)
     s = cast(0.0, r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):

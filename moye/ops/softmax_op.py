@@ -14,12 +14,13 @@ Two kernels each, on row_kernels' skeleton (rows.Plan says which):
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import block_idx, block_reduce, cast, exp2, maximum, thread_idx
+from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
 from . import rows
-from .row_kernels import (LOG2E, load_chunk, loop_logsumexp, lowest, math_type, my_row, owns_row,
-                          row_fragment, row_max_sumexp, row_reduce, store_chunk, store_row)
+from .row_kernels import (LOG2E, fragment_max, load_chunk, loop_logsumexp, math_type, my_row,
+                          owns_row, row_fragment, row_max_sumexp, row_reduce, store_chunk,
+                          store_row)
 
 # -- kernels ---------------------------------------------------------------------------------
 
@@ -28,10 +29,7 @@ def softmax_registers(y, x, WORK: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
     row, t, nt, r = my_row(x, -float("inf"), WORK)
-    m = cast(lowest(r.dtype), r.dtype)
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            m = maximum(m, r[e, k])
+    m = fragment_max(r)
     s = cast(0.0, r.dtype)
     for k in range(CHUNKS):
         for e in range(VEC):
