@@ -199,10 +199,6 @@ def _rows(logits, target, ignore_index, op):
     return name, x2, target.reshape(m), m, n
 
 
-def _loss_type(name):
-    return "float64" if name == "float64" else "float32"
-
-
 # -- the ops ---------------------------------------------------------------------------------
 
 def cross_entropy_forward(logits, target, ignore_index=-100):
@@ -224,7 +220,7 @@ def cross_entropy_forward(logits, target, ignore_index=-100):
 
 def _forward(logits, target, ignore_index, op):
     name, x2, t1, m, n = _rows(logits, target, ignore_index, op)
-    out = _loss_type(name)
+    out = rows.stats_dtype(name)
     loss = rows.empty(logits, (m,), out)
     lse = rows.empty(logits, (m,), out)
     rows.launch(rows.plan_for(logits, name, n), cross_entropy_registers, cross_entropy_loop,
@@ -249,10 +245,9 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
     """
     op = "cross_entropy_backward"
     name, x2, t1, m, n = _rows(logits, target, ignore_index, op)
-    out = _loss_type(name)
+    out = rows.stats_dtype(name)
     for what, v in (("dloss", dloss), ("lse", lse)):
-        if rows.is_torch(v) != rows.is_torch(logits) or rows.backend_of(v) != \
-                rows.backend_of(logits):
+        if not rows.same_place(v, logits):
             raise MoyeTypeError(f"{op}: {what} must be on logits' device (both NumPy, both CPU "
                                 "tensors or both CUDA tensors)")
         vname = rows.dtype_name(v, what, op)

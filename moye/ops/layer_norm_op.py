@@ -20,8 +20,7 @@ from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
 from ..layout import Layout, size
 
 from . import rows
-from .norm_args import (as_scalar, check_eps, check_like, check_param, check_stat,
-                        stat_dtype)
+from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
 from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, my_row, owns_row,
                           row_reduce, row_sums, store_chunk, store_partial, store_row)
 
@@ -256,8 +255,8 @@ def layer_norm_forward(x, weight, bias, eps):
     bias = check_param(bias, "bias", x, name, n, OP)
     eps = check_eps(eps, OP)
     y = rows.empty_like(x)
-    mean = rows.empty(x, tuple(x.shape[:-1]), stat_dtype(name))
-    rstd = rows.empty(x, tuple(x.shape[:-1]), stat_dtype(name))
+    mean = rows.empty(x, tuple(x.shape[:-1]), rows.stats_dtype(name))
+    rstd = rows.empty(x, tuple(x.shape[:-1]), rows.stats_dtype(name))
     if n == 0:
         mean[...] = 0                  # the moments of no elements: 0
         rstd[...] = eps ** -0.5
@@ -308,8 +307,8 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
     p = rows.plan_fitting(x, name, n, FRAGMENTS)
     count = rows.group_count(p, x, m, FRAGMENTS)
     dx2 = dx.reshape(m, n)
-    pw = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
-    pb = rows.empty(x, (count, n), stat_dtype(name))
+    pw = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
+    pb = rows.empty(x, (count, n), rows.stats_dtype(name))
     rows.launch_groups(p, layer_norm_backward_registers, layer_norm_backward_loop, count, dx2,
                        pw, pb, dy2, x2, x2 if weight is None else weight, mean1, rstd1,
                        as_scalar(1 / n, name), weight is not None, True)

@@ -9,17 +9,10 @@ from ..errors import MoyeTypeError, ShapeError
 from . import rows
 
 
-def stat_dtype(name):
-    """The dtype of the statistics (and the partial sums) for inputs of
-    dtype `name`: 'float64' for float64, else 'float32'."""
-    return "float64" if name == "float64" else "float32"
-
-
 def same_device(a, b, what, op):
     """A MoyeTypeError unless `a` (the argument `what`) lives where `b` (x)
     does: both NumPy, both CPU tensors, or both CUDA tensors (one device)."""
-    ta = rows.is_torch(a)
-    if ta != rows.is_torch(b) or ta and a.device != b.device:
+    if not rows.same_place(a, b):
         kinds = [f"a {t.device} tensor" if rows.is_torch(t) else "a NumPy array"
                  for t in (a, b)]
         raise MoyeTypeError(f"{op}: {what} is {kinds[0]} but x is {kinds[1]}; they must be on "
@@ -67,11 +60,11 @@ def check_like(a, what, x, name, op):
 
 
 def check_stat(s, what, x, name, op):
-    """`s` (mean or rstd from the forward): x.shape[:-1], stat_dtype(name)."""
+    """`s` (mean or rstd from the forward): x.shape[:-1], rows.stats_dtype(name)."""
     sname = rows.dtype_name(s, what, op)
-    if sname != stat_dtype(name):
+    if sname != rows.stats_dtype(name):
         raise MoyeTypeError(f"{op}: {what} is {sname}; for {name} x it must be "
-                            f"{stat_dtype(name)}, as the forward returns it")
+                            f"{rows.stats_dtype(name)}, as the forward returns it")
     if tuple(s.shape) != tuple(x.shape[:-1]):
         raise ShapeError(f"{op}: {what} has shape {tuple(s.shape)} but x has "
                          f"{tuple(x.shape)}; it must have x's shape without the last "

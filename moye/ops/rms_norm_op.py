@@ -21,8 +21,7 @@ from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
 from ..layout import Layout, size
 
 from . import rows
-from .norm_args import (as_scalar, check_eps, check_like, check_param, check_stat,
-                        stat_dtype)
+from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
 from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, my_row, owns_row,
                           row_reduce, store_chunk, store_partial, store_row)
 
@@ -190,7 +189,7 @@ def rms_norm_forward(x, weight, eps):
     weight = check_param(weight, "weight", x, name, n, OP)
     eps = check_eps(eps, OP)
     y = rows.empty_like(x)
-    rstd = rows.empty(x, tuple(x.shape[:-1]), stat_dtype(name))
+    rstd = rows.empty(x, tuple(x.shape[:-1]), rows.stats_dtype(name))
     if n == 0:
         rstd[...] = eps ** -0.5        # the mean of no squares: 0
     elif m:
@@ -231,7 +230,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     p = rows.plan_fitting(x, name, n, FRAGMENTS)
     count = rows.group_count(p, x, m, FRAGMENTS)
     dx2 = dx.reshape(m, n)
-    part = dx2 if weight is None else rows.empty(x, (count, n), stat_dtype(name))
+    part = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
     rows.launch_groups(p, rms_norm_backward_registers, rms_norm_backward_loop, count, dx2,
                        part, dy2, x2, x2 if weight is None else weight, rstd1,
                        as_scalar(1 / n, name), weight is not None)

@@ -131,6 +131,20 @@ def backend_of(x):
     return "cpu"
 
 
+def same_place(a, b):
+    """Whether `a` and `b` live in one place: both NumPy arrays, or torch
+    tensors on one device (two CUDA tensors on different GPUs do not)."""
+    ta = is_torch(a)
+    return ta == is_torch(b) and (not ta or a.device == b.device)
+
+
+def stats_dtype(name):
+    """The dtype of the per-row statistics (rstd, mean, lse, loss) and of
+    the partial sums, for inputs of dtype `name`: 'float64' for float64,
+    else 'float32'."""
+    return "float64" if name == "float64" else "float32"
+
+
 def max_cluster(x):
     """The largest thread-block cluster for `x`'s device: MAX_CLUSTER on a
     CUDA device of compute capability 9.0 or later, else 1 (none)."""
@@ -306,7 +320,7 @@ def map_rows(op, registers, loop, dim, **arrays):
         if tuple(b.shape) != tuple(a.shape):
             raise ShapeError(f"{op}: {what} has shape {tuple(b.shape)} but {first} has "
                              f"{tuple(a.shape)}; they must match")
-        if is_torch(a) != is_torch(b) or backend_of(a) != backend_of(b):
+        if not same_place(a, b):
             raise MoyeTypeError(f"{op}: {first} and {what} must be on the same device (both "
                                 "NumPy, both CPU tensors or both CUDA tensors)")
     d = check_dim(a, dim, first, op)

@@ -229,3 +229,13 @@ def test_variants_cover_every_path():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile_with_nvrtc(arch):
     compile_variants(_variants(), arch)
+
+
+def test_tensors_on_different_devices_are_refused():
+    """Two torch tensors must share a device, not only a kind (a meta
+    tensor stands in for a second GPU)."""
+    torch = pytest.importorskip("torch")
+    y = torch.ones(2, 3)
+    with pytest.raises(moye.MoyeTypeError, match="softmax_backward: y and dy must be on the "
+                                                 "same device"):
+        softmax_backward(y, torch.ones(2, 3, device="meta"))
