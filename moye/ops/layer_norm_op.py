@@ -16,13 +16,16 @@ for row_kernels.column_sum.
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
+from ..device import (block_idx, block_reduce, cast, cp_async_wait, grid_dim, rsqrt, shared_array,
+                      thread_idx)
 from ..layout import Layout, size
 
 from . import rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, my_row, owns_row,
-                          row_reduce, row_sums, store_chunk, store_partial, store_row)
+from .row_kernels import (end_groups, group_place, groups, load_chunk, load_row, looped_sums,
+                          math_type, my_row, owns_row, row_reduce, slab_fragment, slab_place,
+                          slab_total, stage_next, store_chunk, store_partial, store_row,
+                          store_slab, unstage_row)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -129,7 +132,7 @@ def layer_norm_loop(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr, HAS_B: Co
 
 @kernel(fast_math=True)
 def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: Constexpr,
-                                  HAS_B: Constexpr, WORK: Constexpr):
+                                  HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
     first, count, step = groups(ROWS, CLUSTER, m_rows)
@@ -147,10 +150,23 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
             rw[e, k] = cast(1.0, mt)
     if HAS_W:                          # the same for every row: loaded once
         load_row(rw, w, t, nt, n, 1.0)
+    if STAGED:                         # x and dy of the next group in flight meanwhile
+        sx = shared_array(x.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
+        sdy = shared_array(dy.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
+        stage_next(sx, sdy, x, dy, 0, first - step, count, step, ROWS, TPR, CLUSTER, THREADS,
+                   m_rows)
+    slot = 0
     for g in range(first, count, step):
         row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, g)
-        load_row(rx, x[row, None], t, nt, n, 0.0)
-        load_row(rdy, dy[row, None], t, nt, n, 0.0)
+        if STAGED:
+            stage_next(sx, sdy, x, dy, 1 - slot, g, count, step, ROWS, TPR, CLUSTER, THREADS,
+                       m_rows)
+            cp_async_wait(1)
+            unstage_row(rx, sx, slot, t, nt, n, 0.0)
+            unstage_row(rdy, sdy, slot, t, nt, n, 0.0)
+        else:
+            load_row(rx, x[row, None], t, nt, n, 0.0)
+            load_row(rdy, dy[row, None], t, nt, n, 0.0)
         mu = cast(mean[row], mt)
         rs = cast(rstd[row], mt)
         sg = cast(0.0, mt)
@@ -160,7 +176,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                 rx[e, k] = (rx[e, k] - mu) * rs       # xhat (the fill's is never used)
                 sg = sg + rdy[e, k] * rw[e, k]
                 sgx = sgx + rdy[e, k] * rw[e, k] * rx[e, k]
-        sg, sgx = row_sums(sg, sgx, TPR, CLUSTER)
+        sg, sgx = looped_sums(sg, sgx, slot, TPR, CLUSTER, THREADS)
         sg = sg * rn
         sgx = sgx * rn
         if mine:
@@ -172,6 +188,8 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                         accb[e, k] = accb[e, k] + rdy[e, k]
                     rx[e, k] = rs * (rdy[e, k] * rw[e, k] - sg - rx[e, k] * sgx)
             store_row(dx[row, None], rx, t, nt, n)
+        slot = 1 - slot
+    end_groups(CLUSTER)
     if HAS_W:
         store_partial(pw[first, None], accw, t, nt, n, ROWS, THREADS)
     if HAS_B:
@@ -179,59 +197,69 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
 
 
 @kernel(fast_math=True)
-def layer_norm_backward_loop(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: Constexpr,
-                             HAS_B: Constexpr, VEC: Constexpr, THREADS: Constexpr):
-    m_rows, n = size(x, 0), size(x, 1)
+def layer_norm_backward_sums(sums_g, sums_gx, dy, x, w, mean, rstd, HAS_W: Constexpr,
+                             SLAB: Constexpr):
+    """Rows too long for a block's registers, step 1: the sums of g = dy * w
+    and of g * xhat over slab s of the row (slab_place), in sums_g[row, s]
+    and sums_gx[row, s]."""
+    VEC, CHUNKS, THREADS = SLAB
+    row, slab, left = slab_place(size(sums_g, 1), size(x, 1), block_idx.x, SLAB)
     mt = math_type(x.dtype)
-    rx = make_fragment_like(Layout((VEC, 1)), mt)
-    rdy = make_fragment_like(Layout((VEC, 1)), mt)
-    rw = make_fragment_like(Layout((VEC, 1)), mt)
-    acc = make_fragment_like(Layout((VEC, 1)), mt)
-    gpw, gpb = pw[block_idx.x, None], pb[block_idx.x, None]
-    for e in range(VEC):               # the block's column sums, in its partial rows
-        acc[e, 0] = cast(0.0, mt)
-        rw[e, 0] = cast(1.0, mt)
-    for c in range(thread_idx.x, n // VEC, THREADS):
-        if HAS_W:
-            store_chunk(gpw, c, acc, 0)
-        if HAS_B:
-            store_chunk(gpb, c, acc, 0)
-    for row in range(block_idx.x, m_rows, grid_dim.x):
-        gx, gdy, gdx = x[row, None], dy[row, None], dx[row, None]
+    rx = slab_fragment(x[row, None], slab, left, 0.0, mt, SLAB, True)
+    rdy = slab_fragment(dy[row, None], slab, left, 0.0, mt, SLAB, True)
+    rw = slab_fragment(w, slab, left, 1.0, mt, SLAB, HAS_W)
+    mu = cast(mean[row], mt)
+    rs = cast(rstd[row], mt)
+    sg = cast(0.0, mt)
+    sgx = cast(0.0, mt)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            sg = sg + rdy[e, k] * rw[e, k]
+            sgx = sgx + rdy[e, k] * rw[e, k] * (rx[e, k] - mu) * rs
+    sg = block_reduce(sg, "sum")
+    sgx = block_reduce(sgx, "sum")
+    if thread_idx.x == 0:
+        sums_g[row, slab] = sg
+        sums_gx[row, slab] = sgx
+
+
+@kernel(fast_math=True)
+def layer_norm_backward_slabs(dx, pw, pb, dy, x, w, mean, rstd, sums_g, sums_gx, rn,
+                              HAS_W: Constexpr, HAS_B: Constexpr, SLAB: Constexpr):
+    """Step 2: a block per (row group, slab), looping over the group's rows:
+    dx from the row's slab sums, the slab's dweight and dbias columns in
+    registers, written as row `group` of the partials."""
+    VEC, CHUNKS, THREADS = SLAB
+    slabs = size(sums_g, 1)
+    group, slab, left = slab_place(slabs, size(x, 1), block_idx.x, SLAB)
+    mt = math_type(x.dtype)
+    rw = slab_fragment(w, slab, left, 1.0, mt, SLAB, HAS_W)
+    accw = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    accb = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            accw[e, k] = cast(0.0, mt)
+            accb[e, k] = cast(0.0, mt)
+    for row in range(group, size(x, 0), grid_dim.x // slabs):
+        rx = slab_fragment(x[row, None], slab, left, 0.0, mt, SLAB, True)
+        rdy = slab_fragment(dy[row, None], slab, left, 0.0, mt, SLAB, True)
         mu = cast(mean[row], mt)
         rs = cast(rstd[row], mt)
-        sg = cast(0.0, mt)
-        sgx = cast(0.0, mt)
-        for c in range(thread_idx.x, n // VEC, THREADS):
-            load_chunk(rx, 0, gx, c)
-            load_chunk(rdy, 0, gdy, c)
-            if HAS_W:
-                load_chunk(rw, 0, w, c)
+        sg = cast(slab_total(sums_g, row), mt) * rn
+        sgx = cast(slab_total(sums_gx, row), mt) * rn
+        for k in range(CHUNKS):
             for e in range(VEC):
-                sg = sg + rdy[e, 0] * rw[e, 0]
-                sgx = sgx + rdy[e, 0] * rw[e, 0] * (rx[e, 0] - mu) * rs
-        sg = block_reduce(sg, "sum") * rn
-        sgx = block_reduce(sgx, "sum") * rn
-        for c in range(thread_idx.x, n // VEC, THREADS):
-            load_chunk(rx, 0, gx, c)
-            load_chunk(rdy, 0, gdy, c)
-            if HAS_W:
-                load_chunk(rw, 0, w, c)
-            for e in range(VEC):
-                rx[e, 0] = (rx[e, 0] - mu) * rs
-            if HAS_W:
-                load_chunk(acc, 0, gpw, c)
-                for e in range(VEC):
-                    acc[e, 0] = acc[e, 0] + rdy[e, 0] * rx[e, 0]
-                store_chunk(gpw, c, acc, 0)
-            if HAS_B:
-                load_chunk(acc, 0, gpb, c)
-                for e in range(VEC):
-                    acc[e, 0] = acc[e, 0] + rdy[e, 0]
-                store_chunk(gpb, c, acc, 0)
-            for e in range(VEC):
-                rx[e, 0] = rs * (rdy[e, 0] * rw[e, 0] - sg - rx[e, 0] * sgx)
-            store_chunk(gdx, c, rx, 0)
+                rx[e, k] = (rx[e, k] - mu) * rs
+                if HAS_W:
+                    accw[e, k] = accw[e, k] + rdy[e, k] * rx[e, k]
+                if HAS_B:
+                    accb[e, k] = accb[e, k] + rdy[e, k]
+                rx[e, k] = rs * (rdy[e, k] * rw[e, k] - sg - rx[e, k] * sgx)
+        store_slab(dx[row, None], rx, slab, left, SLAB)
+    if HAS_W:
+        store_slab(pw[group, None], accw, slab, left, SLAB)
+    if HAS_B:
+        store_slab(pb[group, None], accb, slab, left, SLAB)
 
 
 # -- the ops ---------------------------------------------------------------------------------
@@ -305,15 +333,28 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
             sums.append(s)
         return dx, sums[0], sums[1]
     p = rows.plan_fitting(x, name, n, FRAGMENTS)
-    count = rows.group_count(p, x, m, FRAGMENTS)
-    dx2 = dx.reshape(m, n)
-    pw = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
-    pb = rows.empty(x, (count, n), rows.stats_dtype(name))
-    rows.launch_groups(p, layer_norm_backward_registers, layer_norm_backward_loop, count, dx2,
-                       pw, pb, dy2, x2, x2 if weight is None else weight, mean1, rstd1,
-                       as_scalar(1 / n, name), weight is not None, True)
-    dw = None if weight is None else rows.sum_columns(pw, pname)
-    return dx, dw, rows.sum_columns(pb, pname)
+    dx2, w = dx.reshape(m, n), x2 if weight is None else weight
+    stats = rows.stats_dtype(name)
+    if p.kernel == "loop":              # rows too long for registers: two kernels over slabs
+        work, slabs, used = rows.slab_plan(p, x, m, n, FRAGMENTS)
+        sums_g, sums_gx = rows.empty(x, (m, slabs), stats), rows.empty(x, (m, slabs), stats)
+        rows.run(p, layer_norm_backward_sums, m * slabs, work, sums_g, sums_gx, dy2, x2, w,
+                 mean1, rstd1, weight is not None, work)
+        pw = dx2 if weight is None else rows.empty(x, (used, n), stats)
+        pb = rows.empty(x, (used, n), stats)
+        rows.run(p, layer_norm_backward_slabs, used * slabs, work, dx2, pw, pb, dy2, x2, w,
+                 mean1, rstd1, sums_g, sums_gx, as_scalar(1 / n, name), weight is not None,
+                 True, work)
+    else:
+        staged = rows.staged(p, x, 2)
+        count = rows.group_count(p, x, m, FRAGMENTS, rows.ring_bytes(p, 2) if staged else 0)
+        pw = dx2 if weight is None else rows.empty(x, (count, n), stats)
+        pb = rows.empty(x, (count, n), stats)
+        used = rows.launch_groups(p, layer_norm_backward_registers, count, dx2, pw, pb, dy2,
+                                  x2, w, mean1, rstd1, as_scalar(1 / n, name),
+                                  weight is not None, True, staged=staged)
+    dw = None if weight is None else rows.sum_columns(pw[:used], pname)
+    return dx, dw, rows.sum_columns(pb[:used], pname)
 
 
 def layer_norm(x, weight, bias, eps=1e-5):

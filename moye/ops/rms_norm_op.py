@@ -17,13 +17,16 @@ On row_kernels' skeleton (rows.Plan picks the kernel):
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
+from ..device import (block_idx, block_reduce, cast, cp_async_wait, grid_dim, rsqrt, shared_array,
+                      thread_idx)
 from ..layout import Layout, size
 
 from . import rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (group_place, groups, load_chunk, load_row, math_type, my_row, owns_row,
-                          row_reduce, store_chunk, store_partial, store_row)
+from .row_kernels import (end_groups, group_place, groups, load_chunk, load_row, looped_sums,
+                          math_type, my_row, owns_row, row_reduce, slab_fragment, slab_place,
+                          slab_total, stage_next, store_chunk, store_partial, store_row,
+                          store_slab, unstage_row)
 
 OP = "rms_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and the sums
@@ -89,7 +92,7 @@ def rms_norm_loop(y, rstd, x, w, eps, rn, HAS_W: Constexpr, VEC: Constexpr,
 
 @kernel(fast_math=True)
 def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
-                                WORK: Constexpr):
+                                WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
     first, count, step = groups(ROWS, CLUSTER, m_rows)
@@ -105,17 +108,30 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
             rw[e, k] = cast(1.0, mt)
     if HAS_W:                          # the same for every row: loaded once
         load_row(rw, w, t, nt, n, 1.0)
+    if STAGED:                         # x and dy of the next group in flight meanwhile
+        sx = shared_array(x.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
+        sdy = shared_array(dy.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
+        stage_next(sx, sdy, x, dy, 0, first - step, count, step, ROWS, TPR, CLUSTER, THREADS,
+                   m_rows)
+    slot = 0
     for g in range(first, count, step):
         row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, g)
-        load_row(rx, x[row, None], t, nt, n, 0.0)
-        load_row(rdy, dy[row, None], t, nt, n, 0.0)
+        if STAGED:
+            stage_next(sx, sdy, x, dy, 1 - slot, g, count, step, ROWS, TPR, CLUSTER, THREADS,
+                       m_rows)
+            cp_async_wait(1)
+            unstage_row(rx, sx, slot, t, nt, n, 0.0)
+            unstage_row(rdy, sdy, slot, t, nt, n, 0.0)
+        else:
+            load_row(rx, x[row, None], t, nt, n, 0.0)
+            load_row(rdy, dy[row, None], t, nt, n, 0.0)
         rs = cast(rstd[row], mt)
         d = cast(0.0, mt)
         for k in range(CHUNKS):
             for e in range(VEC):
                 d = d + rdy[e, k] * rw[e, k] * rx[e, k]
         # d = rstd^2 * mean(g * xhat), so that dx = rstd * g - x * d
-        d = row_reduce(d, "sum", TPR, CLUSTER) * rs * rs * rs * rn
+        d = looped_sums(d, None, slot, TPR, CLUSTER, THREADS)[0] * rs * rs * rs * rn
         if mine:
             for k in range(CHUNKS):
                 for e in range(VEC):
@@ -123,52 +139,59 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
                         acc[e, k] = acc[e, k] + rdy[e, k] * rx[e, k] * rs
                     rx[e, k] = rs * rdy[e, k] * rw[e, k] - rx[e, k] * d
             store_row(dx[row, None], rx, t, nt, n)
+        slot = 1 - slot
+    end_groups(CLUSTER)
     if HAS_W:
         store_partial(part[first, None], acc, t, nt, n, ROWS, THREADS)
 
 
 @kernel(fast_math=True)
-def rms_norm_backward_loop(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr, VEC: Constexpr,
-                           THREADS: Constexpr):
-    m_rows, n = size(x, 0), size(x, 1)
+def rms_norm_backward_sums(sums, dy, x, w, HAS_W: Constexpr, SLAB: Constexpr):
+    """Rows too long for a block's registers, step 1: sums[row, s] = the sum
+    of dy * w * x over slab s of the row (slab_place)."""
+    VEC, CHUNKS, THREADS = SLAB
+    row, slab, left = slab_place(size(sums, 1), size(x, 1), block_idx.x, SLAB)
     mt = math_type(x.dtype)
-    rx = make_fragment_like(Layout((VEC, 1)), mt)
-    rdy = make_fragment_like(Layout((VEC, 1)), mt)
-    rw = make_fragment_like(Layout((VEC, 1)), mt)
-    acc = make_fragment_like(Layout((VEC, 1)), mt)
-    gp = part[block_idx.x, None]
-    if HAS_W:                          # the block's column sums, in its partial row
+    rx = slab_fragment(x[row, None], slab, left, 0.0, mt, SLAB, True)
+    rdy = slab_fragment(dy[row, None], slab, left, 0.0, mt, SLAB, True)
+    rw = slab_fragment(w, slab, left, 1.0, mt, SLAB, HAS_W)
+    d = cast(0.0, mt)
+    for k in range(CHUNKS):
         for e in range(VEC):
-            acc[e, 0] = cast(0.0, mt)
-        for c in range(thread_idx.x, n // VEC, THREADS):
-            store_chunk(gp, c, acc, 0)
-    for e in range(VEC):
-        rw[e, 0] = cast(1.0, mt)
-    for row in range(block_idx.x, m_rows, grid_dim.x):
-        gx, gdy, gdx = x[row, None], dy[row, None], dx[row, None]
+            d = d + rdy[e, k] * rw[e, k] * rx[e, k]
+    d = block_reduce(d, "sum")
+    if thread_idx.x == 0:
+        sums[row, slab] = d
+
+
+@kernel(fast_math=True)
+def rms_norm_backward_slabs(dx, part, dy, x, w, rstd, sums, rn, HAS_W: Constexpr,
+                            SLAB: Constexpr):
+    """Step 2: a block per (row group, slab), looping over the group's rows:
+    dx from the row's slab sums, the slab's dweight columns in registers,
+    written as row `group` of the partial."""
+    VEC, CHUNKS, THREADS = SLAB
+    slabs = size(sums, 1)
+    group, slab, left = slab_place(slabs, size(x, 1), block_idx.x, SLAB)
+    mt = math_type(x.dtype)
+    rw = slab_fragment(w, slab, left, 1.0, mt, SLAB, HAS_W)
+    acc = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            acc[e, k] = cast(0.0, mt)
+    for row in range(group, size(x, 0), grid_dim.x // slabs):
+        rx = slab_fragment(x[row, None], slab, left, 0.0, mt, SLAB, True)
+        rdy = slab_fragment(dy[row, None], slab, left, 0.0, mt, SLAB, True)
         rs = cast(rstd[row], mt)
-        d = cast(0.0, mt)
-        for c in range(thread_idx.x, n // VEC, THREADS):
-            load_chunk(rx, 0, gx, c)
-            load_chunk(rdy, 0, gdy, c)
-            if HAS_W:
-                load_chunk(rw, 0, w, c)
-            for e in range(VEC):
-                d = d + rdy[e, 0] * rw[e, 0] * rx[e, 0]
-        d = block_reduce(d, "sum") * rs * rs * rs * rn
-        for c in range(thread_idx.x, n // VEC, THREADS):
-            load_chunk(rx, 0, gx, c)
-            load_chunk(rdy, 0, gdy, c)
-            if HAS_W:
-                load_chunk(rw, 0, w, c)
-                load_chunk(acc, 0, gp, c)
+        d = cast(slab_total(sums, row), mt) * rs * rs * rs * rn
+        for k in range(CHUNKS):
             for e in range(VEC):
                 if HAS_W:
-                    acc[e, 0] = acc[e, 0] + rdy[e, 0] * rx[e, 0] * rs
-                rx[e, 0] = rs * rdy[e, 0] * rw[e, 0] - rx[e, 0] * d
-            store_chunk(gdx, c, rx, 0)
-            if HAS_W:
-                store_chunk(gp, c, acc, 0)
+                    acc[e, k] = acc[e, k] + rdy[e, k] * rx[e, k] * rs
+                rx[e, k] = rs * rdy[e, k] * rw[e, k] - rx[e, k] * d
+        store_slab(dx[row, None], rx, slab, left, SLAB)
+    if HAS_W:
+        store_slab(part[group, None], acc, slab, left, SLAB)
 
 
 # -- the ops ---------------------------------------------------------------------------------
@@ -228,15 +251,25 @@ def rms_norm_backward(dy, x, weight, rstd):
             dw[...] = 0
         return dx, dw
     p = rows.plan_fitting(x, name, n, FRAGMENTS)
-    count = rows.group_count(p, x, m, FRAGMENTS)
-    dx2 = dx.reshape(m, n)
-    part = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
-    rows.launch_groups(p, rms_norm_backward_registers, rms_norm_backward_loop, count, dx2,
-                       part, dy2, x2, x2 if weight is None else weight, rstd1,
-                       as_scalar(1 / n, name), weight is not None)
+    dx2, w = dx.reshape(m, n), x2 if weight is None else weight
+    if p.kernel == "loop":              # rows too long for registers: two kernels over slabs
+        work, slabs, used = rows.slab_plan(p, x, m, n, FRAGMENTS)
+        sums = rows.empty(x, (m, slabs), rows.stats_dtype(name))
+        rows.run(p, rms_norm_backward_sums, m * slabs, work, sums, dy2, x2, w,
+                 weight is not None, work)
+        part = dx2 if weight is None else rows.empty(x, (used, n), rows.stats_dtype(name))
+        rows.run(p, rms_norm_backward_slabs, used * slabs, work, dx2, part, dy2, x2, w, rstd1,
+                 sums, as_scalar(1 / n, name), weight is not None, work)
+    else:
+        staged = rows.staged(p, x, 2)
+        count = rows.group_count(p, x, m, FRAGMENTS, rows.ring_bytes(p, 2) if staged else 0)
+        part = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
+        used = rows.launch_groups(p, rms_norm_backward_registers, count, dx2, part, dy2, x2, w,
+                                  rstd1, as_scalar(1 / n, name), weight is not None,
+                                  staged=staged)
     if weight is None:
         return dx, None
-    return dx, rows.sum_columns(part, rows.dtype_name(weight, "weight", op))
+    return dx, rows.sum_columns(part[:used], rows.dtype_name(weight, "weight", op))
 
 
 def rms_norm(x, weight, eps=1e-6):

@@ -30,8 +30,9 @@ from ..compiler import func, kernel
 from ..compiler import range as unrolled_range
 from ..device import (atomic_add, block_idx, block_rank_in_cluster, block_reduce, cast,
                       cluster_arrive, cluster_grid_dim, cluster_idx, cluster_reduce, cluster_sync,
-                      cluster_wait, exp2, grid_dim, log2, maximum, minimum, peer_shared,
-                      shared_array, sync_threads, thread_idx, warp_reduce)
+                      cluster_wait, cp_async_commit, cucopyto, exp2, grid_dim,
+                      log2, maximum, minimum, peer_shared, shared_array, sync_threads,
+                      thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
 from ..types import Float32, Float64
@@ -114,27 +115,66 @@ def row_max_sumexp(m, s, TPR, CLUSTER):
 
 
 @func
-def row_sums(a, b, TPR, CLUSTER):
-    """(the sum of a, the sum of b) over the threads of this thread's row:
-    two row_reduce sums, but in a cluster one DSMEM exchange of the blocks'
-    pairs (cluster_pairs)."""
+def looped_sums(a, b, slot, TPR, CLUSTER, THREADS):
+    """For kernels that loop over row groups (the backwards): the sums of
+    `a` and of `b` (None: a's alone, and None) over this thread's row, with
+    as few barriers as a loop allows: warp shuffles, then (a row of more
+    than a warp) the warps' sums through shared memory and one block
+    barrier, then (a cluster) the blocks' sums through DSMEM and one cluster
+    barrier. Each array has two slots, `slot` alternating 0 and 1 in the
+    loop: a slot is written again only after every thread has passed the
+    next call's barrier, so after all have read it. The kernel calls
+    end_groups() after its loop."""
+    lanes = min(TPR, 32)
+    sa = warp_reduce(a, "sum", lanes)
+    sb = None
+    if b is not None:
+        sb = warp_reduce(b, "sum", lanes)
+    if TPR > 32:
+        WARPS = THREADS // 32
+        warps = shared_array(a.type, Layout((WARPS, 2, 2)), align=16)
+        if thread_idx.x % 32 == 0:
+            warps[thread_idx.x // 32, 0, slot] = sa
+            if b is not None:
+                warps[thread_idx.x // 32, 1, slot] = sb
+        sync_threads()
+        sa = warps[0, 0, slot]
+        for w in range(1, WARPS):
+            sa = sa + warps[w, 0, slot]
+        if b is not None:
+            sb = warps[0, 1, slot]
+            for w in range(1, WARPS):
+                sb = sb + warps[w, 1, slot]
     if CLUSTER > 1:
-        sa, sb = cluster_pairs(block_reduce(a, "sum"), block_reduce(b, "sum"), add_pairs,
-                               CLUSTER)
-    else:
-        sa = row_reduce(a, "sum", TPR, CLUSTER)
-        sb = row_reduce(b, "sum", TPR, CLUSTER)
+        blocks = shared_array(a.type, Layout((2, 2)), align=16)
+        if thread_idx.x == 0:
+            blocks[0, slot] = sa
+            if b is not None:
+                blocks[1, slot] = sb
+        cluster_sync()
+        sa = peer_shared(blocks, 0)[0, slot]
+        for r in range(1, CLUSTER):
+            sa = sa + peer_shared(blocks, r)[0, slot]
+        if b is not None:
+            sb = peer_shared(blocks, 0)[1, slot]
+            for r in range(1, CLUSTER):
+                sb = sb + peer_shared(blocks, r)[1, slot]
     return sa, sb
+
+
+@func
+def end_groups(CLUSTER):
+    """After a loop of looped_sums: in a cluster, a cluster barrier, so that
+    no block exits (its shared memory gone) while another still reads its
+    last sums."""
+    if CLUSTER > 1:
+        cluster_sync()
 
 
 def merge_max_sumexp(m1, s1, m2, s2):
     """Two (max, sum of exp(x - max)) pairs as one."""
     big = maximum(m1, m2)
     return big, s1 * exp2((m1 - big) * LOG2E) + s2 * exp2((m2 - big) * LOG2E)
-
-
-def add_pairs(a1, b1, a2, b2):
-    return a1 + a2, b1 + b2
 
 
 @func
@@ -222,6 +262,48 @@ def store_row(g, r, t, nt, n):
         c = k * nt + t
         if c * size(r, 0) < n:
             store_chunk(g, c, r, k)
+
+
+@func
+def stage_row(s, slot, g, t, nt, n):
+    """Start copying (cp.async, not waited for) this thread's chunks of the
+    row `g` (n elements) into its places in stage `slot` of the shared ring
+    `s`, a (VEC, THREADS, CHUNKS, stages) array of g's type: the chunks
+    load_row would read, read later by unstage_row. Only this thread reads
+    them, so its cp_async_wait is all the waiting they need."""
+    vec = size(s, 0)
+    for k in range(size(s, 2)):
+        c = k * nt + t
+        if c * vec < n:
+            cucopyto(s[None, thread_idx.x, k, slot], tile(g, (vec,), (c,)))
+
+
+@func
+def unstage_row(r, s, slot, t, nt, n, fill):
+    """load_row from stage `slot` of the shared ring `s` (filled by stage_row
+    and waited for): this thread's chunks into the (VEC, CHUNKS) fragment
+    `r`, converted to r's type; `fill` past the row's end."""
+    for k in range(size(r, 1)):
+        c = k * nt + t
+        if c * size(r, 0) < n:
+            load_chunk(r, k, s[None, thread_idx.x, k, slot], 0)
+        else:
+            for e in range(size(r, 0)):
+                r[e, k] = fill
+
+
+@func
+def stage_next(sa, sb, a, b, slot, g, count, step, ROWS, TPR, CLUSTER, THREADS, m):
+    """The row groups' prefetch: start copying this thread's chunks of row
+    group g + step's rows of `a` and `b` into stage `slot` of the rings `sa`
+    and `sb` (stage_row), if there is such a group, and commit them as one
+    cp.async group (an empty one past the last group), so that
+    cp_async_wait(1) always waits for the group before."""
+    if g + step < count:
+        row, t, nt, _ = group_place(ROWS, TPR, CLUSTER, THREADS, m, g + step)
+        stage_row(sa, slot, a[row, None], t, nt, size(a, 1))
+        stage_row(sb, slot, b[row, None], t, nt, size(b, 1))
+    cp_async_commit()
 
 
 @func
@@ -330,6 +412,54 @@ def store_partial(p, acc, t, nt, n, ROWS, THREADS):
             p[i] = s[i]
     else:
         store_row(p, acc, t, nt, n)
+
+
+@func
+def slab_place(slabs, n, b, SLAB):
+    """(i, slab, left) of block `b` in a launch over slabs: rows too long for
+    one block's registers are cut into slabs of VEC * CHUNKS * THREADS
+    elements (SLAB = (VEC, CHUNKS, THREADS)), `slabs` to a row; block b
+    takes slab b % slabs of row (or row group) i = b // slabs, whose
+    elements from the slab's start to the row's end number `left`."""
+    VEC, CHUNKS, THREADS = SLAB
+    slab = b % slabs
+    return b // slabs, slab, n - slab * (VEC * CHUNKS * THREADS)
+
+
+@func
+def slab_fragment(g, slab, left, fill, dtype, SLAB, LOAD):
+    """This thread's chunks of slab `slab` of the row `g` (`left` elements
+    from the slab's start to the row's end) in a new (VEC, CHUNKS) fragment
+    of `dtype`, `fill` past the row's end, or everywhere when LOAD is False
+    (static: g need not be a row then)."""
+    VEC, CHUNKS, THREADS = SLAB
+    r = make_fragment_like(Layout((VEC, CHUNKS)), dtype)
+    if LOAD:
+        load_row(r, tile(g, (VEC * CHUNKS * THREADS,), (slab,)), thread_idx.x, THREADS, left,
+                 fill)
+    else:
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                r[e, k] = fill
+    return r
+
+
+@func
+def store_slab(g, r, slab, left, SLAB):
+    """Store this thread's chunks of the fragment `r` into slab `slab` of the
+    row `g` (as slab_fragment reads them)."""
+    VEC, CHUNKS, THREADS = SLAB
+    store_row(tile(g, (VEC * CHUNKS * THREADS,), (slab,)), r, thread_idx.x, THREADS, left)
+
+
+@func
+def slab_total(sums, i):
+    """The sum of row i of `sums` (a value per slab), returned to every
+    thread: its warp's lanes take every 32nd value, then shuffles."""
+    s = cast(0.0, sums.dtype)
+    for j in range(thread_idx.x % 32, size(sums, 1), 32):
+        s = s + sums[i, j]
+    return warp_reduce(s, "sum")
 
 
 # column_sum's block: COLUMNS columns (a warp's coalesced loads) times

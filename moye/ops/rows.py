@@ -167,29 +167,40 @@ SM_REGISTERS = 65536
 MAX_REGISTERS = 255
 
 
-def parallel_blocks(x, threads, registers=0):
+def parallel_blocks(x, threads, registers=0, shared=0):
     """How many blocks of `threads` the looping kernels (a backward that sums
     over rows) launch for `x`'s device: as many as fit at once, the SM count
     (cached per device) times the blocks of `threads` an SM holds, by its
-    threads and, given the `registers` a thread needs (an estimate), by its
-    registers; CPU_BLOCKS on the CPU backend. Not more, so that every block
-    runs in the one wave and they share the rows evenly.
+    threads and, given the `registers` a thread needs (an estimate) and the
+    `shared` bytes a block takes, by its registers and shared memory;
+    CPU_BLOCKS on the CPU backend. Not more, so that every block runs in the
+    one wave and they share the rows evenly.
         >>> parallel_blocks(np.zeros(3, np.float32), 256)
         4
     """
     if backend_of(x) != "cuda":
         return CPU_BLOCKS
+    sms, sm_shared, _ = _cuda_device(x.device.index)
     per_sm = SM_THREADS // threads
     if registers:
         per_thread = min(MAX_REGISTERS, -(-registers // 8) * 8)
         per_sm = min(per_sm, SM_REGISTERS // (per_thread * threads))
-    return _cuda_sms(x.device.index) * max(1, per_sm)
+    if shared:
+        per_sm = min(per_sm, sm_shared // (shared + BLOCK_RESERVED_SHARED))
+    return sms * max(1, per_sm)
+
+
+# the shared memory the driver keeps per block (sm_80, sm_90)
+BLOCK_RESERVED_SHARED = 1024
 
 
 @functools.lru_cache(maxsize=64)
-def _cuda_sms(index):
+def _cuda_device(index):
+    """(SMs, shared bytes per SM, shared bytes a block may opt in to) of CUDA device `index`."""
     import torch
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    props = torch.cuda.get_device_properties(index)
+    return (props.multi_processor_count, props.shared_memory_per_multiprocessor,
+            props.shared_memory_per_block_optin)
 
 
 @dataclass(frozen=True)
@@ -225,16 +236,18 @@ _OPTIONS = {}
 @contextlib.contextmanager
 def plan_options(**knobs):
     """Within the block, plans use these of plan()'s knobs (max_cluster,
-    elements, max_threads, cluster_threads) instead of the defaults: to take each kernel on
-    small rows (tests) or to tune.
+    elements, max_threads, cluster_threads) instead of the defaults, and
+    staged() says `staged`: to take each kernel on small rows (tests) or to
+    tune.
         >>> with plan_options(elements=4, max_threads=256):
         ...     plan_for(np.zeros((1, 4096), np.float32), "float32", 4096).kernel
         'loop'
     """
-    unknown = set(knobs) - {"max_cluster", "elements", "max_threads", "cluster_threads"}
+    unknown = set(knobs) - {"max_cluster", "elements", "max_threads", "cluster_threads",
+                            "staged"}
     if unknown:
         raise MoyeTypeError(f"plan_options: unknown knobs {sorted(unknown)}; expected "
-                            "max_cluster, elements, max_threads or cluster_threads")
+                            "max_cluster, elements, max_threads, cluster_threads or staged")
     saved = dict(_OPTIONS)
     _OPTIONS.update(knobs)
     try:
@@ -244,12 +257,18 @@ def plan_options(**knobs):
         _OPTIONS.update(saved)
 
 
+def _plan_knobs():
+    """The plan_options that are plan()'s knobs."""
+    return {k: v for k, v in _OPTIONS.items() if k != "staged"}
+
+
 def plan_for(x, dtype, n, **defaults):
     """plan() for rows of `n` elements of `x` (its backend and device's
     clusters), with an op's own `defaults` of plan()'s knobs, under the
     current plan_options (which override both)."""
-    if _OPTIONS or defaults:
-        knobs = {"max_cluster": max_cluster(x), **defaults, **_OPTIONS}
+    options = _plan_knobs()
+    if options or defaults:
+        knobs = {"max_cluster": max_cluster(x), **defaults, **options}
         return plan(dtype, n, backend_of(x), **knobs)
     return plan(dtype, n, backend_of(x), max_cluster(x))
 
@@ -300,7 +319,7 @@ def plan(dtype, n, backend, max_cluster=1, elements=ELEMENTS, max_threads=MAX_TH
         if threads * 2 > max_threads:
             break
         threads *= 2
-    threads = max_threads if backend == "cuda" else 256
+    threads = max_threads if backend == "cuda" else min(max_threads, 256)
     return Plan(dtype, n, backend, threads, threads, 1, vec, 1, 1, "loop")
 
 
@@ -423,35 +442,107 @@ def plan_fitting(x, dtype, n, fragments):
     registers than an SM has for `fragments` fragments per thread (NVRTC
     would spill them to local memory: blocks of 1,024 threads get 64
     registers each): then the plan under FITTING_KNOBS (fewer elements per
-    thread; on sm_90 a cluster), if that one keeps the row in registers."""
+    thread; on sm_90 a cluster), or where none fits the loop plan (the
+    backwards' slab kernels; on an H100, rms_norm's backward in bfloat16 at
+    262,144 ran at 316 GB/s spilling)."""
     p = plan_for(x, dtype, n)
-    if _OPTIONS or p.backend != "cuda" or p.kernel != "registers" or \
+    if _plan_knobs() or p.backend != "cuda" or p.kernel != "registers" or \
             registers_of(p, fragments) * p.threads <= SM_REGISTERS:
         return p
-    q = plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
-    return q if q.kernel == "registers" else p
+    return plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
 
 
-def group_count(p, x, m, fragments=0):
+def group_count(p, x, m, fragments=0, shared=0):
     """How many row groups (blocks, or clusters of p.cluster blocks) a
     looping kernel of plan `p` runs over `m` rows of `x`: enough to fill the
     device (parallel_blocks), no more than there are groups of p.rows rows.
     `fragments`: how many (vec, chunks) fragments a thread keeps
-    (registers_of estimates its registers)."""
-    fill = max(1, parallel_blocks(x, p.threads, registers_of(p, fragments)) // p.cluster)
+    (registers_of estimates its registers); `shared`: a block's shared
+    memory in bytes."""
+    fill = parallel_blocks(x, p.threads, registers_of(p, fragments), shared) // p.cluster
+    fill = max(1, fill)
     return max(1, min(fill, -(-m // p.rows)))
 
 
-def launch_groups(p, registers, loop, count, out, *args):
-    """Run plan `p`'s looping kernel with `count` row groups (group_count):
-    registers[count * cluster, threads, cluster](out, *args, p.work), or
-    loop[count, threads](out, *args, p.vec, p.threads); each group loops
-    over rows first, first + count, ..."""
-    if out.shape[0] == 0:
-        return
+def staged(p, x, inputs):
+    """Whether plan `p`'s looping "registers" kernel, reading `inputs` rows of
+    `x`'s dtype per row, stages the next row group's in shared memory while it
+    works on this one (two stages of cp.async copies): for a row in a cluster
+    on a CUDA device whose blocks can take the two stages' shared memory (on
+    an H100: rms_norm's backward, float32 at 65,536, 2,670 GB/s unstaged,
+    2,900 staged; bfloat16 1,830 and 2,270; no gain for rows in one block),
+    or as plan_options(staged=) says.
+        >>> staged(plan("float32", 4096, "cuda"), np.zeros(1, np.float32), 2)
+        False
+    """
+    if "staged" in _OPTIONS:
+        return p.kernel == "registers" and _OPTIONS["staged"]
+    if p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda":
+        return False
+    return ring_bytes(p, inputs) <= _cuda_device(x.device.index)[2]
+
+
+def ring_bytes(p, inputs):
+    """The shared memory of a staged kernel's ring: two stages of `inputs`
+    rows' chunks for each of the block's threads."""
+    return 2 * inputs * p.vec * p.chunks * p.threads * _SIZES[p.dtype]
+
+
+def launch_groups(p, registers, count, out, *args, staged=False):
+    """Run plan `p`'s looping "registers" kernel with up to `count` row
+    groups (group_count): registers[groups * cluster, threads, cluster](out,
+    *args, p.work, staged); each group loops over rows first, first +
+    groups, ... Returns `groups`: `count`, or on a CUDA device the clusters
+    that run at once if fewer (not every SM can join a cluster: 15 of 8
+    blocks on an H100's 132 SMs, where a 16th would run after the others,
+    doubling the time)."""
+    more = (*args, p.work, staged)
+    if p.cluster > 1 and p.backend == "cuda":
+        count = min(count, resident_clusters(registers, p, out, *more))
     backend = None if p.backend == "cuda" else p.backend    # None: found from the arrays
-    if p.kernel == "registers":
-        registers[count * p.cluster, p.threads, p.cluster](out, *args, p.work,
-                                                           backend=backend)
-    else:
-        loop[count, p.threads](out, *args, p.vec, p.threads, backend=backend)
+    registers[count * p.cluster, p.threads, p.cluster](out, *more, backend=backend)
+    return count
+
+
+# the slab kernels' blocks, and the elements each thread keeps of a fragment
+SLAB_THREADS = 256
+SLAB_ELEMENTS = 16
+
+
+def slab_plan(p, x, m, n, fragments):
+    """(work, slabs, groups) of the two slab kernels of a backward whose rows
+    plan `p` cannot keep in registers (p.kernel == "loop"): work = (VEC,
+    CHUNKS, THREADS), blocks of THREADS (up to SLAB_THREADS) keeping
+    SLAB_ELEMENTS of each of `fragments` fragments per thread; `slabs` of
+    VEC * CHUNKS * THREADS elements per row; and the row groups of the
+    second kernel: enough blocks (groups * slabs) to fill the device, at
+    most one group per row.
+        >>> slab_plan(plan("float32", 262144, "cuda"), np.zeros(1), 1024, 262144, 4)[:2]
+        ((4, 4, 256), 64)
+    """
+    threads = min(p.threads, SLAB_THREADS)
+    work = (p.vec, max(1, SLAB_ELEMENTS // p.vec), threads)
+    slabs = -(-n // (work[0] * work[1] * threads))
+    registers = fragments * work[0] * work[1] * (2 if p.dtype == "float64" else 1)
+    fill = parallel_blocks(x, threads, registers + BASE_REGISTERS) // slabs
+    return work, slabs, max(1, min(fill, m))
+
+
+def run(p, kernel, blocks, work, *args):
+    """kernel[blocks, work's THREADS](*args) on plan `p`'s backend."""
+    backend = None if p.backend == "cuda" else p.backend    # None: found from the arrays
+    kernel[blocks, work[-1]](*args, backend=backend)
+
+
+_RESIDENT = {}
+
+
+def resident_clusters(kernel, p, *args):
+    """How many clusters of plan `p`'s blocks of `kernel`, launched with
+    `args`, run at once on the current CUDA device (the driver's occupancy,
+    from the compiled kernel; cached per kernel, plan and argument types)."""
+    key = (kernel, p) + tuple(str(a.dtype) if hasattr(a, "shape") else a for a in args)
+    if key not in _RESIDENT:
+        compiled = kernel.compile(*args, block=p.threads)
+        _RESIDENT[key] = max(1, compiled.max_active_clusters(p.cluster))
+    return _RESIDENT[key]

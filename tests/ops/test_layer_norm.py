@@ -1,7 +1,10 @@
 """moye.ops.layer_norm, layer_norm_forward and layer_norm_backward on the
 CPU backend: every element against a float64 NumPy reference, weight and
-bias or none, each kernel path (registers, loop, cluster), ragged rows,
-races, bad inputs, and NVRTC compiles of each kernel."""
+bias or none, each kernel path (registers, loop and the backward's slabs,
+cluster; the backward's inputs staged in shared memory or not), ragged
+rows, races, bad inputs, and NVRTC compiles of each kernel."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -95,13 +98,14 @@ def test_float32_parameters_with_other_inputs(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(3, 700), (1, 2000), (2, 3, 301), (37, 96)])
 @pytest.mark.parametrize("affine", [True, False])
-def test_each_kernel_path(path, dtype, shape, affine):
+def test_each_kernel_path(norm_path, dtype, shape, affine):
     rng = np.random.default_rng(sum(shape))
     x = data(rng, shape, dtype, 4.0, -1.0)
     p = rows.plan_for(x, np.dtype(dtype).name, shape[-1])
     if shape[-1] > 300:
-        assert p.kernel == ("loop" if path == "loop" else "registers")
-        assert (p.cluster > 1) == (path == "cluster")
+        assert p.kernel == ("loop" if norm_path == "loop" else "registers")
+        assert (p.cluster > 1) == norm_path.startswith("cluster")
+        assert rows.staged(p, x, 2) == norm_path.endswith("staged")
     n = shape[-1]
     check(x, data(rng, (n,), dtype, 1.0, 1.0) if affine else None,
           data(rng, (n,), dtype) if affine else None)
@@ -146,7 +150,7 @@ def test_rows_of_constants():
 
 
 @pytest.mark.parametrize("n", [40, 3000])
-def test_no_races(path, n):
+def test_no_races(norm_path, n):
     rng = np.random.default_rng(n)
     x = data(rng, (5, n), np.float32, 2.0)
     with race_checking():
@@ -230,18 +234,26 @@ def _variants():
                     yield m.layer_norm_registers, (a, s, s, a, w, w, 1e-5, 1e-3, has_w, has_b,
                                                    p.work), p
                     yield m.layer_norm_backward_registers, (a, part, part, a, a, w, s, s,
-                                                            1e-3, has_w, has_b, p.work), p
+                                                            1e-3, has_w, has_b, p.work,
+                                                            j % 2 == 0), p
                 else:
                     yield m.layer_norm_loop, (a, s, s, a, w, w, 1e-5, 1e-3, has_w, has_b, p.vec,
                                               p.threads), p
-                    yield m.layer_norm_backward_loop, (a, part, part, a, a, w, s, s, 1e-3, has_w,
-                                                       has_b, p.vec, p.threads), p
+                    work, slabs, _ = rows.slab_plan(p, a, 4, 65536, layer_norm_op.FRAGMENTS)
+                    sums = np.ones((4, slabs), s.dtype)
+                    p = dataclasses.replace(p, threads=work[2])     # the slab kernels' blocks
+                    yield m.layer_norm_backward_sums, (sums, sums, a, a, w, s, s, has_w, work), p
+                    yield m.layer_norm_backward_slabs, (a, part, part, a, a, w, s, s, sums, sums,
+                                                        1e-3, has_w, has_b, work), p
 
 
 def test_variants_cover_every_path():
     assert {(p.kernel, p.cluster > 1, p.rows > 1) for _, _, p in _variants()} == {
         ("registers", False, False), ("registers", True, False), ("loop", False, False),
         ("registers", False, True)}
+    staged = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
+              if k is layer_norm_op.layer_norm_backward_registers}
+    assert staged == {(False, False), (False, True), (True, False), (True, True)}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])

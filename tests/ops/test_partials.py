@@ -45,7 +45,8 @@ def test_plan_fitting(monkeypatch):
     """On a CUDA device, a backward's plan keeps its threads' fragments in
     the registers an SM has (no spills): blocks of 1,024 threads (64
     registers each) give way to a cluster; where that is not possible (no
-    clusters) the plan stays. Elsewhere it is plan_for's."""
+    clusters) the loop plan takes it (the slab kernels). Elsewhere it is
+    plan_for's."""
     x = np.ones((2, 16384), np.float32)
     assert rows.plan_fitting(x, "float32", 16384, 4) is rows.plan_for(x, "float32", 16384)
     monkeypatch.setattr(rows, "backend_of", lambda a: "cuda")
@@ -55,9 +56,24 @@ def test_plan_fitting(monkeypatch):
         assert p.threads == 1024 and rows.registers_of(p, 4) * p.threads > rows.SM_REGISTERS
         q = rows.plan_fitting(x, "float32", 16384, 4)
         if clusters == 1:
-            assert q is p
+            assert q.kernel == "loop"
         else:
             assert q.kernel == "registers" and q.cluster > 1
             assert rows.registers_of(q, 4) * q.threads <= rows.SM_REGISTERS
         p = rows.plan_for(x, "float32", 1024)
         assert rows.plan_fitting(x, "float32", 1024, 5) is p          # fits already
+
+
+def test_slab_plan():
+    """Rows a backward cannot keep in registers (the loop plan) go through
+    slabs of VEC * CHUNKS * THREADS elements, the last one ragged, and as
+    many row groups as fill the device's blocks, at most one per row."""
+    x = np.ones((5, 700), np.float32)
+    with rows.plan_options(elements=4, max_threads=32):
+        p = rows.plan_for(x, "float32", 700)
+        q = rows.plan_for(x, "bfloat16", 700)
+    assert p.kernel == q.kernel == "loop"
+    assert rows.slab_plan(p, x, 5, 700, 4) == ((4, 4, 32), 2, rows.CPU_BLOCKS // 2)
+    assert rows.slab_plan(q, x, 1, 700, 4) == ((4, 4, 32), 2, 1)     # 700 = 4 * 175: VEC 4
+    assert rows.slab_plan(rows.plan("bfloat16", 262144, "cpu"), x, 9, 262144, 5) == \
+        ((8, 2, 256), 64, 1)

@@ -1,7 +1,10 @@
 """moye.ops.rms_norm, rms_norm_forward and rms_norm_backward on the CPU
 backend: every element against a float64 NumPy reference, weight or none,
-each kernel path (registers, loop, cluster), ragged rows, races, bad inputs,
-and NVRTC compiles of each kernel."""
+each kernel path (registers, loop and the backward's slabs, cluster; the
+backward's inputs staged in shared memory or not), ragged rows, races, bad
+inputs, and NVRTC compiles of each kernel."""
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -99,13 +102,14 @@ def test_float32_weight_with_other_inputs(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(3, 700), (1, 2000), (2, 3, 301), (37, 96)])
 @pytest.mark.parametrize("weighted", [True, False])
-def test_each_kernel_path(path, dtype, shape, weighted):
+def test_each_kernel_path(norm_path, dtype, shape, weighted):
     rng = np.random.default_rng(sum(shape))
     x = data(rng, shape, dtype, 4.0, -1.0)
     p = rows.plan_for(x, np.dtype(dtype).name, shape[-1])
     if shape[-1] > 300:
-        assert p.kernel == ("loop" if path == "loop" else "registers")
-        assert (p.cluster > 1) == (path == "cluster")
+        assert p.kernel == ("loop" if norm_path == "loop" else "registers")
+        assert (p.cluster > 1) == norm_path.startswith("cluster")
+        assert rows.staged(p, x, 2) == norm_path.endswith("staged")
     check(x, data(rng, shape[-1:], dtype, 1.0, 1.0) if weighted else None, 1e-5)
 
 
@@ -140,7 +144,7 @@ def test_rows_of_constants_and_large_magnitudes():
 
 
 @pytest.mark.parametrize("n", [40, 3000])
-def test_no_races(path, n):
+def test_no_races(norm_path, n):
     rng = np.random.default_rng(n)
     x = data(rng, (5, n), np.float32, 2.0)
     with race_checking():
@@ -248,17 +252,24 @@ def _variants():
                 if p.kernel == "registers":
                     yield m.rms_norm_registers, (a, s, a, w, 1e-6, 1e-3, has_w, p.work), p
                     yield m.rms_norm_backward_registers, (a, part, a, a, w, s, 1e-3, has_w,
-                                                          p.work), p
+                                                          p.work, j % 2 == 0), p
                 else:
                     yield m.rms_norm_loop, (a, s, a, w, 1e-6, 1e-3, has_w, p.vec, p.threads), p
-                    yield m.rms_norm_backward_loop, (a, part, a, a, w, s, 1e-3, has_w, p.vec,
-                                                     p.threads), p
+                    work, slabs, _ = rows.slab_plan(p, a, 4, 65536, rms_norm_op.FRAGMENTS)
+                    sums = np.ones((4, slabs), s.dtype)
+                    p = dataclasses.replace(p, threads=work[2])     # the slab kernels' blocks
+                    yield m.rms_norm_backward_sums, (sums, a, a, w, has_w, work), p
+                    yield m.rms_norm_backward_slabs, (a, part, a, a, w, s, sums, 1e-3, has_w,
+                                                      work), p
 
 
 def test_variants_cover_every_path():
     assert {(p.kernel, p.cluster > 1, p.rows > 1) for _, _, p in _variants()} == {
         ("registers", False, False), ("registers", True, False), ("loop", False, False),
         ("registers", False, True)}
+    staged = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
+              if k is rms_norm_op.rms_norm_backward_registers}
+    assert staged == {(False, False), (False, True), (True, False), (True, True)}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
