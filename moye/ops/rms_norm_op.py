@@ -11,9 +11,11 @@ On row_kernels' skeleton (rows.Plan picks the kernel):
   one block per row, a pass for the sum of squares, a second to write.
 - backward: a block (or cluster) loops over row groups (rows.group_count of
   them), keeping weight in registers and its threads' dweight columns in
-  float32 registers across its rows; each writes one row of a (groups, N)
-  partial that row_kernels.column_sum adds up. The "loop" backward keeps its
-  column sums in its own partial row in global memory instead.
+  float32 registers across its rows (in a cluster, the next group's x and
+  dy staged in shared memory meanwhile); each writes one row of a
+  (groups, N) partial that row_kernels.column_sum adds up. Rows the loop
+  plan takes go through two slab kernels: the slabs' sums of g * x, then dx
+  per (row group, slab), the slab's dweight columns in registers.
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel

@@ -63,6 +63,8 @@ def test_float32_parameters_with_bfloat16_input(torch):
 
 @pytest.mark.parametrize("options,kernel,clustered", [
     ({"elements": 8, "max_threads": 32, "max_cluster": 8}, "registers", True),
+    ({"elements": 8, "max_threads": 32, "max_cluster": 8, "staged": False}, "registers", True),
+    ({"staged": True}, "registers", False),
     ({"elements": 4, "max_threads": 32, "max_cluster": 1}, "loop", False),
     ({}, "registers", False)])
 @pytest.mark.parametrize("n", [700, 2000])

@@ -3,7 +3,9 @@ element against torch's own op in float64 (autograd for the gradients),
 every kernel path, with and without weight, on torch's current stream."""
 import pytest
 
-from moye.ops import rows
+import numpy as np
+
+from moye.ops import rms_norm_op, rows
 from moye.ops.rms_norm_op import rms_norm, rms_norm_backward, rms_norm_forward
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("poisoned_ops_outputs")]
@@ -61,6 +63,8 @@ def test_float32_weight_with_bfloat16_input(torch):
 
 @pytest.mark.parametrize("options,kernel,clustered", [
     ({"elements": 8, "max_threads": 32, "max_cluster": 8}, "registers", True),
+    ({"elements": 8, "max_threads": 32, "max_cluster": 8, "staged": False}, "registers", True),
+    ({"staged": True}, "registers", False),
     ({"elements": 4, "max_threads": 32, "max_cluster": 1}, "loop", False),
     ({}, "registers", False)])
 @pytest.mark.parametrize("n", [700, 2000])
@@ -85,3 +89,27 @@ def test_runs_on_the_current_stream(torch):
     s.synchronize()
     torch.testing.assert_close(z, torch.nn.functional.rms_norm(x, (4096,), None, 1e-6),
                                atol=1e-5, rtol=1e-5)
+
+
+def test_cluster_groups_are_the_clusters_that_fit(torch):
+    """The backward's persistent grid takes no more clusters than run at once
+    (on an H100, 15 of 8 blocks where 132 SMs would suggest 16: the 16th would
+    wait for the others), and its rows are all done."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("clusters are sm_90")
+    n, m = 65_536, 512
+    x = torch.randn(m, n, device="cuda")
+    dy, w = torch.randn_like(x), torch.randn(n, device="cuda")
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    p = rows.plan_fitting(x, "float32", n, rms_norm_op.FRAGMENTS)
+    assert p.cluster > 1
+    dx, part = torch.full_like(x, float("nan")), torch.zeros(m, n, device="cuda")
+    args = (part, dy, x, w, rstd, np.float32(1 / n), True)
+    used = rows.launch_groups(p, rms_norm_op.rms_norm_backward_registers, m, dx, *args,
+                              staged=True)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert used <= sms // p.cluster and used == rows.resident_clusters(
+        rms_norm_op.rms_norm_backward_registers, p, dx, *args, p.work, True)
+    want, want_dw = rms_norm_backward(dy, x, w, rstd)
+    torch.testing.assert_close(dx, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(part[:used].sum(0), want_dw, atol=1e-3, rtol=1e-4)
