@@ -18,16 +18,15 @@ slab).
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import (block_idx, block_reduce, cast, cp_async_wait, grid_dim, rsqrt, shared_array,
-                      thread_idx)
+from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
 from ..layout import Layout, size
 
 from . import rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, group_place, groups, load_chunk, load_row, looped_sums,
-                          math_type, my_row, owns_row, row_reduce, slab_fragment, slab_place,
-                          slab_total, stage_next, store_chunk, store_partial, store_row,
-                          store_slab, unstage_row)
+from .row_kernels import (end_groups, group_place, group_ring, groups, load_chunk, load_group,
+                          load_row, looped_sums, math_type, my_row, owns_row, row_reduce,
+                          slab_fragment, slab_place, slab_total, store_chunk, store_partial,
+                          store_row, store_slab)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -152,23 +151,12 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
             rw[e, k] = cast(1.0, mt)
     if HAS_W:                          # the same for every row: loaded once
         load_row(rw, w, t, nt, n, 1.0)
-    if STAGED:                         # x and dy of the next group in flight meanwhile
-        sx = shared_array(x.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
-        sdy = shared_array(dy.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
-        stage_next(sx, sdy, x, dy, 0, first - step, count, step, ROWS, TPR, CLUSTER, THREADS,
-                   m_rows)
+    # x and dy of the next group in flight meanwhile, when STAGED
+    ring = group_ring(x, dy, first, count, step, m_rows, WORK, STAGED)
     slot = 0
     for g in range(first, count, step):
         row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, g)
-        if STAGED:
-            stage_next(sx, sdy, x, dy, 1 - slot, g, count, step, ROWS, TPR, CLUSTER, THREADS,
-                       m_rows)
-            cp_async_wait(1)
-            unstage_row(rx, sx, slot, t, nt, n, 0.0)
-            unstage_row(rdy, sdy, slot, t, nt, n, 0.0)
-        else:
-            load_row(rx, x[row, None], t, nt, n, 0.0)
-            load_row(rdy, dy[row, None], t, nt, n, 0.0)
+        load_group(rx, rdy, ring, x, dy, slot, g, row, count, step, t, nt, WORK)
         mu = cast(mean[row], mt)
         rs = cast(rstd[row], mt)
         sg = cast(0.0, mt)

@@ -30,7 +30,7 @@ from ..compiler import func, kernel
 from ..compiler import range as unrolled_range
 from ..device import (atomic_add, block_idx, block_rank_in_cluster, block_reduce, cast,
                       cluster_arrive, cluster_grid_dim, cluster_idx, cluster_reduce, cluster_sync,
-                      cluster_wait, cp_async_commit, cucopyto, exp2, grid_dim,
+                      cluster_wait, cp_async_commit, cp_async_wait, cucopyto, exp2, grid_dim,
                       log2, maximum, minimum, peer_shared, shared_array, sync_threads,
                       thread_idx, warp_reduce)
 from ..layout import Layout, size
@@ -304,6 +304,41 @@ def stage_next(sa, sb, a, b, slot, g, count, step, ROWS, TPR, CLUSTER, THREADS, 
         stage_row(sa, slot, a[row, None], t, nt, size(a, 1))
         stage_row(sb, slot, b[row, None], t, nt, size(b, 1))
     cp_async_commit()
+
+
+@func
+def group_ring(x, dy, first, count, step, m, WORK, STAGED):
+    """The looping backwards' shared ring for rows of `x` and `dy`, two
+    stages of a (VEC, THREADS, CHUNKS) array each, with the first group
+    `first`'s rows in flight (stage_next); (None, None) when not STAGED."""
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    sx = None
+    sdy = None
+    if STAGED:
+        sx = shared_array(x.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
+        sdy = shared_array(dy.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
+        stage_next(sx, sdy, x, dy, 0, first - step, count, step, ROWS, TPR, CLUSTER, THREADS, m)
+    return sx, sdy
+
+
+@func
+def load_group(rx, rdy, ring, x, dy, slot, g, row, count, step, t, nt, WORK):
+    """Row `row` (of group g) of `x` and `dy`, this thread's chunks, into the
+    fragments rx and rdy (0 past the row's end): from stage `slot` of the
+    ring (group_ring), once the next group's rows are started into the
+    other stage, or, with no ring, from global memory."""
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    sx, sdy = ring
+    n = size(x, 1)
+    if sx is not None:
+        stage_next(sx, sdy, x, dy, 1 - slot, g, count, step, ROWS, TPR, CLUSTER, THREADS,
+                   size(x, 0))
+        cp_async_wait(1)
+        unstage_row(rx, sx, slot, t, nt, n, 0.0)
+        unstage_row(rdy, sdy, slot, t, nt, n, 0.0)
+    else:
+        load_row(rx, x[row, None], t, nt, n, 0.0)
+        load_row(rdy, dy[row, None], t, nt, n, 0.0)
 
 
 @func
