@@ -328,16 +328,16 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
     if p.kernel == "loop":              # rows too long for registers: two kernels over slabs
         work, slabs, used = rows.slab_plan(p, x, m, n, FRAGMENTS)
         sums_g, sums_gx = rows.empty(x, (m, slabs), stats), rows.empty(x, (m, slabs), stats)
-        rows.run(p, layer_norm_backward_sums, m * slabs, work, sums_g, sums_gx, dy2, x2, w,
+        rows.run(p, layer_norm_backward_sums, m * slabs, work[2], sums_g, sums_gx, dy2, x2, w,
                  mean1, rstd1, weight is not None, work)
         pw = dx2 if weight is None else rows.empty(x, (used, n), stats)
         pb = rows.empty(x, (used, n), stats)
-        rows.run(p, layer_norm_backward_slabs, used * slabs, work, dx2, pw, pb, dy2, x2, w,
+        rows.run(p, layer_norm_backward_slabs, used * slabs, work[2], dx2, pw, pb, dy2, x2, w,
                  mean1, rstd1, sums_g, sums_gx, as_scalar(1 / n, name), weight is not None,
                  True, work)
     else:
-        staged = rows.staged(p, x, 2)
-        count = rows.group_count(p, x, m, FRAGMENTS, rows.ring_bytes(p, 2) if staged else 0)
+        staged = rows.staged(p, x)
+        count = rows.group_count(p, x, m, FRAGMENTS, staged)
         pw = dx2 if weight is None else rows.empty(x, (count, n), stats)
         pb = rows.empty(x, (count, n), stats)
         used = rows.launch_groups(p, layer_norm_backward_registers, count, dx2, pw, pb, dy2,

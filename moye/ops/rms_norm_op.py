@@ -245,14 +245,14 @@ def rms_norm_backward(dy, x, weight, rstd):
     if p.kernel == "loop":              # rows too long for registers: two kernels over slabs
         work, slabs, used = rows.slab_plan(p, x, m, n, FRAGMENTS)
         sums = rows.empty(x, (m, slabs), rows.stats_dtype(name))
-        rows.run(p, rms_norm_backward_sums, m * slabs, work, sums, dy2, x2, w,
+        rows.run(p, rms_norm_backward_sums, m * slabs, work[2], sums, dy2, x2, w,
                  weight is not None, work)
         part = dx2 if weight is None else rows.empty(x, (used, n), rows.stats_dtype(name))
-        rows.run(p, rms_norm_backward_slabs, used * slabs, work, dx2, part, dy2, x2, w, rstd1,
+        rows.run(p, rms_norm_backward_slabs, used * slabs, work[2], dx2, part, dy2, x2, w, rstd1,
                  sums, as_scalar(1 / n, name), weight is not None, work)
     else:
-        staged = rows.staged(p, x, 2)
-        count = rows.group_count(p, x, m, FRAGMENTS, rows.ring_bytes(p, 2) if staged else 0)
+        staged = rows.staged(p, x)
+        count = rows.group_count(p, x, m, FRAGMENTS, staged)
         part = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
         used = rows.launch_groups(p, rms_norm_backward_registers, count, dx2, part, dy2, x2, w,
                                   rstd1, as_scalar(1 / n, name), weight is not None,

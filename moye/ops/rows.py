@@ -248,6 +248,9 @@ def plan_options(**knobs):
     if unknown:
         raise MoyeTypeError(f"plan_options: unknown knobs {sorted(unknown)}; expected "
                             "max_cluster, elements, max_threads, cluster_threads or staged")
+    if not isinstance(knobs.get("staged", False), bool):
+        raise MoyeTypeError(f"plan_options: staged must be True or False, got "
+                            f"{knobs['staged']!r}")
     saved = dict(_OPTIONS)
     _OPTIONS.update(knobs)
     try:
@@ -359,12 +362,22 @@ def launch(p, registers, loop, out, *args):
     m = out.shape[0]
     if m == 0:
         return
-    backend = None if p.backend == "cuda" else p.backend    # None: the launch's fast path
     if p.kernel == "registers":
-        registers[-(-m // p.rows) * p.cluster, p.threads, p.cluster](out, *args, p.work,
-                                                                     backend=backend)
+        run(p, registers, -(-m // p.rows) * p.cluster, p.threads, out, *args, p.work,
+            cluster=p.cluster)
     else:
-        loop[m, p.threads](out, *args, p.vec, p.threads, backend=backend)
+        run(p, loop, m, p.threads, out, *args, p.vec, p.threads)
+
+
+def run(p, kernel, grid, threads, *args, cluster=1):
+    """kernel[grid, threads(, cluster)](*args) on plan `p`'s backend (for a
+    CUDA plan, backend=None: the launch's fast path finds it from the
+    arrays)."""
+    backend = None if p.backend == "cuda" else p.backend
+    if cluster > 1:
+        kernel[grid, threads, cluster](*args, backend=backend)
+    else:
+        kernel[grid, threads](*args, backend=backend)
 
 
 # -- dispatch: NumPy arrays to the raw host functions, torch tensors to the custom ops ----------
@@ -424,12 +437,14 @@ def sum_columns(part, dtype):
 BASE_REGISTERS = 40
 
 
-def registers_of(p, fragments):
+def registers_of(p, fragments, elements=None):
     """An estimate of the registers a thread of plan `p` needs when it keeps
-    `fragments` (vec, chunks) fragments in the math type (0: unknown)."""
+    `fragments` fragments of `elements` (default: p.vec * p.chunks) in the
+    math type (0: unknown)."""
     if not fragments:
         return 0
-    return fragments * p.vec * p.chunks * (2 if p.dtype == "float64" else 1) + BASE_REGISTERS
+    elements = p.vec * p.chunks if elements is None else elements
+    return fragments * elements * (2 if p.dtype == "float64" else 1) + BASE_REGISTERS
 
 
 # the knobs of the plan for kernels whose threads keep more fragments than the
@@ -452,40 +467,41 @@ def plan_fitting(x, dtype, n, fragments):
     return plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
 
 
-def group_count(p, x, m, fragments=0, shared=0):
+def group_count(p, x, m, fragments=0, staged=False):
     """How many row groups (blocks, or clusters of p.cluster blocks) a
     looping kernel of plan `p` runs over `m` rows of `x`: enough to fill the
     device (parallel_blocks), no more than there are groups of p.rows rows.
     `fragments`: how many (vec, chunks) fragments a thread keeps
-    (registers_of estimates its registers); `shared`: a block's shared
-    memory in bytes."""
+    (registers_of estimates its registers); `staged`: whether its blocks
+    hold a ring (ring_bytes) in shared memory."""
+    shared = ring_bytes(p) if staged else 0
     fill = parallel_blocks(x, p.threads, registers_of(p, fragments), shared) // p.cluster
-    fill = max(1, fill)
-    return max(1, min(fill, -(-m // p.rows)))
+    return max(1, min(max(1, fill), -(-m // p.rows)))
 
 
-def staged(p, x, inputs):
-    """Whether plan `p`'s looping "registers" kernel, reading `inputs` rows of
-    `x`'s dtype per row, stages the next row group's in shared memory while it
-    works on this one (two stages of cp.async copies): for a row in a cluster
+def staged(p, x):
+    """Whether plan `p`'s looping "registers" kernel stages the next row
+    group's rows of x and dy in shared memory while it works on this one
+    (row_kernels.group_ring: two stages of cp.async copies): for a row in a cluster
     on a CUDA device whose blocks can take the two stages' shared memory (on
     an H100: rms_norm's backward, float32 at 65,536, 2,670 GB/s unstaged,
     2,900 staged; bfloat16 1,830 and 2,270; no gain for rows in one block),
     or as plan_options(staged=) says.
-        >>> staged(plan("float32", 4096, "cuda"), np.zeros(1, np.float32), 2)
+        >>> staged(plan("float32", 4096, "cuda"), np.zeros(1, np.float32))
         False
     """
     if "staged" in _OPTIONS:
         return p.kernel == "registers" and _OPTIONS["staged"]
     if p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda":
         return False
-    return ring_bytes(p, inputs) <= _cuda_device(x.device.index)[2]
+    return ring_bytes(p) <= _cuda_device(x.device.index)[2]
 
 
-def ring_bytes(p, inputs):
-    """The shared memory of a staged kernel's ring: two stages of `inputs`
-    rows' chunks for each of the block's threads."""
-    return 2 * inputs * p.vec * p.chunks * p.threads * _SIZES[p.dtype]
+def ring_bytes(p):
+    """The shared memory of a staged kernel's ring (row_kernels.group_ring):
+    two stages of two rows' (x's and dy's) chunks for each of the block's
+    threads."""
+    return 2 * 2 * p.vec * p.chunks * p.threads * _SIZES[p.dtype]
 
 
 def launch_groups(p, registers, count, out, *args, staged=False):
@@ -499,8 +515,7 @@ def launch_groups(p, registers, count, out, *args, staged=False):
     more = (*args, p.work, staged)
     if p.cluster > 1 and p.backend == "cuda":
         count = min(count, resident_clusters(registers, p, out, *more))
-    backend = None if p.backend == "cuda" else p.backend    # None: found from the arrays
-    registers[count * p.cluster, p.threads, p.cluster](out, *more, backend=backend)
+    run(p, registers, count * p.cluster, p.threads, out, *more, cluster=p.cluster)
     return count
 
 
@@ -523,15 +538,9 @@ def slab_plan(p, x, m, n, fragments):
     threads = min(p.threads, SLAB_THREADS)
     work = (p.vec, max(1, SLAB_ELEMENTS // p.vec), threads)
     slabs = -(-n // (work[0] * work[1] * threads))
-    registers = fragments * work[0] * work[1] * (2 if p.dtype == "float64" else 1)
-    fill = parallel_blocks(x, threads, registers + BASE_REGISTERS) // slabs
+    registers = registers_of(p, fragments, work[0] * work[1])
+    fill = parallel_blocks(x, threads, registers) // slabs
     return work, slabs, max(1, min(fill, m))
-
-
-def run(p, kernel, blocks, work, *args):
-    """kernel[blocks, work's THREADS](*args) on plan `p`'s backend."""
-    backend = None if p.backend == "cuda" else p.backend    # None: found from the arrays
-    kernel[blocks, work[-1]](*args, backend=backend)
 
 
 _RESIDENT = {}

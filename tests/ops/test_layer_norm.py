@@ -105,7 +105,7 @@ def test_each_kernel_path(norm_path, dtype, shape, affine):
     if shape[-1] > 300:
         assert p.kernel == ("loop" if norm_path == "loop" else "registers")
         assert (p.cluster > 1) == norm_path.startswith("cluster")
-        assert rows.staged(p, x, 2) == norm_path.endswith("staged")
+        assert rows.staged(p, x) == norm_path.endswith("staged")
     n = shape[-1]
     check(x, data(rng, (n,), dtype, 1.0, 1.0) if affine else None,
           data(rng, (n,), dtype) if affine else None)

@@ -1,9 +1,11 @@
 """The shared pieces of backwards that sum over rows: rows.parallel_blocks,
-group_count, sum_columns and its kernel row_kernels.column_sum."""
+group_count, sum_columns and its kernel row_kernels.column_sum, the fitting
+and slab plans, and plan_options' staged knob."""
 import ml_dtypes
 import numpy as np
 import pytest
 
+import moye
 from moye.compiler.frontend import BACKENDS
 from moye.ops import rows
 from moye.ops.row_kernels import COLUMN_LANES, COLUMNS, column_sum
@@ -77,3 +79,21 @@ def test_slab_plan():
     assert rows.slab_plan(q, x, 1, 700, 4) == ((4, 4, 32), 2, 1)     # 700 = 4 * 175: VEC 4
     assert rows.slab_plan(rows.plan("bfloat16", 262144, "cpu"), x, 9, 262144, 5) == \
         ((8, 2, 256), 64, 1)
+
+
+def test_plan_options_refuse_bad_knobs():
+    """An unknown knob or a staged that is not a bool is named; the options
+    in force are left as they were."""
+    x = np.ones((1, 4096), np.float32)
+    before = rows.plan_for(x, "float32", 4096)
+    with pytest.raises(moye.MoyeTypeError, match=r"unknown knobs \['stages'\]"):
+        with rows.plan_options(stages=2):
+            pass
+    for bad in (1, "yes", None):
+        with pytest.raises(moye.MoyeTypeError, match="staged must be True or False"):
+            with rows.plan_options(staged=bad):
+                pass
+    assert rows.plan_for(x, "float32", 4096) is before
+    assert not rows.staged(before, x)
+    with rows.plan_options(staged=True):
+        assert rows.staged(before, x) and not rows.staged(rows.plan("float32", 262144, "cpu"), x)
