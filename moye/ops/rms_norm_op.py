@@ -24,10 +24,10 @@ from ..layout import Layout, size
 
 from . import rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, group_place, group_ring, groups, load_chunk, load_group,
-                          load_row, looped_sums, math_type, my_row, owns_row, row_reduce,
-                          slab_fragment, slab_place, slab_total, store_chunk, store_partial,
-                          store_row, store_slab)
+from .row_kernels import (end_groups, group_place, group_start, load_chunk, load_group,
+                          looped_sums, math_type, my_row, owns_row, row_reduce, slab_fragment,
+                          slab_place, slab_total, store_chunk, store_partial, store_row,
+                          store_slab, zeros)
 
 OP = "rms_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and the sums
@@ -96,21 +96,11 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
                                 WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m_rows, n = size(x, 0), size(x, 1)
-    first, count, step = groups(ROWS, CLUSTER, m_rows)
-    row, t, nt, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, first)
+    first, count, step, t, nt, rw, ring = group_start(x, dy, w, HAS_W, WORK, STAGED)
     mt = math_type(x.dtype)
     rx = make_fragment_like(Layout((VEC, CHUNKS)), mt)
     rdy = make_fragment_like(Layout((VEC, CHUNKS)), mt)
-    rw = make_fragment_like(Layout((VEC, CHUNKS)), mt)
-    acc = make_fragment_like(Layout((VEC, CHUNKS)), mt)
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            acc[e, k] = cast(0.0, mt)
-            rw[e, k] = cast(1.0, mt)
-    if HAS_W:                          # the same for every row: loaded once
-        load_row(rw, w, t, nt, n, 1.0)
-    # x and dy of the next group in flight meanwhile, when STAGED
-    ring = group_ring(x, dy, first, count, step, m_rows, WORK, STAGED)
+    acc = zeros(WORK, mt)
     slot = 0
     for g in range(first, count, step):
         row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, g)
@@ -165,10 +155,7 @@ def rms_norm_backward_slabs(dx, part, dy, x, w, rstd, sums, rn, HAS_W: Constexpr
     group, slab, left = slab_place(slabs, size(x, 1), block_idx.x, SLAB)
     mt = math_type(x.dtype)
     rw = slab_fragment(w, slab, left, 1.0, mt, SLAB, HAS_W)
-    acc = make_fragment_like(Layout((VEC, CHUNKS)), mt)
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            acc[e, k] = cast(0.0, mt)
+    acc = zeros(SLAB, mt)
     for row in range(group, size(x, 0), grid_dim.x // slabs):
         rx = slab_fragment(x[row, None], slab, left, 0.0, mt, SLAB, True)
         rdy = slab_fragment(dy[row, None], slab, left, 0.0, mt, SLAB, True)

@@ -307,6 +307,38 @@ def stage_next(sa, sb, a, b, slot, g, count, step, ROWS, TPR, CLUSTER, THREADS, 
 
 
 @func
+def group_start(x, dy, w, HAS_W, WORK, STAGED):
+    """A looping backward's start: (first, count, step) of its row groups
+    (groups), this thread's index t among its row's nt threads, the weight's
+    chunks in a (VEC, CHUNKS) fragment of the math type (loaded once, the
+    same for every row; ones without HAS_W), and the ring of x and dy with
+    the first group in flight (group_ring)."""
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    m = size(x, 0)
+    first, count, step = groups(ROWS, CLUSTER, m)
+    _, t, nt, _ = group_place(ROWS, TPR, CLUSTER, THREADS, m, first)
+    rw = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            rw[e, k] = cast(1.0, rw.dtype)
+    if HAS_W:
+        load_row(rw, w, t, nt, size(x, 1), 1.0)
+    return first, count, step, t, nt, rw, group_ring(x, dy, first, count, step, m, WORK, STAGED)
+
+
+@func
+def zeros(WORK, dtype):
+    """A new (VEC, CHUNKS) fragment of `dtype` (the first two of WORK or
+    SLAB), all 0: a thread's column sums."""
+    VEC, CHUNKS = WORK[0], WORK[1]
+    r = make_fragment_like(Layout((VEC, CHUNKS)), dtype)
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            r[e, k] = cast(0.0, dtype)
+    return r
+
+
+@func
 def group_ring(x, dy, first, count, step, m, WORK, STAGED):
     """The looping backwards' shared ring for rows of `x` and `dy`, two
     stages of a (VEC, THREADS, CHUNKS) array each, with the first group
