@@ -23,15 +23,18 @@ class CpAsync(Instr):
 
 @lowering("cuda", CpAsync)
 def _emit_cp_async(w, s, ind, decl):
+    # "memory": the copy writes shared memory, so NVCC must not move this
+    # thread's earlier reads of the destination after it (a ring whose
+    # places a thread reads back, then refills: row_kernels.load_group)
     dst = w.smem_addr(s.dst, s.dst_idx)
     src = f"&{w.operand(s.src)}[{w.operand(s.src_idx)}]"
     n, cache = s.bytes, s.cache
     if s.pred is not None:
         w.emit(ind, f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {n}, %2;\\n" '
-                    f':: "r"({dst}), "l"({src}), "r"({w.operand(s.pred)} ? {n} : 0));')
+                    f':: "r"({dst}), "l"({src}), "r"({w.operand(s.pred)} ? {n} : 0) : "memory");')
     else:
         w.emit(ind, f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {n};\\n" '
-                    f':: "r"({dst}), "l"({src}));')
+                    f':: "r"({dst}), "l"({src}) : "memory");')
 
 
 @lowering("cpu", CpAsync)

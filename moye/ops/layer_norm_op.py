@@ -23,8 +23,8 @@ from ..layout import Layout, size
 
 from . import rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, group_place, group_start, load_chunk, load_group,
-                          looped_sums, math_type, my_row, owns_row, row_reduce, slab_fragment,
+from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group,
+                          looped_sums, math_type, row_groups, row_reduce, slab_fragment,
                           slab_place, slab_total, store_chunk, store_partial, store_row,
                           store_slab, zeros)
 
@@ -53,43 +53,46 @@ def _forward_plan(x, name, n):
 
 @kernel(fast_math=True)
 def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
-                         HAS_B: Constexpr, WORK: Constexpr):
+                         HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    m_rows, n = size(x, 0), size(x, 1)
-    row, t, nt, r = my_row(x, 0.0, WORK)
-    s = cast(0.0, r.dtype)
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            s = s + r[e, k]
-    mu = row_reduce(s, "sum", TPR, CLUSTER) * rn
-    v = cast(0.0, r.dtype)
-    for k in range(CHUNKS):
-        if (k * nt + t) * VEC < n:     # not the fill past the row's end
-            for e in range(VEC):
-                r[e, k] = r[e, k] - mu
-                v = v + r[e, k] * r[e, k]
-    inv = rsqrt(row_reduce(v, "sum", TPR, CLUSTER) * rn + eps)
-    if owns_row(ROWS, TPR, m_rows):
-        if t == 0:
-            mean[row] = mu
-            rstd[row] = inv
-        wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
-        bk = make_fragment_like(Layout((VEC, 1)), r.dtype)
-        gy = y[row, None]
+    n = size(x, 1)
+    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    r = fragment(WORK, math_type(x.dtype))
+    wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+    bk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+    for g in range(first, count, step):
+        row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
+        s = cast(0.0, r.dtype)
         for k in range(CHUNKS):
-            c = k * nt + t
-            if c * VEC < n:
-                if HAS_W:
-                    load_chunk(wk, 0, w, c)
-                if HAS_B:
-                    load_chunk(bk, 0, b, c)
+            for e in range(VEC):
+                s = s + r[e, k]
+        mu = row_reduce(s, "sum", TPR, CLUSTER) * rn
+        v = cast(0.0, r.dtype)
+        for k in range(CHUNKS):
+            if (k * nt + t) * VEC < n:     # not the fill past the row's end
                 for e in range(VEC):
-                    r[e, k] = r[e, k] * inv
+                    r[e, k] = r[e, k] - mu
+                    v = v + r[e, k] * r[e, k]
+        inv = rsqrt(row_reduce(v, "sum", TPR, CLUSTER) * rn + eps)
+        if mine:
+            if t == 0:
+                mean[row] = mu
+                rstd[row] = inv
+            gy = y[row, None]
+            for k in range(CHUNKS):
+                c = k * nt + t
+                if c * VEC < n:
                     if HAS_W:
-                        r[e, k] = r[e, k] * wk[e, 0]
+                        load_chunk(wk, 0, w, c)
                     if HAS_B:
-                        r[e, k] = r[e, k] + bk[e, 0]
-                store_chunk(gy, c, r, k)
+                        load_chunk(bk, 0, b, c)
+                    for e in range(VEC):
+                        r[e, k] = r[e, k] * inv
+                        if HAS_W:
+                            r[e, k] = r[e, k] * wk[e, 0]
+                        if HAS_B:
+                            r[e, k] = r[e, k] + bk[e, 0]
+                    store_chunk(gy, c, r, k)
 
 
 @kernel(fast_math=True)
@@ -135,17 +138,16 @@ def layer_norm_loop(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr, HAS_B: Co
 def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: Constexpr,
                                   HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    m_rows, n = size(x, 0), size(x, 1)
+    n = size(x, 1)
     first, count, step, t, nt, rw, ring = group_start(x, dy, w, HAS_W, WORK, STAGED)
     mt = math_type(x.dtype)
-    rx = make_fragment_like(Layout((VEC, CHUNKS)), mt)
-    rdy = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    rx = fragment(WORK, mt)
+    rdy = fragment(WORK, mt)
     accw = zeros(WORK, mt)
     accb = zeros(WORK, mt)
     slot = 0
     for g in range(first, count, step):
-        row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, g)
-        load_group(rx, rdy, ring, x, dy, slot, g, row, count, step, t, nt, WORK)
+        row, mine = load_group((rx, rdy), ring, (x, dy), g, count, step, t, nt, 0.0, WORK)
         mu = cast(mean[row], mt)
         rs = cast(rstd[row], mt)
         sg = cast(0.0, mt)
@@ -321,8 +323,8 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
                  mean1, rstd1, sums_g, sums_gx, as_scalar(1 / n, name), weight is not None,
                  True, work)
     else:
-        staged = rows.staged(p, x)
-        count = rows.group_count(p, x, m, FRAGMENTS, staged)
+        staged = rows.staged(p, x, 2)
+        count = rows.group_count(p, x, m, FRAGMENTS, 2 if staged else 0)
         pw = dx2 if weight is None else rows.empty(x, (count, n), stats)
         pb = rows.empty(x, (count, n), stats)
         used = rows.launch_groups(p, layer_norm_backward_registers, count, dx2, pw, pb, dy2,

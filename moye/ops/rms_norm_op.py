@@ -24,8 +24,8 @@ from ..layout import Layout, size
 
 from . import rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, group_place, group_start, load_chunk, load_group,
-                          looped_sums, math_type, my_row, owns_row, row_reduce, slab_fragment,
+from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group,
+                          looped_sums, math_type, row_groups, row_reduce, slab_fragment,
                           slab_place, slab_total, store_chunk, store_partial, store_row,
                           store_slab, zeros)
 
@@ -37,31 +37,34 @@ FRAGMENTS = 4
 # -- kernels ---------------------------------------------------------------------------------
 
 @kernel(fast_math=True)
-def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr):
+def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr,
+                       STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    m_rows, n = size(x, 0), size(x, 1)
-    row, t, nt, r = my_row(x, 0.0, WORK)
-    s = cast(0.0, r.dtype)
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            s = s + r[e, k] * r[e, k]
-    s = row_reduce(s, "sum", TPR, CLUSTER)
-    inv = rsqrt(s * rn + eps)
-    if owns_row(ROWS, TPR, m_rows):
-        if t == 0:
-            rstd[row] = inv
-        wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
-        gy = y[row, None]
+    n = size(x, 1)
+    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    r = fragment(WORK, math_type(x.dtype))
+    wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
+    for g in range(first, count, step):
+        row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
+        s = cast(0.0, r.dtype)
         for k in range(CHUNKS):
-            c = k * nt + t
-            if c * VEC < n:
-                if HAS_W:
-                    load_chunk(wk, 0, w, c)
-                for e in range(VEC):
-                    r[e, k] = r[e, k] * inv
+            for e in range(VEC):
+                s = s + r[e, k] * r[e, k]
+        inv = rsqrt(row_reduce(s, "sum", TPR, CLUSTER) * rn + eps)
+        if mine:
+            if t == 0:
+                rstd[row] = inv
+            gy = y[row, None]
+            for k in range(CHUNKS):
+                c = k * nt + t
+                if c * VEC < n:
                     if HAS_W:
-                        r[e, k] = r[e, k] * wk[e, 0]
-                store_chunk(gy, c, r, k)
+                        load_chunk(wk, 0, w, c)
+                    for e in range(VEC):
+                        r[e, k] = r[e, k] * inv
+                        if HAS_W:
+                            r[e, k] = r[e, k] * wk[e, 0]
+                    store_chunk(gy, c, r, k)
 
 
 @kernel(fast_math=True)
@@ -95,16 +98,15 @@ def rms_norm_loop(y, rstd, x, w, eps, rn, HAS_W: Constexpr, VEC: Constexpr,
 def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
                                 WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    m_rows, n = size(x, 0), size(x, 1)
+    n = size(x, 1)
     first, count, step, t, nt, rw, ring = group_start(x, dy, w, HAS_W, WORK, STAGED)
     mt = math_type(x.dtype)
-    rx = make_fragment_like(Layout((VEC, CHUNKS)), mt)
-    rdy = make_fragment_like(Layout((VEC, CHUNKS)), mt)
+    rx = fragment(WORK, mt)
+    rdy = fragment(WORK, mt)
     acc = zeros(WORK, mt)
     slot = 0
     for g in range(first, count, step):
-        row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m_rows, g)
-        load_group(rx, rdy, ring, x, dy, slot, g, row, count, step, t, nt, WORK)
+        row, mine = load_group((rx, rdy), ring, (x, dy), g, count, step, t, nt, 0.0, WORK)
         rs = cast(rstd[row], mt)
         d = cast(0.0, mt)
         for k in range(CHUNKS):
@@ -238,8 +240,8 @@ def rms_norm_backward(dy, x, weight, rstd):
         rows.run(p, rms_norm_backward_slabs, used * slabs, work[2], dx2, part, dy2, x2, w, rstd1,
                  sums, as_scalar(1 / n, name), weight is not None, work)
     else:
-        staged = rows.staged(p, x)
-        count = rows.group_count(p, x, m, FRAGMENTS, staged)
+        staged = rows.staged(p, x, 2)
+        count = rows.group_count(p, x, m, FRAGMENTS, 2 if staged else 0)
         part = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
         used = rows.launch_groups(p, rms_norm_backward_registers, count, dx2, part, dy2, x2, w,
                                   rstd1, as_scalar(1 / n, name), weight is not None,

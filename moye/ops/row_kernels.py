@@ -10,11 +10,14 @@ fragment of (VEC, CHUNKS) registers holds a thread's part, in the math type
 (`math_type`: Float64 for Float64 data, else Float32); chunks past the row's
 end hold `fill` and are not stored.
 
-A backward that also sums over rows (a norm's dweight) loops: a block (or
-cluster) takes row groups first, first + step, ... (`groups`, `group_place`),
-keeps its threads' column sums in registers across them, and writes them
-as one row of a (blocks, N) partial (`store_partial`); `column_sum` adds
-the partial's rows.
+The "registers" kernels loop over row groups (`row_groups`, `load_group`):
+a block (or cluster) takes groups first, first + step, ... A launch of a
+block per group makes one trip each; a cluster plan launches the clusters
+that run at once, and each stages its next group's rows in shared memory
+(cp.async) while it works on this one. A backward that also sums over rows
+(a norm's dweight) keeps its threads' column sums in registers across its
+groups and writes them as one row of a (blocks, N) partial
+(`store_partial`); `column_sum` adds the partial's rows.
 
 Three shapes of work, all static (kernel Constexprs):
 - ROWS rows per block, TPR threads (a power of two up to 32) per row: the
@@ -51,36 +54,6 @@ def lowest(dtype):
     """The lowest finite value of the math type `dtype`: max's identity, kept
     finite so that exp2(identity - max) is 0, not NaN (-inf - -inf)."""
     return -1.7976931348623157e308 if dtype == Float64 else -3.4028234663852886e38
-
-
-@func
-def place(ROWS, TPR, CLUSTER, THREADS, m):
-    """(row, t, nt): this thread's row (clamped to the last, m - 1, for the
-    spare threads of a block past the last row: they load it, reduce it and
-    store nothing), its index among the row's threads and their number."""
-    if CLUSTER > 1:
-        row = cluster_idx.x
-        t = block_rank_in_cluster() * THREADS + thread_idx.x
-        nt = CLUSTER * THREADS
-    elif ROWS == 1:
-        row = block_idx.x
-        t = thread_idx.x
-        nt = THREADS
-    else:
-        row = minimum(block_idx.x * ROWS + thread_idx.x // TPR, m - 1)
-        t = thread_idx.x % TPR
-        nt = TPR
-    return row, t, nt
-
-
-@func
-def owns_row(ROWS, TPR, m):
-    """Whether this thread's row is its own (not the clamped last row of a
-    spare thread): only then does it store."""
-    mine = True
-    if ROWS > 1:
-        mine = block_idx.x * ROWS + thread_idx.x // TPR < m
-    return mine
 
 
 @func
@@ -235,26 +208,6 @@ def load_row(r, g, t, nt, n, fill):
 
 
 @func
-def my_row(x, fill, WORK):
-    """(row, t, nt, r): this thread's place in its row of the (M, N) `x`
-    (place()) and its chunks of that row in a new (VEC, CHUNKS) fragment
-    `r` of the math type (load_row; `fill` past the row's end)."""
-    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    row, t, nt = place(ROWS, TPR, CLUSTER, THREADS, size(x, 0))
-    return row, t, nt, row_fragment(x, row, t, nt, fill, WORK)
-
-
-@func
-def row_fragment(g, row, t, nt, fill, WORK):
-    """This thread's chunks of row `row` of `g` in a new (VEC, CHUNKS)
-    fragment of the math type, as my_row's."""
-    VEC, CHUNKS = WORK[0], WORK[1]
-    r = make_fragment_like(Layout((VEC, CHUNKS)), math_type(g.dtype))
-    load_row(r, g[row, None], t, nt, size(g, 1), fill)
-    return r
-
-
-@func
 def store_row(g, r, t, nt, n):
     """Store this thread's chunks of the fragment `r` into the row `g` (n
     elements), converted to g's type; chunks past the end are skipped."""
@@ -265,112 +218,129 @@ def store_row(g, r, t, nt, n):
 
 
 @func
-def stage_row(s, slot, g, t, nt, n):
+def stage_row(s, g, t, nt, n):
     """Start copying (cp.async, not waited for) this thread's chunks of the
-    row `g` (n elements) into its places in stage `slot` of the shared ring
-    `s`, a (VEC, THREADS, CHUNKS, stages) array of g's type: the chunks
-    load_row would read, read later by unstage_row. Only this thread reads
-    them, so its cp_async_wait is all the waiting they need."""
+    row `g` (n elements) into its places in the shared array `s`, a
+    (VEC, THREADS, CHUNKS) array of g's type: the chunks load_row would
+    read, read later by unstage_row. Only this thread reads them, so its
+    cp_async_wait is all the waiting they need."""
     vec = size(s, 0)
     for k in range(size(s, 2)):
         c = k * nt + t
         if c * vec < n:
-            cucopyto(s[None, thread_idx.x, k, slot], tile(g, (vec,), (c,)))
+            cucopyto(s[None, thread_idx.x, k], tile(g, (vec,), (c,)))
 
 
 @func
-def unstage_row(r, s, slot, t, nt, n, fill):
-    """load_row from stage `slot` of the shared ring `s` (filled by stage_row
-    and waited for): this thread's chunks into the (VEC, CHUNKS) fragment
-    `r`, converted to r's type; `fill` past the row's end."""
+def unstage_row(r, s, t, nt, n, fill):
+    """load_row from the shared array `s` (filled by stage_row and waited
+    for): this thread's chunks into the (VEC, CHUNKS) fragment `r`,
+    converted to r's type; `fill` past the row's end."""
     for k in range(size(r, 1)):
         c = k * nt + t
         if c * size(r, 0) < n:
-            load_chunk(r, k, s[None, thread_idx.x, k, slot], 0)
+            load_chunk(r, k, s[None, thread_idx.x, k], 0)
         else:
             for e in range(size(r, 0)):
                 r[e, k] = fill
 
 
 @func
-def stage_next(sa, sb, a, b, slot, g, count, step, ROWS, TPR, CLUSTER, THREADS, m):
-    """The row groups' prefetch: start copying this thread's chunks of row
-    group g + step's rows of `a` and `b` into stage `slot` of the rings `sa`
-    and `sb` (stage_row), if there is such a group, and commit them as one
-    cp.async group (an empty one past the last group), so that
-    cp_async_wait(1) always waits for the group before."""
-    if g + step < count:
-        row, t, nt, _ = group_place(ROWS, TPR, CLUSTER, THREADS, m, g + step)
-        stage_row(sa, slot, a[row, None], t, nt, size(a, 1))
-        stage_row(sb, slot, b[row, None], t, nt, size(b, 1))
+def stage_group(ring, arrays, g, count, WORK, m):
+    """Start copying this thread's chunks of row group g's rows of each of
+    `arrays` into its places in `ring` (a shared array for each, stage_row),
+    if g < count, and commit them as one cp.async group."""
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    if g < count:
+        row, t, nt, _ = group_place(ROWS, TPR, CLUSTER, THREADS, m, g)
+        for s, a in zip(ring, arrays):
+            stage_row(s, a[row, None], t, nt, size(a, 1))
     cp_async_commit()
 
 
 @func
-def group_start(x, dy, w, HAS_W, WORK, STAGED):
-    """A looping backward's start: (first, count, step) of its row groups
-    (groups), this thread's index t among its row's nt threads, the weight's
-    chunks in a (VEC, CHUNKS) fragment of the math type (loaded once, the
-    same for every row; ones without HAS_W), and the ring of x and dy with
-    the first group in flight (group_ring)."""
+def row_groups(arrays, WORK, STAGED, LOOPS):
+    """The start of a kernel that loops over row groups of the (M, N)
+    `arrays` (a tuple: the rows it reads): (first, count, step) of its
+    groups (groups(); with LOOPS False, the launch has a block or cluster
+    per group, and the loop takes one trip that NVCC sees as one: count is
+    first + 1), this thread's index t among its row's nt threads, and the
+    ring: with STAGED, a (VEC, THREADS, CHUNKS) shared array of each
+    array's type, the first group's rows in flight into it (load_group
+    reads them and starts the next group's); else None.
+        first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, True)
+        r = fragment(WORK, math_type(x.dtype))
+        for g in range(first, count, step):
+            row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
+    """
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    m = size(x, 0)
+    m = size(arrays[0], 0)
     first, count, step = groups(ROWS, CLUSTER, m)
+    if not LOOPS:
+        count = first + 1
+        step = 1
     _, t, nt, _ = group_place(ROWS, TPR, CLUSTER, THREADS, m, first)
-    rw = make_fragment_like(Layout((VEC, CHUNKS)), math_type(x.dtype))
-    for k in range(CHUNKS):
-        for e in range(VEC):
+    ring = None
+    if STAGED:
+        ring = tuple(shared_array(a.dtype, Layout((VEC, THREADS, CHUNKS))) for a in arrays)
+        stage_group(ring, arrays, first, count, WORK, m)
+    return first, count, step, t, nt, ring
+
+
+@func
+def group_start(x, dy, w, HAS_W, WORK, STAGED):
+    """A norm backward's start: row_groups((x, dy), WORK, STAGED, True) and the
+    weight's chunks in a (VEC, CHUNKS) fragment of the math type (loaded
+    once, the same for every row; ones without HAS_W):
+    (first, count, step, t, nt, rw, ring)."""
+    first, count, step, t, nt, ring = row_groups((x, dy), WORK, STAGED, True)
+    rw = fragment(WORK, math_type(x.dtype))
+    for k in range(size(rw, 1)):
+        for e in range(size(rw, 0)):
             rw[e, k] = cast(1.0, rw.dtype)
     if HAS_W:
         load_row(rw, w, t, nt, size(x, 1), 1.0)
-    return first, count, step, t, nt, rw, group_ring(x, dy, first, count, step, m, WORK, STAGED)
+    return first, count, step, t, nt, rw, ring
 
 
 @func
 def zeros(WORK, dtype):
     """A new (VEC, CHUNKS) fragment of `dtype` (the first two of WORK or
     SLAB), all 0: a thread's column sums."""
-    VEC, CHUNKS = WORK[0], WORK[1]
-    r = make_fragment_like(Layout((VEC, CHUNKS)), dtype)
-    for k in range(CHUNKS):
-        for e in range(VEC):
+    r = fragment(WORK, dtype)
+    for k in range(size(r, 1)):
+        for e in range(size(r, 0)):
             r[e, k] = cast(0.0, dtype)
     return r
 
 
 @func
-def group_ring(x, dy, first, count, step, m, WORK, STAGED):
-    """The looping backwards' shared ring for rows of `x` and `dy`, two
-    stages of a (VEC, THREADS, CHUNKS) array each, with the first group
-    `first`'s rows in flight (stage_next); (None, None) when not STAGED."""
+def load_group(frags, ring, arrays, g, count, step, t, nt, fill, WORK):
+    """(row, mine) of this thread in row group `g` (group_place), with its
+    row of each of `arrays`, this thread's chunks, loaded into the (VEC,
+    CHUNKS) fragments `frags` (`fill` past the row's end): from the ring
+    (row_groups), whose places then take the next group's rows (each thread
+    reads back only the places it filled, so no barrier is needed between),
+    or, with no ring, from global memory."""
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    sx = None
-    sdy = None
-    if STAGED:
-        sx = shared_array(x.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
-        sdy = shared_array(dy.dtype, Layout((VEC, THREADS, CHUNKS, 2)))
-        stage_next(sx, sdy, x, dy, 0, first - step, count, step, ROWS, TPR, CLUSTER, THREADS, m)
-    return sx, sdy
+    m, n = size(arrays[0], 0), size(arrays[0], 1)
+    row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m, g)
+    if ring is not None:
+        cp_async_wait(0)
+        for r, s in zip(frags, ring):
+            unstage_row(r, s, t, nt, n, fill)
+        stage_group(ring, arrays, g + step, count, WORK, m)
+    else:
+        for r, a in zip(frags, arrays):
+            load_row(r, a[row, None], t, nt, n, fill)
+    return row, mine
 
 
 @func
-def load_group(rx, rdy, ring, x, dy, slot, g, row, count, step, t, nt, WORK):
-    """Row `row` (of group g) of `x` and `dy`, this thread's chunks, into the
-    fragments rx and rdy (0 past the row's end): from stage `slot` of the
-    ring (group_ring), once the next group's rows are started into the
-    other stage, or, with no ring, from global memory."""
-    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    sx, sdy = ring
-    n = size(x, 1)
-    if sx is not None:
-        stage_next(sx, sdy, x, dy, 1 - slot, g, count, step, ROWS, TPR, CLUSTER, THREADS,
-                   size(x, 0))
-        cp_async_wait(1)
-        unstage_row(rx, sx, slot, t, nt, n, 0.0)
-        unstage_row(rdy, sdy, slot, t, nt, n, 0.0)
-    else:
-        load_row(rx, x[row, None], t, nt, n, 0.0)
-        load_row(rdy, dy[row, None], t, nt, n, 0.0)
+def fragment(WORK, dtype):
+    """A new (VEC, CHUNKS) fragment of `dtype` (the first two of WORK): a
+    thread's chunks of a row."""
+    return make_fragment_like(Layout((WORK[0], WORK[1])), dtype)
 
 
 @func
@@ -437,8 +407,10 @@ def groups(ROWS, CLUSTER, m):
 
 @func
 def group_place(ROWS, TPR, CLUSTER, THREADS, m, g):
-    """(row, t, nt, mine) of this thread in row group `g`: place() with the
-    group in place of the block (or cluster) index; `mine` is owns_row()."""
+    """(row, t, nt, mine) of this thread in row group `g`: its row (clamped
+    to the last, m - 1, for the spare threads of a block past the last row:
+    they load it, reduce it and store nothing), its index t among the row's
+    nt threads, and whether the row is its own (only then does it store)."""
     mine = True
     if CLUSTER > 1:
         row = g

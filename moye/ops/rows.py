@@ -352,21 +352,48 @@ def map_rows(op, registers, loop, dim, **arrays):
     _, m, n = flat[0]
     out = empty_like(moved[0])
     if n:
-        launch(plan_for(a, name, n), registers, loop, out.reshape(m, n), *(f[0] for f in flat))
+        launch(plan_for(a, name, n), registers, loop, out.reshape(m, n), *(f[0] for f in flat),
+               inputs=len(flat))
     return from_last(out, d, nd)
 
-def launch(p, registers, loop, out, *args):
+def launch(p, registers, loop, out, *args, inputs=1, reduces=True):
     """Run plan `p`'s kernel over the (M, N) `out` and the other arguments:
-    registers[grid, threads, cluster](out, *args, p.work), or
-    loop[M, threads](out, *args, p.vec, p.threads)."""
+    for a "registers" plan, registers over the row groups, a group per
+    block (or cluster), or where persists() says, as many as run at once,
+    each looping over its groups with the next group's rows staged
+    (launch_groups); else loop[M, threads](out, *args, p.vec, p.threads).
+    The registers kernel reads rows of `inputs` arrays and, if `reduces`,
+    reduces over them."""
     m = out.shape[0]
     if m == 0:
         return
-    if p.kernel == "registers":
-        run(p, registers, -(-m // p.rows) * p.cluster, p.threads, out, *args, p.work,
+    if p.kernel == "registers" and persists(p, out, inputs, reduces):
+        launch_groups(p, registers, group_count(p, out, m, inputs, inputs), out, *args,
+                      staged=True)
+    elif p.kernel == "registers":
+        run(p, registers, -(-m // p.rows) * p.cluster, p.threads, out, *args, p.work, False,
             cluster=p.cluster)
     else:
         run(p, loop, m, p.threads, out, *args, p.vec, p.threads)
+
+
+def persists(p, x, inputs, reduces):
+    """Whether plan `p`'s registers kernel (launch) runs as many row groups
+    as fit at once, each looping over groups with its next rows staged:
+    where staged() allows, for a kernel that reduces rows of one input, in
+    blocks that take an SM's threads alone (no other block's loads hide its
+    wait at the cluster barriers), or as plan_options(staged=) says. On an
+    H100, the forwards at 262,144 elements, blocks of 1,024: softmax
+    float32 2,176 to 2,745 GB/s, bfloat16 1,718 to 2,087, cross_entropy
+    1,791 to 2,069; blocks of 256 (65,536), cross_entropy's backward (no
+    reduction) and the backwards of two inputs ran up to 25% slower so."""
+    if not staged(p, x, inputs):
+        return False
+    if "staged" in _OPTIONS:
+        return True
+    alone = parallel_blocks(x, p.threads, registers_of(p, inputs)) == _cuda_device(
+        x.device.index)[0]
+    return reduces and inputs == 1 and alone
 
 
 def run(p, kernel, grid, threads, *args, cluster=1):
@@ -467,41 +494,41 @@ def plan_fitting(x, dtype, n, fragments):
     return plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
 
 
-def group_count(p, x, m, fragments=0, staged=False):
+def group_count(p, x, m, fragments=0, staged=0):
     """How many row groups (blocks, or clusters of p.cluster blocks) a
     looping kernel of plan `p` runs over `m` rows of `x`: enough to fill the
     device (parallel_blocks), no more than there are groups of p.rows rows.
     `fragments`: how many (vec, chunks) fragments a thread keeps
-    (registers_of estimates its registers); `staged`: whether its blocks
-    hold a ring (ring_bytes) in shared memory."""
-    shared = ring_bytes(p) if staged else 0
+    (registers_of estimates its registers); `staged`: how many arrays its
+    blocks stage in a shared ring (ring_bytes), 0 for none."""
+    shared = ring_bytes(p, staged)
     fill = parallel_blocks(x, p.threads, registers_of(p, fragments), shared) // p.cluster
     return max(1, min(max(1, fill), -(-m // p.rows)))
 
 
-def staged(p, x):
-    """Whether plan `p`'s looping "registers" kernel stages the next row
-    group's rows of x and dy in shared memory while it works on this one
-    (row_kernels.group_ring: two stages of cp.async copies): for a row in a cluster
-    on a CUDA device whose blocks can take the two stages' shared memory (on
-    an H100: rms_norm's backward, float32 at 65,536, 2,670 GB/s unstaged,
-    2,900 staged; bfloat16 1,830 and 2,270; no gain for rows in one block),
-    or as plan_options(staged=) says.
-        >>> staged(plan("float32", 4096, "cuda"), np.zeros(1, np.float32))
+def staged(p, x, arrays):
+    """Whether plan `p`'s "registers" kernel, looping over row groups, stages
+    the next group's rows of its `arrays` inputs in shared memory while it
+    works on this one (row_kernels.row_groups: cp.async into a ring of one
+    stage): for a row in a cluster on a CUDA device whose blocks can take
+    the ring (on an H100: rms_norm's backward, float32 at 65,536, 2,670 GB/s
+    unstaged, 2,900 staged; bfloat16 1,830 and 2,270; no gain for rows in
+    one block), or as plan_options(staged=) says.
+        >>> staged(plan("float32", 4096, "cuda"), np.zeros(1, np.float32), 1)
         False
     """
     if "staged" in _OPTIONS:
         return p.kernel == "registers" and _OPTIONS["staged"]
     if p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda":
         return False
-    return ring_bytes(p) <= _cuda_device(x.device.index)[2]
+    return ring_bytes(p, arrays) <= _cuda_device(x.device.index)[2]
 
 
-def ring_bytes(p):
-    """The shared memory of a staged kernel's ring (row_kernels.group_ring):
-    two stages of two rows' (x's and dy's) chunks for each of the block's
+def ring_bytes(p, arrays):
+    """The shared memory of a staged kernel's ring (row_kernels.row_groups):
+    for each of `arrays` inputs, a row's chunks for each of the block's
     threads."""
-    return 2 * 2 * p.vec * p.chunks * p.threads * _SIZES[p.dtype]
+    return arrays * p.vec * p.chunks * p.threads * _SIZES[p.dtype]
 
 
 def launch_groups(p, registers, count, out, *args, staged=False):

@@ -18,31 +18,33 @@ from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
 from . import rows
-from .row_kernels import (LOG2E, fragment_max, load_chunk, loop_logsumexp, math_type, my_row,
-                          owns_row, row_fragment, row_max_sumexp, row_reduce, store_chunk,
+from .row_kernels import (LOG2E, fragment, fragment_max, load_chunk, load_group, loop_logsumexp,
+                          math_type, row_groups, row_max_sumexp, row_reduce, store_chunk,
                           store_row)
 
 # -- kernels ---------------------------------------------------------------------------------
 
 @kernel(fast_math=True)
-def softmax_registers(y, x, WORK: Constexpr):
+def softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    m_rows, n = size(x, 0), size(x, 1)
-    row, t, nt, r = my_row(x, -float("inf"), WORK)
-    m = fragment_max(r)
-    s = cast(0.0, r.dtype)
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            p = exp2((r[e, k] - m) * LOG2E)
-            r[e, k] = p
-            s = s + p
-    big, total = row_max_sumexp(m, s, TPR, CLUSTER)
-    scale = exp2((m - big) * LOG2E) / total        # this thread's exp(x - m) to y
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            r[e, k] = r[e, k] * scale
-    if owns_row(ROWS, TPR, m_rows):
-        store_row(y[row, None], r, t, nt, n)
+    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    r = fragment(WORK, math_type(x.dtype))
+    for g in range(first, count, step):
+        row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, -float("inf"), WORK)
+        m = fragment_max(r)
+        s = cast(0.0, r.dtype)
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                p = exp2((r[e, k] - m) * LOG2E)
+                r[e, k] = p
+                s = s + p
+        big, total = row_max_sumexp(m, s, TPR, CLUSTER)
+        scale = exp2((m - big) * LOG2E) / total        # this thread's exp(x - m) to y
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                r[e, k] = r[e, k] * scale
+        if mine:
+            store_row(y[row, None], r, t, nt, size(x, 1))
 
 
 @kernel(fast_math=True)
@@ -59,21 +61,23 @@ def softmax_loop(y, x, VEC: Constexpr, THREADS: Constexpr):
 
 
 @kernel(fast_math=True)
-def softmax_backward_registers(dx, y, dy, WORK: Constexpr):
+def softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    m_rows, n = size(y, 0), size(y, 1)
-    row, t, nt, ry = my_row(y, 0.0, WORK)
-    rdy = row_fragment(dy, row, t, nt, 0.0, WORK)
-    d = cast(0.0, ry.dtype)
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            d = d + ry[e, k] * rdy[e, k]
-    d = row_reduce(d, "sum", TPR, CLUSTER)
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            ry[e, k] = ry[e, k] * (rdy[e, k] - d)
-    if owns_row(ROWS, TPR, m_rows):
-        store_row(dx[row, None], ry, t, nt, n)
+    first, count, step, t, nt, ring = row_groups((y, dy), WORK, STAGED, STAGED)
+    ry = fragment(WORK, math_type(y.dtype))
+    rdy = fragment(WORK, ry.dtype)
+    for g in range(first, count, step):
+        row, mine = load_group((ry, rdy), ring, (y, dy), g, count, step, t, nt, 0.0, WORK)
+        d = cast(0.0, ry.dtype)
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                d = d + ry[e, k] * rdy[e, k]
+        d = row_reduce(d, "sum", TPR, CLUSTER)
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                ry[e, k] = ry[e, k] * (rdy[e, k] - d)
+        if mine:
+            store_row(dx[row, None], ry, t, nt, size(y, 1))
 
 
 @kernel(fast_math=True)

@@ -98,6 +98,6 @@ def test_generated_cuda_predicates_cp_async_by_its_source_size_and_stores_by_if(
     lines = [ln.strip() for ln in cuda.splitlines()]
     cp = [ln for ln in lines if ln.startswith('asm volatile("cp.async.cg')]
     assert len(cp) == 2 and all(
-        "cp.async.cg.shared.global [%0], [%1], 16, %2;" in ln and "? 16 : 0));" in ln
+        "cp.async.cg.shared.global [%0], [%1], 16, %2;" in ln and "? 16 : 0) : \"memory\");" in ln
         for ln in cp)
     assert sum(ln.startswith("if (") for ln in lines) == 16     # one per element stored

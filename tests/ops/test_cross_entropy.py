@@ -100,7 +100,8 @@ def test_each_kernel_path(path, dtype, shape):
     x = data(rng, shape, dtype, 10.0)
     p = rows.plan_for(x, np.dtype(dtype).name, shape[-1])
     assert p.kernel == ("loop" if path == "loop" else "registers")
-    assert (p.cluster > 1) == (path == "cluster")
+    assert (p.cluster > 1) == path.startswith("cluster")
+    assert rows.staged(p, x, 1) == path.endswith("staged")
     t = targets(rng, int(np.prod(shape[:-1])), shape[-1]).reshape(shape[:-1])
     check(x, t, dtype)
 
@@ -321,9 +322,10 @@ def _variants():
             for options in ({}, {"max_cluster": 8}, {"elements": 64}):
                 p = rows.plan(np.dtype(dtype).name, 65536, "cuda", **options)
                 if p.kernel == "registers":
-                    yield m.cross_entropy_registers, (out, out, a, t, IGNORE, p.work), p
+                    yield m.cross_entropy_registers, (out, out, a, t, IGNORE, p.work,
+                                                       p.cluster > 1), p
                     yield (m.cross_entropy_backward_registers, (a, a, t, out, out, IGNORE,
-                                                                p.work), p)
+                                                                p.work, p.cluster > 1), p)
                 else:
                     yield m.cross_entropy_loop, (out, out, a, t, IGNORE, p.vec, p.threads), p
                     yield (m.cross_entropy_backward_loop, (a, a, t, out, out, IGNORE, p.vec,

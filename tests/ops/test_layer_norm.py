@@ -98,14 +98,14 @@ def test_float32_parameters_with_other_inputs(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(3, 700), (1, 2000), (2, 3, 301), (37, 96)])
 @pytest.mark.parametrize("affine", [True, False])
-def test_each_kernel_path(norm_path, dtype, shape, affine):
+def test_each_kernel_path(path, dtype, shape, affine):
     rng = np.random.default_rng(sum(shape))
     x = data(rng, shape, dtype, 4.0, -1.0)
     p = rows.plan_for(x, np.dtype(dtype).name, shape[-1])
     if shape[-1] > 300:
-        assert p.kernel == ("loop" if norm_path == "loop" else "registers")
-        assert (p.cluster > 1) == norm_path.startswith("cluster")
-        assert rows.staged(p, x) == norm_path.endswith("staged")
+        assert p.kernel == ("loop" if path == "loop" else "registers")
+        assert (p.cluster > 1) == path.startswith("cluster")
+        assert rows.staged(p, x, 2) == path.endswith("staged")
     n = shape[-1]
     check(x, data(rng, (n,), dtype, 1.0, 1.0) if affine else None,
           data(rng, (n,), dtype) if affine else None)
@@ -150,7 +150,7 @@ def test_rows_of_constants():
 
 
 @pytest.mark.parametrize("n", [40, 3000])
-def test_no_races(norm_path, n):
+def test_no_races(path, n):
     rng = np.random.default_rng(n)
     x = data(rng, (5, n), np.float32, 2.0)
     with race_checking():
@@ -232,7 +232,7 @@ def _variants():
             for has_w, has_b in flags[(i + j) % 3:(i + j) % 3 + 1]:    # each on some paths
                 if p.kernel == "registers":
                     yield m.layer_norm_registers, (a, s, s, a, w, w, 1e-5, 1e-3, has_w, has_b,
-                                                   p.work), p
+                                                   p.work, p.cluster > 1), p
                     yield m.layer_norm_backward_registers, (a, part, part, a, a, w, s, s,
                                                             1e-3, has_w, has_b, p.work,
                                                             j % 2 == 0), p

@@ -94,6 +94,6 @@ def test_plan_options_refuse_bad_knobs():
             with rows.plan_options(staged=bad):
                 pass
     assert rows.plan_for(x, "float32", 4096) is before
-    assert not rows.staged(before, x)
+    assert not rows.staged(before, x, 1)
     with rows.plan_options(staged=True):
-        assert rows.staged(before, x) and not rows.staged(rows.plan("float32", 262144, "cpu"), x)
+        assert rows.staged(before, x, 1) and not rows.staged(rows.plan("float32", 262144, "cpu"), x, 1)

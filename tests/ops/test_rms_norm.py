@@ -102,14 +102,14 @@ def test_float32_weight_with_other_inputs(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(3, 700), (1, 2000), (2, 3, 301), (37, 96)])
 @pytest.mark.parametrize("weighted", [True, False])
-def test_each_kernel_path(norm_path, dtype, shape, weighted):
+def test_each_kernel_path(path, dtype, shape, weighted):
     rng = np.random.default_rng(sum(shape))
     x = data(rng, shape, dtype, 4.0, -1.0)
     p = rows.plan_for(x, np.dtype(dtype).name, shape[-1])
     if shape[-1] > 300:
-        assert p.kernel == ("loop" if norm_path == "loop" else "registers")
-        assert (p.cluster > 1) == norm_path.startswith("cluster")
-        assert rows.staged(p, x) == norm_path.endswith("staged")
+        assert p.kernel == ("loop" if path == "loop" else "registers")
+        assert (p.cluster > 1) == path.startswith("cluster")
+        assert rows.staged(p, x, 2) == path.endswith("staged")
     check(x, data(rng, shape[-1:], dtype, 1.0, 1.0) if weighted else None, 1e-5)
 
 
@@ -144,7 +144,7 @@ def test_rows_of_constants_and_large_magnitudes():
 
 
 @pytest.mark.parametrize("n", [40, 3000])
-def test_no_races(norm_path, n):
+def test_no_races(path, n):
     rng = np.random.default_rng(n)
     x = data(rng, (5, n), np.float32, 2.0)
     with race_checking():
@@ -250,7 +250,8 @@ def _variants():
                           "cuda", **options)
             for has_w in (True, False)[(i + j) % 2:(i + j) % 2 + 1]:   # each on half
                 if p.kernel == "registers":
-                    yield m.rms_norm_registers, (a, s, a, w, 1e-6, 1e-3, has_w, p.work), p
+                    yield m.rms_norm_registers, (a, s, a, w, 1e-6, 1e-3, has_w, p.work,
+                                                   p.cluster > 1), p
                     yield m.rms_norm_backward_registers, (a, part, a, a, w, s, 1e-3, has_w,
                                                           p.work, j % 2 == 0), p
                 else:

@@ -70,7 +70,8 @@ def test_each_kernel_path(path, dtype, shape):
     x = data(rng, shape, dtype, 10.0)
     p = rows.plan_for(x, np.dtype(dtype).name, shape[-1])
     assert p.kernel == ("loop" if path == "loop" else "registers")
-    assert (p.cluster > 1) == (path == "cluster")
+    assert (p.cluster > 1) == path.startswith("cluster")
+    assert rows.staged(p, x, 1) == path.endswith("staged")
     y = softmax(x)
     np.testing.assert_allclose(y.astype(np.float64), reference(x), atol=ATOL[dtype],
                                rtol=RTOL[dtype])
@@ -214,8 +215,8 @@ def _variants():
         for options in ({}, {"max_cluster": 8}, {"elements": 64}):
             p = rows.plan(np.dtype(dtype).name, 65536, "cuda", **options)
             if p.kernel == "registers":
-                yield m.softmax_registers, (a, a, p.work), p
-                yield m.softmax_backward_registers, (a, a, a, p.work), p
+                yield m.softmax_registers, (a, a, p.work, p.cluster > 1), p
+                yield m.softmax_backward_registers, (a, a, a, p.work, p.cluster > 1), p
             else:
                 yield m.softmax_loop, (a, a, p.vec, p.threads), p
                 yield m.softmax_backward_loop, (a, a, a, p.vec, p.threads), p
