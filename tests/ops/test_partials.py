@@ -9,6 +9,7 @@ import moye
 from moye.compiler.frontend import BACKENDS
 from moye.ops import rows
 from moye.ops.row_kernels import COLUMN_LANES, COLUMNS, column_sum
+from moye.ops.softmax_op import softmax
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (1, 70), (37, 1), (5, 33), (300, 65)])
@@ -97,3 +98,22 @@ def test_plan_options_refuse_bad_knobs():
     assert not rows.staged(before, x, 1)
     with rows.plan_options(staged=True):
         assert rows.staged(before, x, 1) and not rows.staged(rows.plan("float32", 262144, "cpu"), x, 1)
+
+
+def test_only_staged_launches_persist_off_the_gpu():
+    """On the CPU backend a registers launch has a block (or cluster) per row
+    group unless plan_options(staged=True): then it runs group_count's
+    groups, each looping over its rows through the ring; a loop plan never
+    does. Under that option a forward over more rows than groups still
+    writes every row."""
+    x = np.random.default_rng(5).standard_normal((23, 700)).astype(np.float32)
+    p = rows.plan_for(x, "float32", 700)
+    assert p.kernel == "registers"
+    assert not rows.persists(p, x, 1, True)
+    with rows.plan_options(staged=True):
+        assert rows.persists(p, x, 1, True) and rows.persists(p, x, 2, False)
+        assert not rows.persists(rows.plan("float32", 262144, "cpu"), x, 1, True)
+        assert rows.group_count(p, x, 23, 1, 1) == rows.CPU_BLOCKS < 23
+        y = softmax(x)
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
