@@ -26,7 +26,7 @@ from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
 from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group,
                           looped_sums, math_type, row_groups, row_reduce, slab_fragment,
                           slab_place, slab_total, store_chunk, store_partial, store_row,
-                          store_slab, zeros)
+                          store_normalized, store_slab, zeros)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -58,8 +58,6 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
     n = size(x, 1)
     first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
-    wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
-    bk = make_fragment_like(Layout((VEC, 1)), r.dtype)
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
         s = cast(0.0, r.dtype)
@@ -78,21 +76,7 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
             if t == 0:
                 mean[row] = mu
                 rstd[row] = inv
-            gy = y[row, None]
-            for k in range(CHUNKS):
-                c = k * nt + t
-                if c * VEC < n:
-                    if HAS_W:
-                        load_chunk(wk, 0, w, c)
-                    if HAS_B:
-                        load_chunk(bk, 0, b, c)
-                    for e in range(VEC):
-                        r[e, k] = r[e, k] * inv
-                        if HAS_W:
-                            r[e, k] = r[e, k] * wk[e, 0]
-                        if HAS_B:
-                            r[e, k] = r[e, k] + bk[e, 0]
-                    store_chunk(gy, c, r, k)
+            store_normalized(y[row, None], r, inv, w, b, HAS_W, HAS_B, t, nt, n)
 
 
 @kernel(fast_math=True)

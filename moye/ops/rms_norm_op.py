@@ -27,7 +27,7 @@ from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
 from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group,
                           looped_sums, math_type, row_groups, row_reduce, slab_fragment,
                           slab_place, slab_total, store_chunk, store_partial, store_row,
-                          store_slab, zeros)
+                          store_normalized, store_slab, zeros)
 
 OP = "rms_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and the sums
@@ -43,7 +43,6 @@ def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr
     n = size(x, 1)
     first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
-    wk = make_fragment_like(Layout((VEC, 1)), r.dtype)
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
         s = cast(0.0, r.dtype)
@@ -54,17 +53,7 @@ def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr
         if mine:
             if t == 0:
                 rstd[row] = inv
-            gy = y[row, None]
-            for k in range(CHUNKS):
-                c = k * nt + t
-                if c * VEC < n:
-                    if HAS_W:
-                        load_chunk(wk, 0, w, c)
-                    for e in range(VEC):
-                        r[e, k] = r[e, k] * inv
-                        if HAS_W:
-                            r[e, k] = r[e, k] * wk[e, 0]
-                    store_chunk(gy, c, r, k)
+            store_normalized(y[row, None], r, inv, w, w, HAS_W, False, t, nt, n)
 
 
 @kernel(fast_math=True)

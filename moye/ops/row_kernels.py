@@ -218,6 +218,32 @@ def store_row(g, r, t, nt, n):
 
 
 @func
+def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, t, nt, n):
+    """The norms' write: this thread's chunks of the fragment `r` times
+    `scale`, times the weight `w`'s chunk (HAS_W), plus the bias `b`'s
+    (HAS_B), stored into the row `g` (n elements) in g's type; chunks past
+    the end are skipped. w and b are read chunk by chunk (cache hits after
+    the first row)."""
+    vec = size(r, 0)
+    wk = make_fragment_like(Layout((vec, 1)), r.dtype)
+    bk = make_fragment_like(Layout((vec, 1)), r.dtype)
+    for k in range(size(r, 1)):
+        c = k * nt + t
+        if c * vec < n:
+            if HAS_W:
+                load_chunk(wk, 0, w, c)
+            if HAS_B:
+                load_chunk(bk, 0, b, c)
+            for e in range(vec):
+                r[e, k] = r[e, k] * scale
+                if HAS_W:
+                    r[e, k] = r[e, k] * wk[e, 0]
+                if HAS_B:
+                    r[e, k] = r[e, k] + bk[e, 0]
+            store_chunk(g, c, r, k)
+
+
+@func
 def stage_row(s, g, t, nt, n):
     """Start copying (cp.async, not waited for) this thread's chunks of the
     row `g` (n elements) into its places in the shared array `s`, a
