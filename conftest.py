@@ -16,17 +16,17 @@ def _moye_doctest_namespace(doctest_namespace):
 
 @pytest.fixture
 def poisoned_ops_outputs(monkeypatch):
-    """Every output moye.ops allocates (rows.empty: results, statistics,
-    partials) starts as NaN (integers: -2**62), so an element a kernel does
-    not write fails the comparison. NumPy arrays and torch tensors alike."""
-    from moye.ops import rows
-    allocate = rows.empty
+    """Every output moye.ops allocates (replay.output: results, statistics,
+    partials, in full calls and replayed ones) starts as NaN (integers:
+    -2**62), so an element a kernel does not write fails the comparison.
+    NumPy arrays and torch tensors alike."""
+    from moye.ops import replay
+    note = replay.output
 
-    def poisoned(like, shape, dtype=None):
-        out = allocate(like, shape, dtype)
+    def poisoned(out):
         out[...] = float("nan") if "float" in str(out.dtype) else -(2**62)
-        return out
-    monkeypatch.setattr(rows, "empty", poisoned)
+        return note(out)
+    monkeypatch.setattr(replay, "output", poisoned)
 
 
 collect_ignore = ["moye/__main__.py"]

@@ -32,7 +32,8 @@ What the checks hold, record by record:
   else through arguments.as_array_arg;
 - ScalarParam: the value's class and, for an int, whether it fits in 32 bits;
 - StaticParam: its value where its == is exact (ints, strings, moye's
-  layouts and atoms), else its static_key;
+  layouts and atoms), a flat tuple of such ints, bools, strings and None
+  by its == and its elements' exact types, else its static_key;
 - TMAParam: the TMACopy's spec.
 
 Exact strides can select a kernel whose unit-stride mode is not the one
@@ -44,8 +45,8 @@ from dataclasses import fields
 
 import numpy as np
 
-from .arguments import INDEX_LIMIT, as_array_arg, keyed_as_is, keyword_arguments_error, \
-    needs_64bit_indices, static_key
+from .arguments import BY_VALUE, INDEX_LIMIT, as_array_arg, keyed_as_is, \
+    keyword_arguments_error, needs_64bit_indices, static_key
 from .binder import ArrayParam, ScalarParam, StaticParam, TMAParam
 
 ENTRIES_LIMIT = 1024          # fast paths kept per kernel
@@ -115,6 +116,10 @@ class _Writer:
             if keyed_as_is(call_arg):
                 k = self.const(call_arg)
                 self.check(f"not ({x} is {k} or {x} == {k})")
+            elif type(call_arg) is tuple and all(type(e) in BY_VALUE for e in call_arg):
+                # a flat tuple of ints, ...: its == and its elements' exact types
+                k, types = self.const(call_arg), self.const(tuple(map(type, call_arg)))
+                self.check(f"{x} != {k} or tuple(map(type, {x})) != {types}")
             else:
                 self.check(f"static_key({x}, {p.name!r}) != {self.const(p.key)}")
         elif type(p) is TMAParam:

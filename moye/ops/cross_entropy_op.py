@@ -30,7 +30,7 @@ from ..device import block_idx, cast, exp2, ifelse, maximum, minimum, thread_idx
 from ..errors import BoundsError, MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
-from . import rows
+from . import replay, rows
 from .row_kernels import (LOG2E, fragment, load_chunk, load_group, loop_logsumexp, math_type,
                           row_groups, row_logsumexp, store_chunk, store_row)
 
@@ -186,6 +186,7 @@ def _check_range(target, n, ignore_index, op):
     the device, and is not allowed while a CUDA graph is captured."""
     if rows.backend_of(target) == "cuda":
         return
+    replay.host_work()
     bad = ((target < 0) | (target >= n)) & (target != ignore_index)
     if not bool(bad.any()):
         return
@@ -213,6 +214,7 @@ def _rows(logits, target, ignore_index, op):
 
 # -- the ops ---------------------------------------------------------------------------------
 
+@replay.replayed
 def cross_entropy_forward(logits, target, ignore_index=-100):
     """(loss, lse) per row of `logits` (..., N) against class indices
     `target` (...): lse = log(sum(exp(logits))) along the last dimension and
@@ -242,6 +244,7 @@ def _forward(logits, target, ignore_index, op):
     return loss.reshape(shape), lse.reshape(shape)
 
 
+@replay.replayed
 def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
     """The gradient of the per-row loss with respect to `logits`:
     (exp(logits - lse) - onehot(target)) * dloss per row, 0 in rows where
@@ -276,6 +279,7 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
     return dx
 
 
+@replay.replayed
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
     """Cross-entropy of `logits` (..., N) against class indices `target`
     (...): per row lse(logits) - logits[target], rows with target ==

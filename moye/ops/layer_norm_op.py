@@ -17,16 +17,17 @@ slab kernels (the slabs' sums of g and g * xhat, then dx per row group and
 slab).
 """
 from ..array import make_fragment_like
-from ..compiler import Constexpr, kernel
-from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
+from ..compiler import Constexpr, func, kernel
+from ..device import (block_idx, block_reduce, cast, grid_dim, maximum, minimum, rsqrt,
+                      thread_idx)
 from ..layout import Layout, size
 
-from . import rows
+from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group,
-                          looped_sums, math_type, row_groups, row_reduce, slab_fragment,
-                          slab_place, slab_total, store_chunk, store_partial, store_row,
-                          store_normalized, store_slab, zeros)
+from .row_kernels import (cluster_merge, end_groups, fragment, group_start, load_chunk,
+                          load_group, looped_sums, math_type, row_groups, row_reduce,
+                          slab_fragment, slab_place, slab_total, store_chunk, store_partial,
+                          store_row, store_normalized, store_slab, zeros)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -51,6 +52,64 @@ def _forward_plan(x, name, n):
 
 # -- kernels ---------------------------------------------------------------------------------
 
+@func
+def squared_deviations(r, mu, t, nt, n):
+    """The sum of (x - mu)^2 over this thread's elements of the row in the
+    (VEC, CHUNKS) fragment `r` (not the fill past the row's end)."""
+    VEC = size(r, 0)
+    v = cast(0.0, r.dtype)
+    for k in range(size(r, 1)):
+        if (k * nt + t) * VEC < n:
+            for e in range(VEC):
+                d = r[e, k] - mu
+                v = v + d * d
+    return v
+
+
+@func
+def cluster_moments(r, c, t, nt, n, WORK):
+    """(mean, sum of squared deviations) of a row split across a cluster,
+    about `c` (a value of the row: the means merged below are then small,
+    and as exact as the data), from each thread's elements in `r`, which it
+    shifts by -c: each block's (count, mean, squared deviations about its
+    mean) by two block reductions, the blocks' merged in rank order in one
+    DSMEM exchange (Chan et al.'s pairwise update)."""
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    s = cast(0.0, r.dtype)
+    for k in range(CHUNKS):
+        if (k * nt + t) * VEC < n:         # not the fill past the row's end
+            for e in range(VEC):
+                r[e, k] = r[e, k] - c
+                s = s + r[e, k]
+    count = cast(block_elements(t, nt, n, WORK), s.type)
+    mb = block_reduce(s, "sum") / maximum(count, cast(1.0, s.type))
+    qb = block_reduce(squared_deviations(r, mb, t, nt, n), "sum")
+    _, mu, q = cluster_merge((count, mb, qb), merge_moments, CLUSTER)
+    return mu, q
+
+
+@func
+def block_elements(t, nt, n, WORK):
+    """How many of the row's n elements this thread's block of a cluster
+    holds: chunk k * nt + t' for each of its threads t'."""
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    chunks = n // VEC
+    base = t - thread_idx.x                        # the block's first thread in the row
+    held = 0
+    for k in range(CHUNKS):
+        held = held + minimum(maximum(chunks - k * nt - base, 0), THREADS)
+    return held * VEC
+
+
+@func
+def merge_moments(a, b):
+    """Two (count, mean, sum of squared deviations) as one."""
+    n = a[0] + b[0]
+    d = b[1] - a[1]
+    f = b[0] / maximum(n, cast(1.0, n.type))
+    return n, a[1] + d * f, a[2] + b[2] + d * d * a[0] * f
+
+
 @kernel(fast_math=True)
 def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
                          HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
@@ -60,18 +119,22 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
     r = fragment(WORK, math_type(x.dtype))
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
-        s = cast(0.0, r.dtype)
+        if CLUSTER > 1:                     # r shifted by the row's first element
+            c = cast(x[row, 0], r.dtype)
+            centre, q = cluster_moments(r, c, t, nt, n, WORK)
+            mu = c + centre
+        else:
+            s = cast(0.0, r.dtype)
+            for k in range(CHUNKS):
+                for e in range(VEC):
+                    s = s + r[e, k]
+            mu = row_reduce(s, "sum", TPR, CLUSTER) * rn
+            q = row_reduce(squared_deviations(r, mu, t, nt, n), "sum", TPR, CLUSTER)
+            centre = mu
         for k in range(CHUNKS):
             for e in range(VEC):
-                s = s + r[e, k]
-        mu = row_reduce(s, "sum", TPR, CLUSTER) * rn
-        v = cast(0.0, r.dtype)
-        for k in range(CHUNKS):
-            if (k * nt + t) * VEC < n:     # not the fill past the row's end
-                for e in range(VEC):
-                    r[e, k] = r[e, k] - mu
-                    v = v + r[e, k] * r[e, k]
-        inv = rsqrt(row_reduce(v, "sum", TPR, CLUSTER) * rn + eps)
+                r[e, k] = r[e, k] - centre
+        inv = rsqrt(q * rn + eps)
         if mine:
             if t == 0:
                 mean[row] = mu
@@ -225,6 +288,7 @@ def layer_norm_backward_slabs(dx, pw, pb, dy, x, w, mean, rstd, sums_g, sums_gx,
 
 # -- the ops ---------------------------------------------------------------------------------
 
+@replay.replayed
 def layer_norm_forward(x, weight, bias, eps):
     """(y, mean, rstd): LayerNorm of `x` over its last dimension,
     y = (x - mean) * rstd * weight + bias with rstd = 1 / sqrt(var + eps), the
@@ -247,6 +311,7 @@ def layer_norm_forward(x, weight, bias, eps):
     mean = rows.empty(x, tuple(x.shape[:-1]), rows.stats_dtype(name))
     rstd = rows.empty(x, tuple(x.shape[:-1]), rows.stats_dtype(name))
     if n == 0:
+        replay.host_work()
         mean[...] = 0                  # the moments of no elements: 0
         rstd[...] = eps ** -0.5
     elif m:
@@ -258,6 +323,7 @@ def layer_norm_forward(x, weight, bias, eps):
     return y, mean, rstd
 
 
+@replay.replayed
 def layer_norm_backward(dy, x, weight, mean, rstd):
     """(dx, dweight, dbias): the gradients of layer_norm_forward from the
     output's gradient `dy`, its `x`, `weight` and the `mean`, `rstd` it
@@ -290,6 +356,7 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
         for wanted in (weight is not None, True):
             s = rows.empty(x, (n,), pname) if wanted else None
             if s is not None:
+                replay.host_work()
                 s[...] = 0
             sums.append(s)
         return dx, sums[0], sums[1]

@@ -16,7 +16,7 @@ from ..compiler import Constexpr, kernel
 from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
-from . import rows
+from . import replay, rows
 from .row_kernels import (LOG2E, fragment, load_chunk, load_group, loop_logsumexp, math_type,
                           row_groups, row_logsumexp, row_reduce, store_chunk, store_row)
 
@@ -96,6 +96,7 @@ def log_softmax_backward_loop(dx, y, dy, VEC: Constexpr, THREADS: Constexpr):
 
 # -- the ops ---------------------------------------------------------------------------------
 
+@replay.replayed
 def log_softmax(x, dim=-1):
     """Log-softmax of `x` along `dim`: x - log(sum(exp(x))), float32, float16,
     bfloat16 or float64 in, the same type out, float32 math inside (float64
@@ -109,6 +110,7 @@ def log_softmax(x, dim=-1):
     return rows.map_rows("log_softmax", log_softmax_registers, log_softmax_loop, dim, x=x)
 
 
+@replay.replayed
 def log_softmax_backward(y, dy, dim=-1):
     """The gradient of log_softmax: dx = dy - exp(y) * sum(dy) along `dim`,
     from the forward's output `y` and the output's gradient `dy` (same shape

@@ -22,7 +22,7 @@ from ..compiler import Constexpr, kernel
 from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
 from ..layout import Layout, size
 
-from . import rows
+from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
 from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group,
                           looped_sums, math_type, row_groups, row_reduce, slab_fragment,
@@ -164,6 +164,7 @@ def rms_norm_backward_slabs(dx, part, dy, x, w, rstd, sums, rn, HAS_W: Constexpr
 
 # -- the ops ---------------------------------------------------------------------------------
 
+@replay.replayed
 def rms_norm_forward(x, weight, eps):
     """(y, rstd): RMSNorm of `x` over its last dimension, y = x * rstd * weight
     with rstd = 1 / sqrt(mean(x^2) + eps) (float32; float64 for float64 x) of
@@ -182,6 +183,7 @@ def rms_norm_forward(x, weight, eps):
     y = rows.empty_like(x)
     rstd = rows.empty(x, tuple(x.shape[:-1]), rows.stats_dtype(name))
     if n == 0:
+        replay.host_work()
         rstd[...] = eps ** -0.5        # the mean of no squares: 0
     elif m:
         rows.launch(rows.plan_for(x, name, n), rms_norm_registers, rms_norm_loop,
@@ -190,6 +192,7 @@ def rms_norm_forward(x, weight, eps):
     return y, rstd
 
 
+@replay.replayed
 def rms_norm_backward(dy, x, weight, rstd):
     """(dx, dweight): the gradients of rms_norm_forward from the output's
     gradient `dy`, its `x`, `weight` and the `rstd` it returned:
@@ -216,6 +219,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     if m == 0 or n == 0:
         dw = None if weight is None else rows.empty(x, (n,), rows.dtype_name(weight, "", op))
         if dw is not None:
+            replay.host_work()
             dw[...] = 0
         return dx, dw
     p = rows.plan_fitting(x, name, n, FRAGMENTS)

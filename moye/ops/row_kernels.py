@@ -25,11 +25,11 @@ Three shapes of work, all static (kernel Constexprs):
 - one row per block (ROWS == 1, TPR == THREADS): block_reduce;
 - one row per thread-block cluster of CLUSTER blocks (sm_90): the row's
   threads are the cluster's, the reductions cluster_reduce (DSMEM), or, for
-  two values at once, block reductions and one exchange of the blocks'
-  pairs (`cluster_pairs`: softmax's max and sum, layer_norm's two sums).
+  several values at once, block reductions and one exchange of the blocks'
+  tuples (`cluster_merge`: softmax's max and sum, layer_norm's moments).
 """
 from ..array import make_fragment_like, tile
-from ..compiler import func, kernel
+from ..compiler import func, kernel, range_constexpr
 from ..compiler import range as unrolled_range
 from ..device import (atomic_add, block_idx, block_rank_in_cluster, block_reduce, cast,
                       cluster_arrive, cluster_grid_dim, cluster_idx, cluster_reduce, cluster_sync,
@@ -75,11 +75,11 @@ def row_max_sumexp(m, s, TPR, CLUSTER):
     """(M, S): the max of the row and the sum of exp(x - M) over it, from
     each thread's max `m` of its elements and sum `s` of exp(x - m) over
     them (the online softmax's merge). In a cluster, the blocks merge their
-    (max, sum) pairs in one DSMEM exchange (cluster_pairs: two cluster
+    (max, sum) pairs in one DSMEM exchange (cluster_merge: two cluster
     barriers, where two cluster_reduce calls take four)."""
     if CLUSTER > 1:
         mb = block_reduce(m, "max")
-        big, total = cluster_pairs(mb, block_reduce(s * exp2((m - mb) * LOG2E), "sum"),
+        big, total = cluster_merge((mb, block_reduce(s * exp2((m - mb) * LOG2E), "sum")),
                                    merge_max_sumexp, CLUSTER)
     else:
         big = row_reduce(m, "max", TPR, CLUSTER)
@@ -144,32 +144,34 @@ def end_groups(CLUSTER):
         cluster_sync()
 
 
-def merge_max_sumexp(m1, s1, m2, s2):
+def merge_max_sumexp(a, b):
     """Two (max, sum of exp(x - max)) pairs as one."""
-    big = maximum(m1, m2)
-    return big, s1 * exp2((m1 - big) * LOG2E) + s2 * exp2((m2 - big) * LOG2E)
+    big = maximum(a[0], b[0])
+    return big, a[1] * exp2((a[0] - big) * LOG2E) + b[1] * exp2((b[0] - big) * LOG2E)
 
 
 @func
-def cluster_pairs(a, b, combine, CLUSTER):
-    """The pairs (a, b) of the cluster's blocks (thread 0's of each), combined
-    in rank order by combine(a1, b1, a2, b2) -> (a, b), for every thread of
-    the cluster: each block's pair goes to its shared memory, a cluster
-    barrier, every thread reads the others' through DSMEM, and a relaxed
-    barrier keeps each pair (and its block) until all have read it."""
-    pair = shared_array(a.type, Layout(2), align=16)
+def cluster_merge(values, combine, CLUSTER):
+    """The tuples `values` of the cluster's blocks (thread 0's of each),
+    combined in rank order by combine(left, right) -> tuple, for every
+    thread of the cluster: each block's tuple goes to its shared memory, a
+    cluster barrier, every thread reads the others' through DSMEM, and a
+    relaxed barrier keeps each tuple (and its block) until all have read it.
+    Two cluster barriers, where a cluster_reduce per value takes two each."""
+    NV = len(values)
+    slot = shared_array(values[0].type, Layout(NV), align=16)
     if thread_idx.x == 0:
-        pair[0] = a
-        pair[1] = b
+        for i in range_constexpr(NV):
+            slot[i] = values[i]
     cluster_sync()
-    ra = peer_shared(pair, 0)[0]
-    rb = peer_shared(pair, 0)[1]
+    mine = peer_shared(slot, 0)
+    merged = tuple(mine[i] for i in range_constexpr(NV))
     for r in range(1, CLUSTER):
-        other = peer_shared(pair, r)
-        ra, rb = combine(ra, rb, other[0], other[1])
+        other = peer_shared(slot, r)
+        merged = combine(merged, tuple(other[i] for i in range_constexpr(NV)))
     cluster_arrive(relaxed=True)        # read already: no memory ordering needed
     cluster_wait()
-    return ra, rb
+    return merged
 
 
 @func

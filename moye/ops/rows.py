@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import MoyeError, MoyeTypeError, ShapeError
+from . import replay
 from .row_kernels import COLUMN_LANES, COLUMNS, column_sum
 
 MAX_N = 262_144
@@ -113,10 +114,12 @@ def empty(like, shape, dtype=None):
     if is_torch(like):
         import torch
         if dtype is None and shape == like.shape:
-            return torch.empty_like(like, memory_format=torch.contiguous_format)
-        t = like.dtype if dtype is None else getattr(torch, dtype)
-        return torch.empty(shape, dtype=t, device=like.device)
-    return np.empty(shape, like.dtype if dtype is None else _NUMPY_TYPES[dtype])
+            out = torch.empty_like(like, memory_format=torch.contiguous_format)
+        else:
+            t = like.dtype if dtype is None else getattr(torch, dtype)
+            out = torch.empty(shape, dtype=t, device=like.device)
+        return replay.output(out)
+    return replay.output(np.empty(shape, like.dtype if dtype is None else _NUMPY_TYPES[dtype]))
 
 
 def empty_like(x):
@@ -253,11 +256,13 @@ def plan_options(**knobs):
                             f"{knobs['staged']!r}")
     saved = dict(_OPTIONS)
     _OPTIONS.update(knobs)
+    replay.forget()                     # calls recorded under other plans
     try:
         yield
     finally:
         _OPTIONS.clear()
         _OPTIONS.update(saved)
+        replay.forget()
 
 
 def _plan_knobs():
@@ -401,10 +406,8 @@ def run(p, kernel, grid, threads, *args, cluster=1):
     CUDA plan, backend=None: the launch's fast path finds it from the
     arrays)."""
     backend = None if p.backend == "cuda" else p.backend
-    if cluster > 1:
-        kernel[grid, threads, cluster](*args, backend=backend)
-    else:
-        kernel[grid, threads](*args, backend=backend)
+    config = (grid, threads, cluster) if cluster > 1 else (grid, threads)
+    replay.launch(kernel, config, args, backend)
 
 
 # -- dispatch: NumPy arrays to the raw host functions, torch tensors to the custom ops ----------
@@ -443,8 +446,14 @@ def uses_torch(*arrays):
 
 def torch_ops():
     """moye.ops.torch_ops, imported (with torch) on the first torch tensor."""
-    from . import torch_ops as module
-    return module
+    global _torch_ops
+    if _torch_ops is None:
+        from . import torch_ops as module
+        _torch_ops = module
+    return _torch_ops
+
+
+_torch_ops = None
 
 
 def sum_columns(part, dtype):
@@ -454,8 +463,8 @@ def sum_columns(part, dtype):
     out = empty(part, (part.shape[1],), dtype)
     if part.shape[1]:
         backend = None if backend_of(part) == "cuda" else "cpu"
-        column_sum[-(-part.shape[1] // COLUMNS), COLUMNS * COLUMN_LANES](out, part,
-                                                                        backend=backend)
+        replay.launch(column_sum, (-(-part.shape[1] // COLUMNS), COLUMNS * COLUMN_LANES),
+                      (out, part), backend)
     return out
 
 

@@ -17,7 +17,7 @@ from ..compiler import Constexpr, kernel
 from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
-from . import rows
+from . import replay, rows
 from .row_kernels import (LOG2E, fragment, fragment_max, load_chunk, load_group, loop_logsumexp,
                           math_type, row_groups, row_max_sumexp, row_reduce, store_chunk,
                           store_row)
@@ -105,6 +105,7 @@ def softmax_backward_loop(dx, y, dy, VEC: Constexpr, THREADS: Constexpr):
 
 # -- the ops ---------------------------------------------------------------------------------
 
+@replay.replayed
 def softmax(x, dim=-1):
     """The raw softmax of `x` along `dim` (moye.ops.softmax without the
     torch custom op: no autograd): float32, float16, bfloat16 or float64 in,
@@ -118,6 +119,7 @@ def softmax(x, dim=-1):
     return rows.map_rows("softmax", softmax_registers, softmax_loop, dim, x=x)
 
 
+@replay.replayed
 def softmax_backward(y, dy, dim=-1):
     """The raw gradient of softmax (moye.ops.softmax_backward's kernels):
     dx = y * (dy - sum(dy * y)) along `dim`, from the forward's output `y`

@@ -59,13 +59,24 @@ def run(name, *args):
     eager mode, the same implementation without the custom op's dispatch
     (about 90 us of Python per call): through an autograd.Function of the
     same formula where a gradient is needed."""
-    if torch.compiler.is_compiling() or not all(a is None or type(a) is torch.Tensor
-                                                 for a in args if not isinstance(a, (int, float))):
+    grad = False
+    for a in args:
+        t = type(a)
+        if t is torch.Tensor or t is torch.nn.Parameter:
+            grad = grad or a.requires_grad
+        elif not (a is None or t is int or t is float):
+            return op(name)(*args)
+    if torch.compiler.is_compiling():
         return op(name)(*args)
-    return _EAGER[name](*args)
+    impl, function = _EAGER[name]
+    if not (grad and torch.is_grad_enabled()):
+        return impl(*args)
+    if function is None:        # a backward op: no formula of its own, torch's error
+        return op(name)(*args)
+    return function.apply(*args)
 
 
-_EAGER = {}
+_EAGER = {}     # op name -> (its implementation, its autograd.Function or None)
 
 
 # -- what the ops share --------------------------------------------------------------------
@@ -282,8 +293,13 @@ OPS = {
 
 
 def _calling_raw(name):
+    raw = None
+
     def impl(*args):
-        return rows.raw(name)(*args)
+        nonlocal raw
+        if raw is None:                 # imported at the first call (rows.raw says why)
+            raw = rows.raw(name)
+        return raw(*args)
     impl.__name__ = name
     return impl
 
@@ -299,27 +315,8 @@ def _register(spec):
         custom.register_fake(fake)
     torch.library.register_autograd(f"{NAMESPACE}::{spec.forward}", spec.grad,
                                     setup_context=spec.save)
-    _EAGER[spec.forward] = _eager(spec.forward, impls[spec.forward],
-                                  _function(spec, impls[spec.forward]))
-    _EAGER[spec.backward] = _eager(spec.backward, impls[spec.backward], None)
-
-
-def _needs_grad(args):
-    return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
-                                           for a in args)
-
-
-def _eager(name, impl, function):
-    """The eager form of op `name`: `impl` directly, or `function` (the
-    autograd.Function) where a gradient is needed; the backward ops have no
-    formula of their own, so there the custom op raises torch's error."""
-    def call(*args):
-        if not _needs_grad(args):
-            return impl(*args)
-        if function is None:
-            return op(name)(*args)
-        return function.apply(*args)
-    return call
+    _EAGER[spec.forward] = impls[spec.forward], _function(spec, impls[spec.forward])
+    _EAGER[spec.backward] = impls[spec.backward], None
 
 
 def _function(spec, impl):

@@ -412,6 +412,28 @@ def test_ints_floats_statics_and_defaults(fake_cuda):
     assert len(scaled._compiled) == 1
 
 
+@moye.kernel
+def copy_t(y, x, T: moye.Constexpr):
+    y[len(T)] = x[0]
+
+
+def test_static_tuples_on_the_fast_path(fake_cuda):
+    """A flat tuple of ints (rows' WORK) is checked by == and its elements'
+    types, without static_key; a tuple of other values by its static_key."""
+    _fresh(copy_t)
+    y, x = TorchLike(0x1000, (8,), (1,)), TorchLike(0x2000, (8,), (1,))
+    calls = [((1, 2), 1), ((1, 2), 1), ((1, 3), 2), ((True, 3), 3), ((1, 3), 3), ((1, 2), 3),
+             ((1, 2, 2), 4), (((1,), 2), 5), (((1,), 2), 5), ((1.0, 2), 6), ((1, 2.0), 7),
+             ((1, 2), 7)]
+    for static, compiled in calls:
+        copy_t[1, 1](y, x, static)
+        assert fake_cuda.compiled[0] == compiled, static
+    kinds = sorted(("static_key" in e.source, "tuple(map(type" in e.source)
+                   for e in copy_t._entries.values())
+    # (1, 2), (1, 3), (True, 3), (1, 2, 2) by ==; ((1,), 2), (1.0, 2), (1, 2.0) by static_key
+    assert kinds == [(False, True)] * 4 + [(True, False)] * 3
+
+
 def test_argument_count_errors_still_name_the_kernel(fake_cuda):
     _fresh(copy1)
     y, x = TorchLike(0x1000, (8,), (1,)), TorchLike(0x2000, (8,), (1,))

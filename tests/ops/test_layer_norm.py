@@ -131,11 +131,14 @@ def test_many_rows_per_block_group():
         check(x, data(rng, shape[1:], np.float32, 1.0, 1.0), data(rng, shape[1:], np.float32))
 
 
-def test_variance_is_two_pass():
+@pytest.mark.parametrize("n", [512, 2000])
+def test_variance_is_two_pass(path, n):
     """A large offset and a small spread: E[x^2] - E[x]^2 would lose every
-    digit in float32; (x - mean)^2 keeps them."""
+    digit in float32; (x - mean)^2 keeps them, and so does merging the
+    blocks' (count, mean, deviations) in a cluster, whose means differ here
+    (a ramp along the row)."""
     rng = np.random.default_rng(8)
-    x = (1e4 + rng.standard_normal((4, 512))).astype(np.float32)
+    x = (1e4 + np.linspace(0, 3, n) + rng.standard_normal((4, n))).astype(np.float32)
     y, mean, rstd = layer_norm_forward(x, None, None, 1e-5)
     want, _, want_rstd = reference(x, None, None, 1e-5)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-4)

@@ -1,0 +1,293 @@
+"""Replayed host calls: a raw op's later calls on torch tensors of the same
+kinds skip its checks and plans and redo only what reaches the device.
+
+A raw host function (softmax_op.softmax, rms_norm_op.rms_norm_forward, ...)
+checks its arguments, plans, allocates its outputs (`output`) and
+launches kernels (`launch`). On torch tensors all of that depends on the
+arguments' kinds alone (type, dtype, shape, strides, device) and on the
+other arguments' values, not on the data: on CUDA tensors the ops read no
+data on the host (they must not, for CUDA-graph capture). So `replayed`
+records the first call of a signature (the outputs, the launches and their
+arguments, the result) and a later call of the same signature replays it:
+new outputs, the same launches on the new tensors (the kernels' launch
+functions still check every argument), the result built from them. The
+per-shape plan cache of the ops is this.
+
+A record is kept only when it is complete, else the signature always runs
+in full:
+- each array a launch took is an argument or an output, or a view of one
+  starting at its address (`x.reshape(m, n)`, `part[:used]`);
+- the result is outputs or views of them, None, or tuples of these;
+- no input or output changed on the host (their torch version counters)
+  and the call did no other work on the host (`host_work`: reading values
+  to check them, writing some).
+"""
+import functools
+import sys
+import threading
+
+# recipes kept per function (a new shape each call, as in a sweep, would grow without end)
+RECIPES_LIMIT = 1024
+_SCALARS = (int, float, bool, str, type(None))
+_local = threading.local()
+_FULL = object()       # a signature whose calls run in full
+_torch = None          # torch, once a call was recorded (the recipes' allocator)
+_RECIPES = []          # every replayed function's recipes, for forget()
+
+
+class Recipe:
+    """What a recorded call did, as steps on a pool of values that a replay
+    fills in order: the call's tensor arguments (`inputs`: their places in
+    the call), its new outputs (`outputs`: (pool index of a tensor to take
+    empty_like of, or None, size, dtype, device) each), the views its
+    launches took ((pool index, size, stride) each), the launches'
+    non-tensor arguments and None (`constants`); then `launches` (kernel,
+    config, backend, pool indices of the arguments) and the `result` (a
+    pool index, or a tuple of them)."""
+    __slots__ = ("inputs", "outputs", "views", "constants", "launches", "result")
+
+    def __init__(self, inputs, outputs, views, constants, launches, result):
+        self.inputs, self.outputs, self.views = inputs, outputs, views
+        self.constants, self.launches, self.result = constants, launches, result
+
+    def run(self, args):
+        """The call replayed on `args`: its result."""
+        pool = [args[i] for i in self.inputs]
+        for like, size, dtype, device in self.outputs:
+            pool.append(output(_torch.empty_like(pool[like]) if like is not None else
+                               _torch.empty(size, dtype=dtype, device=device)))
+        for source, size, stride in self.views:
+            pool.append(pool[source].as_strided(size, stride))
+        pool += self.constants
+        for kernel, config, backend, places in self.launches:
+            kernel[config](*[pool[k] for k in places], backend=backend)
+        result = self.result
+        if type(result) is int:
+            return pool[result]
+        return tuple([pool[k] for k in result])
+
+
+class _Recording:
+    """A call being recorded: its outputs (and their version counters when
+    made) and launches as they happen."""
+
+    def __init__(self):
+        self.outputs, self.versions, self.launches, self.complete = [], [], [], True
+
+
+def output(tensor):
+    """`tensor`, a raw function's new output (rows.empty and the replays
+    make every output through this), noted while a call is recorded."""
+    rec = getattr(_local, "recording", None)
+    if rec is not None:
+        rec.outputs.append(tensor)
+        rec.versions.append(_versions([tensor]))
+    return tensor
+
+
+def host_work():
+    """Say that the call being recorded works on the host beyond allocating
+    and launching (it reads values to check them, or writes some): its
+    signature then runs in full every time."""
+    rec = getattr(_local, "recording", None)
+    if rec is not None:
+        rec.complete = False
+
+
+def launch(kernel, config, args, backend):
+    """kernel[config](*args, backend=backend), noted if a call is recorded:
+    the one place the ops launch kernels."""
+    rec = getattr(_local, "recording", None)
+    if rec is not None:
+        rec.launches.append((kernel, config, backend, args))
+    kernel[config](*args, backend=backend)
+
+
+def replayed(fn):
+    """`fn`, a raw op's host function, replaying its recorded calls on torch
+    tensors of the same signature (see the module doc); calls with no torch
+    tensor, and calls made while another is recorded, run as they are.
+        >>> import torch
+        >>> from moye.ops import softmax_op
+        >>> x = torch.tensor([[0.0, 1.0]])
+        >>> a, b = softmax_op.softmax(x), softmax_op.softmax(x + 1)   # recorded, replayed
+        >>> torch.equal(a, b)
+        True
+    """
+    recipes = {}
+    _RECIPES.append(recipes)
+
+    @functools.wraps(fn)
+    def call(*args, **keywords):
+        key = None if keywords else signature(args)
+        if key is None or getattr(_local, "recording", None) is not None:
+            return fn(*args, **keywords)
+        recipe = recipes.get(key)
+        if recipe is not None:
+            return recipe.run(args) if recipe is not _FULL else fn(*args)
+        out, recipe = _record(fn, args)
+        if recipe is not None:
+            if len(recipes) >= RECIPES_LIMIT:
+                recipes.clear()
+            recipes[key] = recipe
+        return out
+    call.recipes = recipes
+    return call
+
+
+def forget():
+    """Drop every recipe (rows.plan_options calls this: plans change)."""
+    for recipes in _RECIPES:
+        recipes.clear()
+
+
+def signature(args):
+    """The key of a call: per argument its kind (a torch tensor's type,
+    dtype, shape, strides and device; a scalar's type and value), or None
+    where a call is not replayed (no torch tensor, or another argument)."""
+    key, tensors = [], False
+    for a in args:
+        t = type(a)
+        kind = _KINDS.get(t)
+        if kind is None:
+            kind = _KINDS[t] = _kind(t)
+        if kind == "tensor":
+            key += (t, a.dtype, a.shape, a.stride(), a.device)
+            tensors = True
+        elif kind == "scalar":
+            key += (t, a)
+        else:
+            return None
+    return tuple(key) if tensors else None
+
+
+_KINDS = {}     # type -> "tensor", "scalar" or "other"
+
+
+def _kind(t):
+    if t in _SCALARS:
+        return "scalar"
+    if t.__module__.startswith("torch") and hasattr(t, "data_ptr"):
+        return "tensor"
+    return "other"
+
+
+def _record(fn, args):
+    """fn(*args) recorded: (its result, its Recipe, or _FULL for a call that
+    cannot be replayed, or None where only this call's tensors' aliasing
+    stood in the way)."""
+    global _torch
+    _torch = sys.modules["torch"]
+    inputs = [i for i, a in enumerate(args) if type(a) not in _SCALARS]
+    before = _versions([args[i] for i in inputs])
+    rec = _local.recording = _Recording()
+    try:
+        out = fn(*args)
+    finally:
+        _local.recording = None
+    changed = before != _versions([args[i] for i in inputs]) or \
+        rec.versions != [_versions([t]) for t in rec.outputs] or \
+        not all(t.is_contiguous() for t in rec.outputs)
+    if not rec.complete or changed:
+        return out, _FULL
+    try:
+        return out, _Planner([args[i] for i in inputs], rec.outputs).recipe(
+            tuple(inputs), rec.launches, out)
+    except _Aliased:
+        return out, None
+    except (_Incomplete, RuntimeError):     # RuntimeError: a tensor without an address
+        return out, _FULL
+
+
+def _versions(tensors):
+    """The torch version counters of `tensors` (their in-place changes), or
+    None for inference tensors, which keep none (then host_work() alone
+    says what a call changed)."""
+    try:
+        return [t._version for t in tensors]
+    except RuntimeError:
+        return None
+
+
+class _Incomplete(Exception):
+    """A record that misses something the call did."""
+
+
+class _Aliased(_Incomplete):
+    """A record whose launches took a tensor that is two of the call's
+    arguments (the same tensor, or the same address): another call of the
+    signature may not alias them."""
+
+
+class _Planner:
+    """A Recipe's pool, from a recorded call's tensor arguments and outputs:
+    `place(a)` is the pool index of a launch's argument, adding views and
+    constants as met."""
+
+    def __init__(self, inputs, outputs):
+        self.tensors = inputs + outputs
+        self.first_output = len(inputs)
+        self.views, self.constants = [], []
+
+    def recipe(self, inputs, launches, out):
+        launches = tuple((kernel, config, backend, tuple(self.place(a) for a in launch_args))
+                         for kernel, config, backend, launch_args in launches)
+        result = self.result(out)
+        outputs = tuple((self.like(t), tuple(t.shape), t.dtype, t.device)
+                        for t in self.tensors[self.first_output:])
+        base = len(self.tensors) + len(self.views)
+        views = tuple(self.views)
+        launches = tuple((kernel, config, backend, _moved(places, base))
+                         for kernel, config, backend, places in launches)
+        return Recipe(inputs, outputs, views, tuple(self.constants), launches,
+                      _moved(result, base))
+
+    def like(self, t):
+        """The index of an argument that empty_like makes `t` from (of its
+        shape, dtype and device, and contiguous), or None."""
+        for k, a in enumerate(self.tensors[:self.first_output]):
+            if a.shape == t.shape and a.dtype == t.dtype and a.device == t.device and \
+                    a.is_contiguous():
+                return k
+        return None
+
+    def place(self, a, constant=True):
+        if not hasattr(a, "data_ptr"):
+            if not constant or type(a) is list:
+                raise _Incomplete
+            self.constants.append(a)
+            return -len(self.constants)         # a constant's place, made final by _moved
+        ptr = a.data_ptr()
+        found = [k for k, t in enumerate(self.tensors)
+                 if t.data_ptr() == ptr and t.dtype == a.dtype and t.device == a.device]
+        if not found:
+            raise _Incomplete           # not from the call's tensors
+        if len(found) > 1:
+            raise _Aliased
+        t = self.tensors[found[0]]
+        if a.shape == t.shape and a.stride() == t.stride():
+            return found[0]
+        view = (found[0], tuple(a.shape), tuple(a.stride()))
+        if view not in self.views:
+            self.views.append(view)
+        return len(self.tensors) + self.views.index(view)
+
+    def result(self, out, top=True):
+        """The result's place: an output (not an argument) or a view of one,
+        or, at the top, a tuple of these and None."""
+        if type(out) is tuple and top:
+            return tuple(self.result(o, False) for o in out)
+        if out is None and not top:
+            return self.place(None)
+        k = self.place(out, constant=False)
+        source = self.views[k - len(self.tensors)][0] if k >= len(self.tensors) else k
+        if source < self.first_output:
+            raise _Incomplete
+        return k
+
+
+def _moved(spec, base):
+    """`spec` with the constants' places (-1, -2, ...) moved after `base`."""
+    if type(spec) is int:
+        return spec if spec >= 0 else base - spec - 1
+    return tuple(_moved(s, base) for s in spec)

@@ -1,0 +1,300 @@
+"""moye.ops.replay: the raw ops' later calls of a signature replay the
+first one's launches on new tensors. Every replayed result is compared,
+element by element, with the same call run in full (`fn.__wrapped__`), with
+the outputs poisoned (tests/ops/conftest.py) in both; what cannot be
+replayed runs in full each time."""
+import numpy as np
+import pytest
+
+import moye
+from moye.errors import BoundsError
+from moye.ops import (cross_entropy_op, layer_norm_op, log_softmax_op, replay, rms_norm_op, rows,
+                      softmax_op)
+
+torch = pytest.importorskip("torch")
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) + 0.25).to(dtype)
+
+
+def _target(shape, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(0, n, shape, generator=g)
+    t.view(-1)[::3] = -100                       # some rows ignored
+    return t
+
+
+def _state(fn, *args):
+    """The recipe `fn` keeps for a call on `args` (None: not recorded)."""
+    return fn.recipes.get(replay.signature(args))
+
+
+def _calls(shape, dtype):
+    """(raw function, arguments maker) of every raw op on torch tensors."""
+    n = shape[-1]
+
+    def softmax(seed):
+        return (_randn(*shape, dtype=dtype, seed=seed),)
+
+    def backward(seed):
+        return (_randn(*shape, dtype=dtype, seed=seed), _randn(*shape, dtype=dtype, seed=seed + 7))
+
+    def stats(seed):
+        return _randn(*shape[:-1], seed=seed).abs() + 0.5
+
+    return [
+        (softmax_op.softmax, softmax),
+        (softmax_op.softmax_backward, backward),
+        (log_softmax_op.log_softmax, softmax),
+        (log_softmax_op.log_softmax_backward, backward),
+        (rms_norm_op.rms_norm_forward, lambda s: (*softmax(s), _randn(n, dtype=dtype, seed=s), 1e-6)),
+        (rms_norm_op.rms_norm_forward, lambda s: (*softmax(s), None, 1e-6)),
+        (rms_norm_op.rms_norm_backward,
+         lambda s: (*backward(s), _randn(n, dtype=dtype, seed=s), stats(s))),
+        (layer_norm_op.layer_norm_forward,
+         lambda s: (*softmax(s), _randn(n, dtype=dtype, seed=s), _randn(n, dtype=dtype, seed=s + 1),
+                    1e-5)),
+        (layer_norm_op.layer_norm_backward,
+         lambda s: (*backward(s), None, _randn(*shape[:-1], seed=s), stats(s))),
+        (layer_norm_op.layer_norm_backward,
+         lambda s: (*backward(s), _randn(n, dtype=dtype, seed=s), _randn(*shape[:-1], seed=s),
+                    stats(s))),
+        (cross_entropy_op.cross_entropy_forward,
+         lambda s: (*softmax(s), _target(shape[:-1], n, s))),
+        (cross_entropy_op.cross_entropy_forward,
+         lambda s: (*softmax(s), _target(shape[:-1], n, s).clamp(min=3).int(), 3)),
+        (cross_entropy_op.cross_entropy_backward,
+         lambda s: (stats(s), *softmax(s), _target(shape[:-1], n, s), stats(s + 1))),
+    ]
+
+
+def _equal(a, b):
+    """Exactly equal results: tensors (NaN nowhere: poisoned outputs are
+    NaN), None, or tuples of these."""
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(map(_equal, a, b))
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and a.dtype == b.dtype and not a.isnan().any() and \
+        torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("shape", [(5, 40), (2, 3, 33)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_later_calls_replay_the_first(shape, dtype, device, monkeypatch):
+    # cross-entropy checks targets on the host on the CPU only: here as on a CUDA device
+    monkeypatch.setattr(cross_entropy_op, "_check_range", lambda *args: None)
+    for fn, make_on_cpu in _calls(shape, dtype):
+        def make(seed):
+            return tuple(a.to(device) if torch.is_tensor(a) else a for a in make_on_cpu(seed))
+        replay.forget()
+        first = make(1)
+        got = fn(*first)
+        assert isinstance(_state(fn, *first), replay.Recipe), fn.__name__
+        assert _equal(got, fn.__wrapped__(*first)), fn.__name__
+        for seed in (2, 3):                          # replayed, on new data each time
+            args = make(seed)
+            got = fn(*args)
+            assert _equal(got, fn.__wrapped__(*args)), (fn.__name__, seed)
+            assert len(fn.recipes) == 1
+
+
+def test_a_replay_makes_new_outputs():
+    x = _randn(4, 16)
+    y1 = softmax_op.softmax(x)
+    y2 = softmax_op.softmax(x)
+    assert y1.data_ptr() != y2.data_ptr() and torch.equal(y1, y2)
+    (rstd1, rstd2) = (rms_norm_op.rms_norm_forward(x, None, 1e-6)[1] for _ in range(2))
+    assert rstd1.data_ptr() != rstd2.data_ptr()
+
+
+def test_each_signature_has_its_recipe():
+    replay.forget()
+    fn = softmax_op.softmax
+    calls = [(_randn(3, 8),), (_randn(3, 9),), (_randn(3, 8, dtype=torch.float16),),
+             (_randn(3, 8), 0), (_randn(3, 8), -1), (_randn(3, 1, 8),)]
+    for args in calls:
+        fn(*args)
+    assert len(fn.recipes) == len(calls)
+    for seed, args in enumerate(calls):
+        new = tuple(_randn(*a.shape, dtype=a.dtype, seed=seed + 9) if torch.is_tensor(a) else a
+                    for a in args)
+        assert _equal(fn(*new), fn.__wrapped__(*new))
+    # a view at an address of other alignment: the kernel's launch picks its specialization
+    x = _randn(4, 9, seed=3)[1:]
+    assert x.data_ptr() % 16 and replay.signature((x,)) == replay.signature(calls[1])
+    assert _equal(fn(x), fn.__wrapped__(x))
+
+
+def test_calls_that_work_on_the_host_run_in_full():
+    replay.forget()
+    # rows of no elements: the norms write their statistics on the host
+    x = torch.empty(3, 0)
+    for _ in range(2):
+        y, mean, rstd = layer_norm_op.layer_norm_forward(x, None, None, 0.25)
+        assert torch.equal(mean, torch.zeros(3)) and torch.equal(rstd, torch.full((3,), 2.0))
+    assert _state(layer_norm_op.layer_norm_forward, x, None, None, 0.25) is replay._FULL
+    # cross-entropy on the CPU reads the targets to check them
+    logits, t = _randn(4, 6), torch.tensor([1, 5, -100, 0])
+    cross_entropy_op.cross_entropy_forward(logits, t)
+    assert _state(cross_entropy_op.cross_entropy_forward, logits, t) is replay._FULL
+    with pytest.raises(BoundsError, match=r"target\[1\] is 6"):
+        cross_entropy_op.cross_entropy_forward(logits, torch.tensor([1, 6, -100, 0]))
+    # a reduction in torch ops: its result is no output of the call
+    loss = cross_entropy_op.cross_entropy(logits, t)
+    assert _state(cross_entropy_op.cross_entropy, logits, t) is replay._FULL
+    assert torch.equal(loss, cross_entropy_op.cross_entropy(logits, t))
+    # softmax along a dimension that is not last: its kernel reads a copy made on the host
+    x = _randn(5, 7)
+    softmax_op.softmax(x, 0)
+    assert _state(softmax_op.softmax, x, 0) is replay._FULL
+    x2 = _randn(5, 7, seed=4)
+    assert _equal(softmax_op.softmax(x2, 0), softmax_op.softmax.__wrapped__(x2, 0))
+
+
+def test_aliased_arguments():
+    replay.forget()
+    fn = softmax_op.softmax_backward
+    y, dy = _randn(4, 10), _randn(4, 10, seed=1)
+    fn(y, y)                                  # dy is y: no recipe, the next call records
+    assert _state(fn, y, y) is None
+    assert _equal(fn(y, dy), fn.__wrapped__(y, dy))
+    assert isinstance(_state(fn, y, dy), replay.Recipe)
+    assert _equal(fn(dy, dy), fn.__wrapped__(dy, dy))      # replayed on aliased arguments
+
+
+def test_plan_options_forget_the_recipes():
+    x = _randn(2, 64)
+    softmax_op.softmax(x)
+    assert softmax_op.softmax.recipes
+    with rows.plan_options(elements=4, max_threads=32):
+        assert not softmax_op.softmax.recipes
+        assert _equal(softmax_op.softmax(x), softmax_op.softmax.__wrapped__(x))
+    assert not softmax_op.softmax.recipes
+
+
+def test_inference_tensors():
+    with torch.inference_mode():
+        x = _randn(3, 20)
+        w = _randn(20, seed=1)
+        for seed in (1, 2):
+            x = _randn(3, 20, seed=seed)
+            got = rms_norm_op.rms_norm_forward(x, w, 1e-6)
+            assert _equal(got, rms_norm_op.rms_norm_forward.__wrapped__(x, w, 1e-6))
+        assert isinstance(_state(rms_norm_op.rms_norm_forward, x, w, 1e-6), replay.Recipe)
+        z = torch.empty(2, 0)                  # host work, seen without version counters
+        layer_norm_op.layer_norm_forward(z, None, None, 1.0)
+        assert _state(layer_norm_op.layer_norm_forward, z, None, None, 1.0) is replay._FULL
+
+
+def test_signature():
+    x = torch.zeros(2, 3)
+    assert replay.signature((x, -1)) == (torch.Tensor, torch.float32, (2, 3), (3, 1),
+                                         torch.device("cpu"), int, -1)
+    assert replay.signature((x, 1)) != replay.signature((x, 1.0)) != replay.signature((x, True))
+    assert replay.signature((x.t(),)) != replay.signature((x.t().contiguous(),))
+    for not_replayed in [(np.zeros(3),), (1, 2.0), (x, np.float64(1.0)), (x, [1])]:
+        assert replay.signature(not_replayed) is None
+
+
+# -- the record's checks, on replayed functions of the test's own ----------------------------
+
+@moye.kernel
+def _double(y, x):
+    i = moye.thread_idx.x
+    y[i] = x[i] * 2.0
+
+
+def _launch(y, x):
+    replay.launch(_double, (1, x.shape[0]), (y, x), "cpu")
+
+
+@replay.replayed
+def _doubled(x):
+    y = replay.output(torch.empty_like(x))
+    _launch(y, x)
+    return y
+
+
+@replay.replayed
+def _doubled_then_changed(x):
+    y = replay.output(torch.empty_like(x))
+    _launch(y, x)
+    y.add_(1.0)                                # host work without host_work()
+    return y
+
+
+@replay.replayed
+def _doubled_from_a_host_copy(x):
+    y = replay.output(torch.empty_like(x))
+    _launch(y, x * 1.0)
+    return y
+
+
+@replay.replayed
+def _returns_its_input(x):
+    y = replay.output(torch.empty_like(x))
+    _launch(y, x)
+    return x
+
+
+@replay.replayed
+def _returns_a_list(x):
+    y = replay.output(torch.empty_like(x))
+    _launch(y, x)
+    return [y]
+
+
+@replay.replayed
+def _twice_doubled(x):
+    return _doubled(_doubled(x))
+
+
+@pytest.mark.parametrize("fn,replays", [(_doubled, True), (_doubled_then_changed, False),
+                                        (_doubled_from_a_host_copy, False),
+                                        (_returns_its_input, False), (_returns_a_list, False)])
+def test_what_a_record_keeps(fn, replays):
+    x = _randn(8, seed=5)
+    first = fn(x)
+    assert isinstance(_state(fn, x), replay.Recipe) == replays
+    assert (_state(fn, x) is replay._FULL) != replays
+    x2 = _randn(8, seed=6)
+    got, want = fn(x2), fn.__wrapped__(x2)
+    assert type(got) is type(want) and type(first) is type(want)
+    got, want = (got[0], want[0]) if isinstance(got, list) else (got, want)
+    assert torch.equal(got, want)
+
+
+def test_keywords_and_nested_calls_run_in_full():
+    x = _randn(3, 5)
+    replay.forget()
+    assert _equal(softmax_op.softmax(x, dim=-1), softmax_op.softmax.__wrapped__(x))
+    assert not softmax_op.softmax.recipes
+    # a replayed function called while another is recorded runs in full, inside the record
+    y = _twice_doubled(x[0])
+    assert torch.equal(y, x[0] * 4) and not _doubled.recipes
+    assert isinstance(_state(_twice_doubled, x[0]), replay.Recipe)
+    assert torch.equal(_twice_doubled(x[1]), x[1] * 4)
+
+
+def test_public_ops_take_parameters_without_the_custom_op(monkeypatch):
+    from moye.ops import torch_ops
+
+    def no_dispatch(name):
+        raise AssertionError(f"moye::{name} dispatched in eager mode")
+    monkeypatch.setattr(torch_ops, "op", no_dispatch)
+    x = _randn(6, 24).requires_grad_()
+    w = torch.nn.Parameter(_randn(24, seed=2))
+    for _ in range(2):                              # recorded, then replayed
+        x.grad = w.grad = None
+        y = moye.ops.rms_norm(x, w, 1e-6)
+        y.square().sum().backward()
+        xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        yd = xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + 1e-6) * wd
+        yd.square().sum().backward()
+        torch.testing.assert_close(y.double(), yd, rtol=2e-5, atol=2e-5)
+        torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(w.grad.double(), wd.grad, rtol=1e-4, atol=1e-4)
