@@ -23,10 +23,10 @@ statistics: rstd, mean, lse; those are 4 bytes a row):
   quack    QuACK (quack-kernels): softmax_fwd/bwd, rmsnorm_fwd/bwd,
            layernorm_fwd/bwd, cross_entropy_fwd/bwd; "n/a" where it has no such op
            (log_softmax), is not installed, or raises
-  moye     the raw moye.ops calls on CUDA torch tensors (no autograd, host time
-           included): softmax / softmax_backward, log_softmax / log_softmax_backward,
-           rms_norm_forward / _backward, layer_norm_forward / _backward,
-           cross_entropy_forward / _backward
+  moye     the public moye.ops calls on CUDA torch tensors that need no gradient
+           (host time included): softmax / softmax_backward, log_softmax /
+           log_softmax_backward, rms_norm_forward / _backward, layer_norm_forward /
+           _backward, cross_entropy_forward / _backward
 
 Norm weights are in the input's dtype for rms_norm (torch's fused kernel needs
 that) and float32 for layer_norm (QuACK's needs that); --weight-dtype changes
@@ -43,9 +43,10 @@ the script exit 1.
 Times: CUDA events around back-to-back calls (kernels.cuda_time), the
 contenders alternated in `--rounds` rounds to share the clocks' drift, the
 median. Compilations (torch.compile, QuACK's, moye's) happen in the checking
-call, outside the timing, once per shape. Then the host time of each moye op:
-the mean wall time of 1000 back-to-back calls on 8 x 1024 float32 (target:
-10 us). The table ends with how many rows meet issue 18's targets (moye/copy
+call, outside the timing, once per shape. Then the host time of each moye op
+and of torch eager's: the mean wall time of 1000 back-to-back calls on 8 x
+1024 float32, the two alternated in HOST_ROUNDS rounds, the median (target:
+10 us; --host-only measures these alone). The table ends with how many rows meet issue 18's targets (moye/copy
 >= 0.93, moye/compile >= 1, moye/QuACK >= 1). The JSON is rewritten after
 every row, so a run cut short keeps what it measured; runs split by dtype or
 op (the GPU machine allows 10 minutes a call) join with --merge.
@@ -77,6 +78,7 @@ QUICK = {"dtypes": ["bfloat16"], "ns": [4096], "elements": 2 ** 26, "rounds": 2}
 TARGETS = {"copy": 0.93, "compile": 1.0, "quack": 1.0}      # moye's ratio to each, issue 18
 HOST_SHAPE = (8, 1024)
 HOST_CALLS = 1000
+HOST_ROUNDS = 3
 
 
 # -- what each op reads and writes -----------------------------------------------------------
@@ -159,12 +161,16 @@ def parse_args(argv=None):
                    help="which to run beside the copy (default: all)")
     p.add_argument("--weight-dtype", choices=("auto", "input", "float32"), default="auto")
     p.add_argument("--no-host", action="store_true", help="skip the host-time measurement")
+    p.add_argument("--host-only", action="store_true",
+                   help="measure the host times alone (no GB/s cases)")
     p.add_argument("--merge", nargs="+", metavar="JSON",
                    help="run nothing: merge these runs' results (--json writes them), print "
                         "the table")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help=argparse.SUPPRESS)     # cpu: the tests' smoke run, any --elements
     a = p.parse_args(argv)
+    if a.host_only and a.no_host:
+        p.error("--host-only and --no-host exclude each other")
     quick = QUICK if a.quick else {}
     a.ops = a.ops or list(OPS)
     a.directions = a.directions or list(DIRECTIONS)
@@ -613,31 +619,34 @@ def ratios(row):
 
 
 def host_times(torch, args):
-    """µs per call of each moye op (and of torch eager's) on a small tensor:
+    """µs per call of each moye op and of torch eager's on a small tensor:
     the mean of HOST_CALLS back-to-back calls after a warm-up, synchronized
-    once at the end."""
+    once at the end; the two alternated in HOST_ROUNDS rounds, the median."""
     rows = []
+    calls = HOST_CALLS if args.device == "cuda" else 10
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     for op in args.ops:
         for direction in args.directions:
             inp = make_inputs(torch, op, direction, *HOST_SHAPE, "float32",
                               weight_dtype(op, "float32", args.weight_dtype), args.device)
             entry = {"op": op, "direction": direction, "shape": list(HOST_SHAPE)}
-            for who, make in (("moye", lambda: moye_calls(op, direction, inp)),
-                              ("eager", lambda: eager_calls(torch, op, direction, inp))):
-                fn = make()
-                if isinstance(fn, str):
-                    entry[f"{who}_us"] = None
-                    continue
-                calls = HOST_CALLS if args.device == "cuda" else 10
+            fns = {"moye": moye_calls(op, direction, inp),
+                   "eager": eager_calls(torch, op, direction, inp)}
+            times = {who: [] for who, fn in fns.items() if not isinstance(fn, str)}
+            for who in times:
                 for _ in range(20):
-                    fn()
-                sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-                sync()
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                sync()
-                entry[f"{who}_us"] = (time.perf_counter() - t0) / calls * 1e6
+                    fns[who]()
+            for _ in range(HOST_ROUNDS):
+                for who in times:
+                    sync()
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        fns[who]()
+                    sync()
+                    times[who].append((time.perf_counter() - t0) / calls * 1e6)
+            for who in fns:
+                entry[f"{who}_us"] = sorted(times[who])[len(times[who]) // 2] \
+                    if who in times else None
             rows.append(entry)
     return rows
 
@@ -688,7 +697,8 @@ def report(results):
     print("\n" + "\n".join(targets(results["rows"])))
     if results.get("host"):
         print(f"\nhost time per call, {HOST_SHAPE[0]} x {HOST_SHAPE[1]} float32, "
-              f"mean of {HOST_CALLS} back-to-back calls (target <= 10 us)\n")
+              f"mean of {HOST_CALLS} back-to-back calls, median of {HOST_ROUNDS} rounds "
+              "(target <= 10 us)\n")
         print("| op | dir | moye us | eager us |\n| --- | --- | ---: | ---: |")
         for h in results["host"]:
             print(f"| {h['op']} | {h['direction']} | {_fmt(h['moye_us'], '.1f')} | "
@@ -744,30 +754,29 @@ def main(argv=None):
     if args.device == "cuda":
         from kernels import warm_up
         warm_up(torch)
-    biggest = max(traffic(op, d, rows_for(args.elements, n), n, t,
-                          weight_dtype(op, t, args.weight_dtype))
-                  for op in args.ops for d in args.directions for t in args.dtypes
-                  for n in args.ns)
-    copy_buffers = [torch.empty(biggest // 2 + 1, dtype=torch.uint8, device=args.device)
-                    for _ in range(2)]
-    copy_buffers[0].random_(0, 256)
+    cases = [] if args.host_only else [(op, d, t, n) for op in args.ops
+                                         for d in args.directions for t in args.dtypes
+                                         for n in args.ns]
+    if cases:
+        biggest = max(traffic(op, d, rows_for(args.elements, n), n, t,
+                              weight_dtype(op, t, args.weight_dtype)) for op, d, t, n in cases)
+        copy_buffers = [torch.empty(biggest // 2 + 1, dtype=torch.uint8, device=args.device)
+                        for _ in range(2)]
+        copy_buffers[0].random_(0, 256)
     t0 = time.perf_counter()
     failed = False
-    for op in args.ops:
-        for direction in args.directions:
-            for dtype in args.dtypes:
-                for N in args.ns:
-                    row = run_case(torch, args, op, direction, dtype, N, quack, copy_buffers)
-                    results["rows"].append(row)
-                    # moye missing an op is no failure; moye wrong or raising is
-                    failed |= row["n/a"].get("moye", "").startswith(("WRONG", "raised"))
-                    g = row["GB/s"]
-                    print(f"{op:>13} {direction} {dtype:>8} N={N:<6} "
-                          + " ".join(f"{w} {g[w]:.0f}" for w in g)
-                          + (f"  n/a: {row['n/a']}" if row["n/a"] else "")
-                          + f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
-                    if args.json:                # partial results survive a timeout
-                        Path(args.json).write_text(json.dumps(results, indent=1))
+    for op, direction, dtype, N in cases:
+        row = run_case(torch, args, op, direction, dtype, N, quack, copy_buffers)
+        results["rows"].append(row)
+        # moye missing an op is no failure; moye wrong or raising is
+        failed |= row["n/a"].get("moye", "").startswith(("WRONG", "raised"))
+        g = row["GB/s"]
+        print(f"{op:>13} {direction} {dtype:>8} N={N:<6} "
+              + " ".join(f"{w} {g[w]:.0f}" for w in g)
+              + (f"  n/a: {row['n/a']}" if row["n/a"] else "")
+              + f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
+        if args.json:                            # partial results survive a timeout
+            Path(args.json).write_text(json.dumps(results, indent=1))
     if not args.no_host:
         results["host"] = host_times(torch, args)
     results["seconds"] = time.perf_counter() - t0

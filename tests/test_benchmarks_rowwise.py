@@ -70,6 +70,7 @@ def test_arguments_default_quick_and_explicit():
     (["--ops", "gelu"], "invalid choice"),
     (["--dtypes", "float64"], "invalid choice"),
     (["--rounds", "0"], "at least 1"),
+    (["--host-only", "--no-host"], "exclude each other"),
 ])
 def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -133,6 +134,20 @@ def test_a_tiny_run_on_cpu_tensors(tmp_path, capsys):
         assert r["GB/s"]["copy"] > 0 and r["GB/s"]["moye"] > 0
         assert r["n/a"]["quack"] == "not on the CPU"
     assert "| softmax | bwd | float32 | 256 | 8 |" in capsys.readouterr().out
+
+
+def test_host_only_measures_each_op_alone(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr(rw, "HOST_ROUNDS", 2)
+    out = tmp_path / "host.json"
+    rw.main(["--device", "cpu", "--host-only", "--ops", "softmax", "rms_norm",
+             "--directions", "fwd", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["rows"] == []
+    assert [(h["op"], h["direction"]) for h in data["host"]] == [("softmax", "fwd"),
+                                                                ("rms_norm", "fwd")]
+    assert all(h["moye_us"] > 0 and h["eager_us"] > 0 for h in data["host"])
+    assert "median of 2 rounds" in capsys.readouterr().out
 
 
 def test_merge_joins_runs_in_table_order(tmp_path, capsys):

@@ -233,8 +233,8 @@ class _Planner:
         launches = tuple((kernel, config, backend, tuple(self.place(a) for a in launch_args))
                          for kernel, config, backend, launch_args in launches)
         result = self.result(out)
-        outputs = tuple((self.like(t), tuple(t.shape), t.dtype, t.device)
-                        for t in self.tensors[self.first_output:])
+        outputs = tuple((self.like(k), tuple(t.shape), t.dtype, t.device)
+                        for k, t in enumerate(self.tensors) if k >= self.first_output)
         base = len(self.tensors) + len(self.views)
         views = tuple(self.views)
         launches = tuple((kernel, config, backend, _moved(places, base))
@@ -242,13 +242,15 @@ class _Planner:
         return Recipe(inputs, outputs, views, tuple(self.constants), launches,
                       _moved(result, base))
 
-    def like(self, t):
-        """The index of an argument that empty_like makes `t` from (of its
-        shape, dtype and device, and contiguous), or None."""
-        for k, a in enumerate(self.tensors[:self.first_output]):
+    def like(self, k):
+        """The index of a tensor before output `k` (an argument or an earlier
+        output) that empty_like makes it from (of its shape, dtype and
+        device, and contiguous; empty_like costs half of empty), or None."""
+        t = self.tensors[k]
+        for j, a in enumerate(self.tensors[:k]):
             if a.shape == t.shape and a.dtype == t.dtype and a.device == t.device and \
                     a.is_contiguous():
-                return k
+                return j
         return None
 
     def place(self, a, constant=True):
