@@ -293,13 +293,8 @@ OPS = {
 
 
 def _calling_raw(name):
-    raw = None
-
     def impl(*args):
-        nonlocal raw
-        if raw is None:                 # imported at the first call (rows.raw says why)
-            raw = rows.raw(name)
-        return raw(*args)
+        return rows.raw(name)(*args)
     impl.__name__ = name
     return impl
 
