@@ -3,16 +3,22 @@ cuLaunchKernel, without binding the arguments again.
 
 Binding (binder.bind) finds a call's specialization and its run-time values
 but costs microseconds. So once a specialization has been launched, moye
-writes a launch function for it (make_entry): the one place moye makes
-Python source and `exec`s it. It exists for speed: checks that are
-comparisons with constants, each argument read once, the values packed
-and cuLaunchKernel called in the same function, cost a fraction of a
-loop over the records, and a Python call more (to a launcher taking the
-values) would add about a third to moye's own host time per launch. Its
+writes a launch function for it (make_entry): with prepared_launch, the
+one place moye makes Python source and `exec`s it. It exists for speed:
+checks that are comparisons with constants, each argument read once, the
+values packed and cuLaunchKernel called in the same function, cost a
+fraction of a loop over the records, and a Python call more (to a
+launcher taking the values) would add about a third to moye's own host
+time per launch. Its
 inputs are the specialization's binder records (binder.Binding), the call
 that selected it (for the classes of its arguments and their exact
 strides), and the backend's FastLaunch: named values, no text, for the
 CUDA driver's launch sequence (the only backend with a fast path).
+
+prepared_launch writes one more kind of launch function, for callers that
+hold every argument's kind fixed themselves (the ops' replayed calls): it
+rereads only the arrays' addresses (and their alignment), all other
+values being constants of the call it was made from.
 
 `kern[grid, block]` returns the launch function last used with that
 configuration. A call the function's checks reject goes to the kernel's
@@ -41,6 +47,7 @@ binding would pick (an extent-1 mode of stride 1 beside another stride-1
 mode): that kernel is still right, as the mode it takes for stride 1 has
 stride 1.
 """
+import struct
 from dataclasses import fields
 
 import numpy as np
@@ -227,7 +234,6 @@ def make_entry(names, defaults, args, binding, fast):
         else:
             body.append((what, text))
     sig = "".join(p + ", " for p in params) + ("/, " if params else "")
-    bx, by, bz = fast.block
     lines = ["def make(grid, fallback):",
              "    gx, gy, gz, *cluster = grid",
              "    cluster = tuple(cluster) or None",
@@ -236,30 +242,90 @@ def make_entry(names, defaults, args, binding, fast):
              "            keyword_arguments_error(names, keywords)"]
     for what, text in body:
         lines += [f"        {text}"] if what == "read" else [f"        if {text}:", miss]
-    # the CUDA driver's launch sequence (see FastLaunch): a parameter buffer from the pool
-    # (cuLaunchKernel releases the GIL: another thread must not refill one it reads),
-    # the values packed with one struct call, the stream, the launch
-    lines += ["        try:",
-              "            slot = _slots.pop()",
-              "        except IndexError:",
-              "            slot = _new_slot()",
-              "        buf, at, params = slot",
-              f"        _pack(buf, at{''.join(', ' + v for v in writer.values)})",
-              "        if stream is None:",
+    lines += ["        if stream is None:",
               "            stream = _current_stream()",
               "        elif type(stream) is not int:",
               "            stream = _stream_handle(stream)",
-              f"        smem = _launch_smem(smem) if smem else {fast.dynamic_smem}",
-              "        if cluster is None:",
-              f"            err = _launch(_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
-              "stream or None, params, 0)[0]",
-              "        else:",
-              "            err = _launch_ex(_cluster_config((gx, gy, gz), _block, smem, stream, "
-              "cluster), _function, params, 0)[0]",
-              "        if err is not _ok:",
-              "            _failed(err, (gx, gy, gz), _block, smem, stream, params, cluster)",
-              "        _slots.append(slot)",
-              "    return launch"]
+              f"        smem = _launch_smem(smem) if smem else {fast.dynamic_smem}"]
+    lines += _launch_sequence(writer.values, fast) + ["    return launch"]
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<moye launch of {', '.join(names)}>", "exec"), env)  # noqa: S102
     return Entry(env["make"], source)
+
+
+def _launch_sequence(values, fast):
+    """The lines (in a launch function's body) of the CUDA driver's launch
+    sequence (see FastLaunch), given `stream` and `smem`: a parameter buffer
+    from the pool (cuLaunchKernel releases the GIL: another thread must not
+    refill one it reads), the `values` (expressions) packed with one struct
+    call, the launch."""
+    bx, by, bz = fast.block
+    return ["        try:",
+            "            slot = _slots.pop()",
+            "        except IndexError:",
+            "            slot = _new_slot()",
+            "        buf, at, params = slot",
+            f"        _pack(buf, at{''.join(', ' + v for v in values)})",
+            "        if cluster is None:",
+            f"            err = _launch(_function, gx, gy, gz, {bx}, {by}, {bz}, smem, "
+            "stream or None, params, 0)[0]",
+            "        else:",
+            "            err = _launch_ex(_cluster_config((gx, gy, gz), _block, smem, stream, "
+            "cluster), _function, params, 0)[0]",
+            "        if err is not _ok:",
+            "            _failed(err, (gx, gy, gz), _block, smem, stream, params, cluster)",
+            "        _slots.append(slot)"]
+
+
+def prepared_launch(binding, fast, grid, count):
+    """A launch of `binding`'s specialization with its values, where only
+    the arrays' addresses change: `launch(*args)` takes `count` arguments
+    in the kernel's order, reads the arrays' data_ptr() (torch tensors)
+    and launches on torch's current stream. Nothing else of the arguments
+    is read: it is for callers that hold the arrays' dtypes, shapes, strides
+    and device and the other arguments fixed (replay.Recipe). It returns
+    NOT_MINE, launching nothing, where an address's 16-byte alignment is
+    not the specialization's. None where the specialization takes a TMA
+    descriptor (made per launch) or an array from a default. Written as
+    Python source like make_entry's launch functions, the other values
+    constants."""
+    env = {"NOT_MINE": NOT_MINE, "grid": tuple(grid)}
+    env.update({"_" + f.name: getattr(fast, f.name) for f in fields(fast)})
+    bound, values, aligned, misaligned, at = binding.values(), [], [], [], 0
+    for i, p in enumerate(binding.params):
+        if type(p) is TMAParam or (type(p) is ArrayParam and i >= count):
+            return None
+        if type(p) is ArrayParam:
+            (aligned if p.aligned else misaligned).append(f"p{i}")
+            values.append(f"(p{i} := a{i}.data_ptr())")
+            tail = bound[at + 1:at + len(p.ir_params)]
+        else:
+            tail = bound[at:at + len(p.ir_params)]
+        for v in tail:
+            env[f"k{len(env)}"] = v
+            values.append(f"k{len(env) - 1}")
+        at += len(p.ir_params)
+    try:            # values struct takes as they are (else: None, the launch path converts)
+        buf, offset, _ = fast.slots[-1] if fast.slots else fast.new_slot()
+        fast.pack(buf, offset, *[0 if v.startswith("(") else env[v] for v in values])
+    except (struct.error, TypeError):
+        return None
+    checks = [f"({' | '.join(aligned)}) & 15"] if aligned else []
+    checks += [f"not {p} & 15" for p in misaligned]
+    lines = ["def make():",
+             "    gx, gy, gz, *cluster = grid",
+             "    cluster = tuple(cluster) or None",
+             f"    smem = {fast.dynamic_smem}",
+             f"    def launch({''.join(f'a{i}, ' for i in range(count))}/):"]
+    # the addresses are read as the values are packed: check them after, before the launch
+    body = _launch_sequence(values, fast)
+    packed = next(k for k, line in enumerate(body) if "_pack(" in line) + 1
+    check = [f"        if {' or '.join(checks)}:", "            _slots.append(slot)",
+             "            return NOT_MINE"] if checks else []
+    lines += body[:packed] + check + ["        stream = _current_stream()"] + body[packed:]
+    lines.append("    return launch")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<moye prepared launch>", "exec"), env)  # noqa: S102
+    launch = env["make"]()
+    launch.source = source
+    return launch

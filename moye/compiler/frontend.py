@@ -27,7 +27,7 @@ from .. import ir
 from .arguments import Constexpr, keyword_arguments_error, spec_text  # noqa: F401
 from .binder import ScalarParam, StaticParam, TMAParam, bind, identifier, key_text
 from .identity import function_key
-from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, entry_key, make_entry
+from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, entry_key, make_entry, prepared_launch
 from ..ir.targets import check_arch_name, check_block, check_grid, check_smem, check_stream
 from .memory import PointerEngine, register_allocate
 from .rewrite import rewrite_function
@@ -296,6 +296,34 @@ class KernelFunction:
         if cluster is not None:
             grid += check_cluster(grid, cluster)
         self._dispatch(None, grid, block, None, tuple(args), smem, stream, backend)
+
+    def prepared(self, config, args):
+        """`self[config](*args)` made ready to launch again on new arrays of
+        the same kinds, rereading only their addresses (dispatch.prepared_launch:
+        `f(*new_args)` gives None once launched, and NOT_MINE, launching
+        nothing, where an address's alignment selects another specialization). It checks nothing else of the new arguments (the
+        arrays' dtypes, shapes, strides and device, the other values): for
+        callers that hold them fixed, as the ops' replayed calls
+        (moye/ops/replay.py) do. None where the launch would run on the CPU
+        backend, or takes a TMA descriptor.
+
+            >>> import moye, numpy as np
+            >>> @moye.kernel
+            ... def fill(a, v):
+            ...     a[moye.thread_idx.x] = v
+            >>> fill.prepared((1, 4), (np.zeros(4, np.float32), 2.0)) is None   # the CPU backend
+            True
+        """
+        grid, block = _launch_dims(config[0], config[1])
+        if len(config) == 3:
+            grid += check_cluster(grid, config[2])
+        binding = self._bind(tuple(args))
+        backend = self._backend or _backend_of(binding) or default_backend()
+        if backend != "cuda":
+            return None
+        _check_devices(binding, backend)
+        fast = getattr(self._executable(backend, binding, block), "fast_launch", None)
+        return None if fast is None else prepared_launch(binding, fast(block), grid, len(args))
 
     def _dispatch(self, config, grid, block, tried, args, smem, stream, backend):
         """A launch that `config`'s launch function (of Entry `tried`, if

@@ -17,10 +17,9 @@ Two kernels each, on row_kernels' skeleton (rows.Plan says which):
   pass (row_kernels.loop_logsumexp); the backward in one pass.
 
 Targets outside [0, N) (other than ignore_index) are refused before any
-kernel runs: on the host for NumPy arrays and CPU tensors; for CUDA tensors
-with one fused torch reduction, whose result the host reads: one device
-synchronization per call (torch's own cross_entropy checks inside its kernel
-instead, without a sync, and fails the launch asynchronously).
+kernel runs on NumPy arrays and CPU tensors (on the host: _check_range); on
+CUDA tensors the kernels check them, and a bad target's loss and gradient
+are NaN (a check read on the host would make each call wait for the device).
 """
 import numpy as np
 

@@ -6,15 +6,21 @@ the CPU backend, no autograd). A torch tensor goes to the op's custom op
 use), so that autograd, torch.compile and CUDA graphs see one operator; its
 implementation calls the same raw function (CUDA tensors: the CUDA kernel on
 torch's current stream; CPU tensors: the CPU backend).
+
+Each op is `replay.replayed(autograd=True)`: in eager mode, with no gradient
+to record, a later call on torch tensors of the same kinds replays the first
+one's outputs and launches (moye/ops/replay.py), skipping the checks and
+layers between the op and its kernels.
 """
 import numpy as np
 
 from ..errors import MoyeTypeError
-from . import rows
+from . import replay, rows
 
 REDUCTIONS = ("none", "sum", "mean")
 
 
+@replay.replayed(autograd=True)
 def softmax(x, dim=-1):
     """Softmax of `x` along `dim`: float32, float16 or bfloat16 in, the same
     type out, float32 math inside. torch: `torch.softmax(x, dim)`.
@@ -29,6 +35,7 @@ def softmax(x, dim=-1):
     return rows.raw("softmax")(x, dim)
 
 
+@replay.replayed(autograd=True)
 def softmax_backward(y, dy, dim=-1):
     """The gradient of softmax along `dim`, dx = y * (dy - sum(dy * y)), from
     the forward's output `y` and the output's gradient `dy` (same shape and
@@ -45,6 +52,7 @@ def softmax_backward(y, dy, dim=-1):
     return rows.raw("softmax_backward")(y, dy, dim)
 
 
+@replay.replayed(autograd=True)
 def log_softmax(x, dim=-1):
     """Log-softmax of `x` along `dim`, x - max - log(sum(exp(x - max))), in
     the input's type. torch: `torch.log_softmax(x, dim)`.
@@ -59,6 +67,7 @@ def log_softmax(x, dim=-1):
     return rows.raw("log_softmax")(x, dim)
 
 
+@replay.replayed(autograd=True)
 def log_softmax_backward(y, dy, dim=-1):
     """The gradient of log-softmax along `dim`, dx = dy - exp(y) * sum(dy),
     from the forward's output `y`. torch: `torch._log_softmax_backward_data`.
@@ -74,6 +83,7 @@ def log_softmax_backward(y, dy, dim=-1):
     return rows.raw("log_softmax_backward")(y, dy, dim)
 
 
+@replay.replayed(autograd=True)
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm over the last dimension, x / sqrt(mean(x^2) + eps) * weight
     (`weight` of shape (N,), or None). torch:
@@ -87,6 +97,7 @@ def rms_norm(x, weight, eps=1e-6):
     return rms_norm_forward(x, weight, eps)[0]
 
 
+@replay.replayed(autograd=True)
 def rms_norm_forward(x, weight, eps=1e-6):
     """(y, rstd): rms_norm and its 1 / sqrt(mean(x^2) + eps) per row (float32,
     float64 for float64 x), which rms_norm_backward takes.
@@ -102,6 +113,7 @@ def rms_norm_forward(x, weight, eps=1e-6):
     return rows.raw("rms_norm_forward")(x, weight, eps)
 
 
+@replay.replayed(autograd=True)
 def rms_norm_backward(dy, x, weight, rstd):
     """The gradients (dx, dweight) of rms_norm from the output's gradient
     `dy`, the input `x`, `weight` and the forward's `rstd` (float32, one per
@@ -121,6 +133,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     return rows.raw("rms_norm_backward")(dy, x, weight, rstd)
 
 
+@replay.replayed(autograd=True)
 def layer_norm(x, weight, bias, eps=1e-5):
     """LayerNorm over the last dimension, (x - mean) / sqrt(var + eps) * weight
     + bias (`weight`, `bias` of shape (N,), or None). torch:
@@ -135,6 +148,7 @@ def layer_norm(x, weight, bias, eps=1e-5):
     return layer_norm_forward(x, weight, bias, eps)[0]
 
 
+@replay.replayed(autograd=True)
 def layer_norm_forward(x, weight, bias, eps=1e-5):
     """(y, mean, rstd): layer_norm and its mean and 1 / sqrt(var + eps) per
     row (float32, float64 for float64 x), which layer_norm_backward takes.
@@ -150,6 +164,7 @@ def layer_norm_forward(x, weight, bias, eps=1e-5):
     return rows.raw("layer_norm_forward")(x, weight, bias, eps)
 
 
+@replay.replayed(autograd=True)
 def layer_norm_backward(dy, x, weight, mean, rstd):
     """The gradients (dx, dweight, dbias) of layer_norm from the output's
     gradient `dy`, the input `x`, `weight` and the forward's `mean` and
@@ -169,6 +184,7 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
     return rows.raw("layer_norm_backward")(dy, x, weight, mean, rstd)
 
 
+@replay.replayed(autograd=True)
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
     """Cross-entropy of `logits` (M, N) against class indices `target` (M,
     int64), float32: per row ("none"; 0 where target == ignore_index), summed
@@ -190,6 +206,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
     return rows.raw("cross_entropy")(logits, target, ignore_index, reduction)
 
 
+@replay.replayed(autograd=True)
 def cross_entropy_forward(logits, target, ignore_index=-100):
     """(loss, lse) per row: the unreduced cross_entropy and the log-sum-exp of
     each row of `logits` (float32, float64 for float64 logits), which
@@ -206,6 +223,7 @@ def cross_entropy_forward(logits, target, ignore_index=-100):
     return rows.raw("cross_entropy_forward")(logits, target, ignore_index)
 
 
+@replay.replayed(autograd=True)
 def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
     """The gradient of the per-row cross-entropy: dlogits = (softmax(logits) -
     onehot(target)) * dloss[:, None], 0 in rows whose target is

@@ -9,27 +9,35 @@ other arguments' values, not on the data: on CUDA tensors the ops read no
 data on the host (they must not, for CUDA-graph capture). So `replayed`
 records the first call of a signature (the outputs, the launches and their
 arguments, the result) and a later call of the same signature replays it:
-new outputs, the same launches on the new tensors (the kernels' launch
-functions still check every argument), the result built from them. The
-per-shape plan cache of the ops is this.
+new outputs, the same launches on the new tensors, the result built from
+them. The per-shape plan cache of the ops is this. A replayed CUDA launch
+rereads only the tensors' addresses (kernel.prepared: the signature holds
+everything else), and dispatches in full where an address's alignment
+selects another specialization. The public ops (functional.py) are
+replayed too, so their later calls skip the layers above the raw
+functions as well.
 
 A record is kept only when it is complete, else the signature always runs
 in full:
 - each array a launch took is an argument or an output, or a view of one
-  starting at its address (`x.reshape(m, n)`, `part[:used]`);
+  starting at its address (`x.reshape(m, n)`, `part[:used]`), and only
+  one of them (arguments aliased to one another are not recorded);
 - the result is outputs or views of them, None, or tuples of these;
 - no input or output changed on the host (their torch version counters)
   and the call did no other work on the host (`host_work`: reading values
   to check them, writing some).
 """
 import functools
+import inspect
+import operator
 import sys
-import threading
+from threading import get_ident
 
 # recipes kept per function (a new shape each call, as in a sweep, would grow without end)
 RECIPES_LIMIT = 1024
 _SCALARS = (int, float, bool, str, type(None))
-_local = threading.local()
+_recordings = {}       # thread ident -> the _Recording of the call it records (no
+                       # threading.local: its getattr costs 0.4 us, a dict lookup 0.07)
 _FULL = object()       # a signature whose calls run in full
 _torch = None          # torch, once a call was recorded (the recipes' allocator)
 _RECIPES = []          # every replayed function's recipes, for forget()
@@ -39,32 +47,56 @@ class Recipe:
     """What a recorded call did, as steps on a pool of values that a replay
     fills in order: the call's tensor arguments (`inputs`: their places in
     the call), its new outputs (`outputs`: (pool index of a tensor to take
-    empty_like of, or None, size, dtype, device) each), the views its
+    empty_like of, or None; pool index of a tensor to take new_empty of, or
+    None; size, dtype, device) each), the views its
     launches took ((pool index, size, stride) each), the launches'
     non-tensor arguments and None (`constants`); then `launches` (kernel,
-    config, backend, pool indices of the arguments) and the `result` (a
-    pool index, or a tuple of them)."""
-    __slots__ = ("inputs", "outputs", "views", "constants", "launches", "result")
+    config, backend, pool indices of the arguments, and the launch made
+    ready for them by kernel.prepared, or None) and the `result` (a pool
+    index, or a tuple of them)."""
+    __slots__ = ("inputs", "outputs", "views", "constants", "launches", "result", "_take",
+                 "_steps", "_result")
 
     def __init__(self, inputs, outputs, views, constants, launches, result):
         self.inputs, self.outputs, self.views = inputs, outputs, views
         self.constants, self.launches, self.result = constants, launches, result
+        # what run() does, with the pool's reads as itemgetters (a list comprehension
+        # costs several times as much)
+        self._take = _getter(inputs)
+        self._steps = tuple((_getter(places), prepared, kernel, config, backend)
+                            for kernel, config, backend, places, prepared in launches)
+        self._result = result if type(result) is int else _getter(result)
 
     def run(self, args):
         """The call replayed on `args`: its result."""
-        pool = [args[i] for i in self.inputs]
-        for like, size, dtype, device in self.outputs:
-            pool.append(output(_torch.empty_like(pool[like]) if like is not None else
-                               _torch.empty(size, dtype=dtype, device=device)))
+        pool = list(self._take(args))
+        for like, near, size, dtype, device in self.outputs:
+            if like is not None:
+                t = _torch.empty_like(pool[like])
+            elif near is not None:
+                t = pool[near].new_empty(size, dtype=dtype)
+            else:
+                t = _torch.empty(size, dtype=dtype, device=device)
+            pool.append(output(t))
         for source, size, stride in self.views:
             pool.append(pool[source].as_strided(size, stride))
         pool += self.constants
-        for kernel, config, backend, places in self.launches:
-            kernel[config](*[pool[k] for k in places], backend=backend)
-        result = self.result
-        if type(result) is int:
-            return pool[result]
-        return tuple([pool[k] for k in result])
+        for take, prepared, kernel, config, backend in self._steps:
+            launch_args = take(pool)
+            if prepared is None or prepared(*launch_args) is not None:    # not launched
+                kernel[config](*launch_args, backend=backend)
+        result = self._result
+        return pool[result] if type(result) is int else result(pool)
+
+
+def _getter(places):
+    """A function of a sequence giving the tuple of its items at `places`."""
+    if len(places) > 1:
+        return operator.itemgetter(*places)
+    if places:
+        k, = places
+        return lambda seq: (seq[k],)
+    return lambda seq: ()
 
 
 class _Recording:
@@ -78,7 +110,7 @@ class _Recording:
 def output(tensor):
     """`tensor`, a raw function's new output (rows.empty and the replays
     make every output through this), noted while a call is recorded."""
-    rec = getattr(_local, "recording", None)
+    rec = _recordings.get(get_ident()) if _recordings else None
     if rec is not None:
         rec.outputs.append(tensor)
         rec.versions.append(_versions([tensor]))
@@ -89,7 +121,7 @@ def host_work():
     """Say that the call being recorded works on the host beyond allocating
     and launching (it reads values to check them, or writes some): its
     signature then runs in full every time."""
-    rec = getattr(_local, "recording", None)
+    rec = _recordings.get(get_ident()) if _recordings else None
     if rec is not None:
         rec.complete = False
 
@@ -97,42 +129,75 @@ def host_work():
 def launch(kernel, config, args, backend):
     """kernel[config](*args, backend=backend), noted if a call is recorded:
     the one place the ops launch kernels."""
-    rec = getattr(_local, "recording", None)
+    rec = _recordings.get(get_ident()) if _recordings else None
     if rec is not None:
         rec.launches.append((kernel, config, backend, args))
     kernel[config](*args, backend=backend)
 
 
-def replayed(fn):
+def replayed(fn=None, *, autograd=False):
     """`fn`, a raw op's host function, replaying its recorded calls on torch
     tensors of the same signature (see the module doc); calls with no torch
     tensor, and calls made while another is recorded, run as they are.
+    Keyword arguments are bound to their places first (the later ones'
+    defaults filled in), so `f(x, -1)` and `f(x, dim=-1)` share a record.
         >>> import torch
         >>> from moye.ops import softmax_op
         >>> x = torch.tensor([[0.0, 1.0]])
         >>> a, b = softmax_op.softmax(x), softmax_op.softmax(x + 1)   # recorded, replayed
         >>> torch.equal(a, b)
         True
-    """
+
+    `@replayed(autograd=True)` is for a public op, whose torch calls may
+    be traced by torch.compile or record a gradient: those run as they are."""
+    if fn is None:
+        return functools.partial(replayed, autograd=autograd)
     recipes = {}
     _RECIPES.append(recipes)
+    positional = _binder(fn)
 
     @functools.wraps(fn)
     def call(*args, **keywords):
-        key = None if keywords else signature(args)
-        if key is None or getattr(_local, "recording", None) is not None:
+        if autograd and _compiling():
             return fn(*args, **keywords)
+        if keywords:
+            bound = positional(args, keywords)
+            if bound is None:
+                return fn(*args, **keywords)        # Python's own error
+            args = bound
+        key = signature(args, autograd)
+        if key is None or (_recordings and get_ident() in _recordings):
+            return fn(*args)
         recipe = recipes.get(key)
         if recipe is not None:
             return recipe.run(args) if recipe is not _FULL else fn(*args)
         out, recipe = _record(fn, args)
-        if recipe is not None:
-            if len(recipes) >= RECIPES_LIMIT:
-                recipes.clear()
-            recipes[key] = recipe
+        if len(recipes) >= RECIPES_LIMIT:
+            recipes.clear()
+        recipes[key] = recipe
         return out
     call.recipes = recipes
     return call
+
+
+def _binder(fn):
+    """positional(args, keywords): `fn`'s arguments all in their places,
+    defaults filled in, or None where they do not bind (then `fn` raises)."""
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        return lambda args, keywords: None
+    names = [p.name for p in params]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+
+    def positional(args, keywords):
+        rest = names[len(args):]
+        if any(k not in rest for k in keywords):
+            return None
+        try:
+            return args + tuple(keywords[n] if n in keywords else defaults[n] for n in rest)
+        except KeyError:            # a missing argument
+            return None
+    return positional
 
 
 def forget():
@@ -141,24 +206,35 @@ def forget():
         recipes.clear()
 
 
-def signature(args):
+def signature(args, autograd=False):
     """The key of a call: per argument its kind (a torch tensor's type,
     dtype, shape, strides and device; a scalar's type and value), or None
-    where a call is not replayed (no torch tensor, or another argument)."""
-    key, tensors = [], False
+    where a call is not replayed (no torch tensor, or another argument;
+    with `autograd`, where a gradient is recorded)."""
+    key, tensors, grad = [], False, False
     for a in args:
         t = type(a)
         kind = _KINDS.get(t)
         if kind is None:
             kind = _KINDS[t] = _kind(t)
         if kind == "tensor":
-            key += (t, a.dtype, a.shape, a.stride(), a.device)
+            key.append((t, a.dtype, a.shape, a.stride(), a.device))
             tensors = True
+            if autograd:
+                grad = grad or a.requires_grad
         elif kind == "scalar":
-            key += (t, a)
+            key.append((t, a))
         else:
             return None
-    return tuple(key) if tensors else None
+    if not tensors or (grad and sys.modules["torch"].is_grad_enabled()):
+        return None
+    return tuple(key)
+
+
+def _compiling():
+    """Whether torch.compile traces the call (torch imported, or not)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
 
 
 _KINDS = {}     # type -> "tensor", "scalar" or "other"
@@ -174,17 +250,16 @@ def _kind(t):
 
 def _record(fn, args):
     """fn(*args) recorded: (its result, its Recipe, or _FULL for a call that
-    cannot be replayed, or None where only this call's tensors' aliasing
-    stood in the way)."""
+    cannot be replayed)."""
     global _torch
     _torch = sys.modules["torch"]
     inputs = [i for i, a in enumerate(args) if type(a) not in _SCALARS]
     before = _versions([args[i] for i in inputs])
-    rec = _local.recording = _Recording()
+    rec = _recordings[get_ident()] = _Recording()
     try:
         out = fn(*args)
     finally:
-        _local.recording = None
+        del _recordings[get_ident()]
     changed = before != _versions([args[i] for i in inputs]) or \
         rec.versions != [_versions([t]) for t in rec.outputs] or \
         not all(t.is_contiguous() for t in rec.outputs)
@@ -193,8 +268,6 @@ def _record(fn, args):
     try:
         return out, _Planner([args[i] for i in inputs], rec.outputs).recipe(
             tuple(inputs), rec.launches, out)
-    except _Aliased:
-        return out, None
     except (_Incomplete, RuntimeError):     # RuntimeError: a tensor without an address
         return out, _FULL
 
@@ -213,12 +286,6 @@ class _Incomplete(Exception):
     """A record that misses something the call did."""
 
 
-class _Aliased(_Incomplete):
-    """A record whose launches took a tensor that is two of the call's
-    arguments (the same tensor, or the same address): another call of the
-    signature may not alias them."""
-
-
 class _Planner:
     """A Recipe's pool, from a recorded call's tensor arguments and outputs:
     `place(a)` is the pool index of a launch's argument, adding views and
@@ -230,15 +297,16 @@ class _Planner:
         self.views, self.constants = [], []
 
     def recipe(self, inputs, launches, out):
-        launches = tuple((kernel, config, backend, tuple(self.place(a) for a in launch_args))
+        launches = tuple((kernel, config, backend, tuple(self.place(a) for a in launch_args),
+                          None if backend is not None else kernel.prepared(config, launch_args))
                          for kernel, config, backend, launch_args in launches)
         result = self.result(out)
-        outputs = tuple((self.like(k), tuple(t.shape), t.dtype, t.device)
+        outputs = tuple((self.like(k), self.near(k), tuple(t.shape), t.dtype, t.device)
                         for k, t in enumerate(self.tensors) if k >= self.first_output)
         base = len(self.tensors) + len(self.views)
         views = tuple(self.views)
-        launches = tuple((kernel, config, backend, _moved(places, base))
-                         for kernel, config, backend, places in launches)
+        launches = tuple((kernel, config, backend, _moved(places, base), prepared)
+                         for kernel, config, backend, places, prepared in launches)
         return Recipe(inputs, outputs, views, tuple(self.constants), launches,
                       _moved(result, base))
 
@@ -253,6 +321,15 @@ class _Planner:
                 return j
         return None
 
+    def near(self, k):
+        """The index of a tensor before output `k` on its device, that
+        new_empty makes it from (new_empty costs 2/3 of empty), or None."""
+        t = self.tensors[k]
+        for j, a in enumerate(self.tensors[:k]):
+            if a.device == t.device:
+                return j
+        return None
+
     def place(self, a, constant=True):
         if not hasattr(a, "data_ptr"):
             if not constant or type(a) is list:
@@ -264,8 +341,8 @@ class _Planner:
                  if t.data_ptr() == ptr and t.dtype == a.dtype and t.device == a.device]
         if not found:
             raise _Incomplete           # not from the call's tensors
-        if len(found) > 1:
-            raise _Aliased
+        if len(found) > 1:      # two of the call's tensors: which one the launch takes is
+            raise _Incomplete   # not known (a later call may not alias them)
         t = self.tensors[found[0]]
         if a.shape == t.shape and a.stride() == t.stride():
             return found[0]

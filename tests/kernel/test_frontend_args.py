@@ -357,6 +357,37 @@ def test_cluster_launches_take_the_fast_path(fake_cuda):
     assert "cluster" not in fake_cuda.launches[-1] and fake_cuda.compiled[0] == 1
 
 
+def test_prepared_launches_reread_only_addresses(fake_cuda):
+    """kernel.prepared(config, args): launches with args' values but for the
+    arrays' addresses, read again; NOT_MINE where an address's alignment is
+    not the specialization's; clusters through cuLaunchKernelEx."""
+    from moye.compiler.dispatch import NOT_MINE
+    _fresh(copy_n)
+    y, x = TorchLike(0x10000, (300,), (1,)), TorchLike(0x900000, (300,), (1,))
+    launch = copy_n.prepared((3, 128), (y, x, 7))
+    assert fake_cuda.compiled[0] == 1 and not fake_cuda.launches    # compiled, not launched
+    for i in range(1, 3):
+        y2, x2 = TorchLike(0x20000 * i, (300,), (1,)), TorchLike(0x700000 + 16 * i, (300,), (1,))
+        assert launch(y2, x2, 7) is None
+        rec = fake_cuda.launches[-1]
+        assert rec["values"] == [0x20000 * i, 300, 0x700000 + 16 * i, 300, 7]
+        assert rec["grid"] == (3, 1, 1) and rec["block"] == (128, 1, 1) and "cluster" not in rec
+    assert len(fake_cuda.launches) == 2
+    for y3, x3 in [(TorchLike(0x20004, (300,), (1,)), x), (y, TorchLike(0x700008, (300,), (1,)))]:
+        assert launch(y3, x3, 7) is NOT_MINE
+    assert len(fake_cuda.launches) == 2
+    # made from misaligned arrays: aligned ones are not its
+    odd = copy_n.prepared((3, 128), (TorchLike(0x10004, (300,), (1,)), x, 7))
+    assert odd(y, x, 7) is NOT_MINE and odd(TorchLike(0x30008, (300,), (1,)), x, 7) is None
+    assert fake_cuda.launches[-1]["values"][0] == 0x30008 and fake_cuda.compiled[0] == 2
+    clustered = copy_n.prepared((4, 128, 2), (y, x, 5))
+    assert clustered(y, x, 5) is None
+    assert fake_cuda.launches[-1]["cluster"] == (2, 1, 1)
+    assert fake_cuda.launches[-1]["values"] == [0x10000, 300, 0x900000, 300, 5]
+    assert copy_n.prepared((3, 128), (y, x, np.int32(9)))(y, x, 9) is None    # NumPy scalars
+    assert fake_cuda.launches[-1]["values"] == [0x10000, 300, 0x900000, 300, 9]
+
+
 def test_each_specialization_change_compiles_again(fake_cuda):
     _fresh(copy1)
     launches = fake_cuda.launches
@@ -538,6 +569,7 @@ def test_tma_copies_take_the_fast_path(fake_cuda):
         load._cuda_tensor_map = bytes(range(1 + i, 129 + i))
         store._cuda_tensor_map = bytes(range(2 + i, 130 + i))
         tma_kernel[13, 32](load, store, 8 * i)
+        assert tma_kernel.prepared((13, 32), (load, store, 8 * i)) is None   # a map per launch
         assert fake_cuda.launches[-1]["values"] == [load._cuda_tensor_map,
                                                     store._cuda_tensor_map, 8 * i]
     assert fake_cuda.compiled[0] == 1 and len(fake_cuda.launches) == 3

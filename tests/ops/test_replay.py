@@ -159,11 +159,18 @@ def test_aliased_arguments():
     replay.forget()
     fn = softmax_op.softmax_backward
     y, dy = _randn(4, 10), _randn(4, 10, seed=1)
-    fn(y, y)                                  # dy is y: no recipe, the next call records
-    assert _state(fn, y, y) is None
+    fn(y, y)                                  # dy is y: the signature runs in full
+    assert _state(fn, y, y) is replay._FULL
+    assert _equal(fn(y, dy), fn.__wrapped__(y, dy))
+    replay.forget()
     assert _equal(fn(y, dy), fn.__wrapped__(y, dy))
     assert isinstance(_state(fn, y, dy), replay.Recipe)
     assert _equal(fn(dy, dy), fn.__wrapped__(dy, dy))      # replayed on aliased arguments
+    # the public op with weight and bias one tensor
+    x, w = _randn(3, 10), _randn(10, seed=2)
+    for _ in range(2):
+        assert _equal(moye.ops.layer_norm(x, w, w), moye.ops.layer_norm.__wrapped__(x, w, w))
+    assert _state(moye.ops.layer_norm, x, w, w) is replay._FULL
 
 
 def test_plan_options_forget_the_recipes():
@@ -192,12 +199,18 @@ def test_inference_tensors():
 
 def test_signature():
     x = torch.zeros(2, 3)
-    assert replay.signature((x, -1)) == (torch.Tensor, torch.float32, (2, 3), (3, 1),
-                                         torch.device("cpu"), int, -1)
+    assert replay.signature((x, -1)) == ((torch.Tensor, torch.float32, (2, 3), (3, 1),
+                                          torch.device("cpu")), (int, -1))
     assert replay.signature((x, 1)) != replay.signature((x, 1.0)) != replay.signature((x, True))
     assert replay.signature((x.t(),)) != replay.signature((x.t().contiguous(),))
     for not_replayed in [(np.zeros(3),), (1, 2.0), (x, np.float64(1.0)), (x, [1])]:
         assert replay.signature(not_replayed) is None
+    # a public op's (autograd=True): None where a gradient is recorded
+    xg = x.clone().requires_grad_()
+    assert replay.signature((xg, -1), autograd=True) is None
+    assert replay.signature((xg, -1)) == replay.signature((x, -1))
+    with torch.no_grad():
+        assert replay.signature((xg, -1), autograd=True) == replay.signature((x, -1))
 
 
 # -- the record's checks, on replayed functions of the test's own ----------------------------
@@ -268,16 +281,95 @@ def test_what_a_record_keeps(fn, replays):
     assert torch.equal(got, want)
 
 
-def test_keywords_and_nested_calls_run_in_full():
+def test_keywords_share_the_record_of_their_places():
     x = _randn(3, 5)
     replay.forget()
-    assert _equal(softmax_op.softmax(x, dim=-1), softmax_op.softmax.__wrapped__(x))
-    assert not softmax_op.softmax.recipes
+    fn = softmax_op.softmax
+    assert _equal(fn(x, dim=-1), fn.__wrapped__(x))
+    assert _equal(fn(x, -1), fn.__wrapped__(x))
+    assert list(fn.recipes) == [replay.signature((x, -1))]
+    assert _equal(fn(x, dim=0), fn.__wrapped__(x, 0)) and _equal(fn(x), fn.__wrapped__(x))
+    assert len(fn.recipes) == 3            # (x, -1), (x, 0) and (x,)
+    with pytest.raises(TypeError, match="dim"):          # Python's own errors
+        fn(x, 0, dim=0)
+    with pytest.raises(TypeError, match="axis"):
+        fn(x, axis=0)
+    with pytest.raises(TypeError):
+        fn(dim=0)
+
+
+def test_nested_calls_run_in_full():
+    x = _randn(3, 5)
+    replay.forget()
     # a replayed function called while another is recorded runs in full, inside the record
     y = _twice_doubled(x[0])
     assert torch.equal(y, x[0] * 4) and not _doubled.recipes
     assert isinstance(_state(_twice_doubled, x[0]), replay.Recipe)
     assert torch.equal(_twice_doubled(x[1]), x[1] * 4)
+
+
+def _public_calls(shape, dtype):
+    """(public op, arguments maker, keywords) of every moye.ops function."""
+    n = shape[-1]
+    calls = {fn: make for fn, make in _calls(shape, dtype)}
+
+    def make(fn):
+        return calls[fn]
+    ce = cross_entropy_op
+    return [
+        (moye.ops.softmax, make(softmax_op.softmax), {"dim": -1}),
+        (moye.ops.softmax_backward, make(softmax_op.softmax_backward), {}),
+        (moye.ops.log_softmax, make(log_softmax_op.log_softmax), {}),
+        (moye.ops.log_softmax_backward, make(log_softmax_op.log_softmax_backward), {"dim": -1}),
+        (moye.ops.rms_norm, lambda s: (_randn(*shape, dtype=dtype, seed=s),
+                                       _randn(n, dtype=dtype, seed=s)), {"eps": 1e-5}),
+        (moye.ops.rms_norm_forward, make(rms_norm_op.rms_norm_forward), {}),
+        (moye.ops.rms_norm_backward, make(rms_norm_op.rms_norm_backward), {}),
+        (moye.ops.layer_norm, lambda s: (_randn(*shape, dtype=dtype, seed=s), None, None), {}),
+        (moye.ops.layer_norm_forward, make(layer_norm_op.layer_norm_forward), {}),
+        (moye.ops.layer_norm_backward, make(layer_norm_op.layer_norm_backward), {}),
+        (moye.ops.cross_entropy, lambda s: (_randn(*shape, dtype=dtype, seed=s),
+                                            _target(shape[:-1], n, s)), {"reduction": "none"}),
+        (moye.ops.cross_entropy_forward, make(ce.cross_entropy_forward), {}),
+        (moye.ops.cross_entropy_backward, make(ce.cross_entropy_backward), {"ignore_index": -100}),
+    ]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_public_calls_replay_without_a_gradient(dtype, device, monkeypatch):
+    monkeypatch.setattr(cross_entropy_op, "_check_range", lambda *args: None)
+    shape = (4, 3, 40)
+    for fn, make_on_cpu, keywords in _public_calls(shape, dtype):
+        def make(seed):
+            return tuple(a.to(device) if torch.is_tensor(a) else a for a in make_on_cpu(seed))
+        replay.forget()
+        for seed in (1, 2, 3):                  # recorded, then replayed on new data
+            args = make(seed)
+            assert _equal(fn(*args, **keywords), fn.__wrapped__(*args, **keywords)), fn.__name__
+        assert [type(r) for r in fn.recipes.values()] == [replay.Recipe], fn.__name__
+
+
+def test_public_calls_that_record_a_gradient_run_in_full():
+    replay.forget()
+    x, w = _randn(4, 24).requires_grad_(), _randn(24, seed=1)
+    for _ in range(2):
+        y = moye.ops.rms_norm(x, w)
+        assert y.grad_fn is not None
+    assert not moye.ops.rms_norm.recipes
+    with torch.no_grad():                       # no gradient to record: replayed
+        ys = [moye.ops.rms_norm(x, w) for _ in range(2)]
+    assert not ys[1].requires_grad and _equal(ys[1], y.detach())
+    assert list(moye.ops.rms_norm.recipes.values())[0] is not replay._FULL
+    y = moye.ops.rms_norm(x, w)                 # grad enabled again: in full
+    assert y.grad_fn is not None
+    # torch.compile traces the ops as they are, and records nothing
+    replay.forget()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a: moye.ops.softmax(a * 2.0), backend="eager", fullgraph=True)
+    with torch.no_grad():
+        assert _equal(compiled(x), softmax_op.softmax(x.detach() * 2.0))
+    assert not moye.ops.softmax.recipes
 
 
 def test_public_ops_take_parameters_without_the_custom_op(monkeypatch):
