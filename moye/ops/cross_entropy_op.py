@@ -14,7 +14,9 @@ Two kernels each, on row_kernels' skeleton (rows.Plan says which):
   read: a cache hit) and writes loss and lse. The backward needs no
   reduction: each element from its logit, the row's lse and dloss.
 - "loop": any N, one block per row: the forward's log-sum-exp in one online
-  pass (row_kernels.loop_logsumexp); the backward in one pass.
+  pass (row_kernels.loop_logsumexp); the backward in one pass. The forward
+  takes it for rows of 65,536 or more, or that would need a cluster
+  (rows.streamed).
 
 Targets outside [0, N) (other than ignore_index) are refused before any
 kernel runs on NumPy arrays and CPU tensors (on the host: _check_range); on
@@ -34,10 +36,10 @@ from .row_kernels import (LOG2E, fragment, load_chunk, load_group, loop_logsumex
                           row_groups, row_logsumexp, store_chunk, store_row)
 
 REDUCTIONS = ("none", "sum", "mean")
-# the forward's elements per thread for 16-bit logits: it only reads, so each
-# thread keeps more loads in flight (H100, bfloat16: N = 16,384 2,538 to 2,747
-# GB/s, 65,536 1,860 to 2,269; float32 gained nothing)
-HALF_ELEMENTS = 64
+# the forward's elements per thread for 16-bit logits, times the default: it only reads, so
+# each thread keeps more loads in flight (H100, bfloat16: N = 16,384 2,538 to 2,747 GB/s,
+# 1,024 2,128 to 2,682; float32 gained nothing)
+HALF_ELEMENTS_SCALE = 2
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -236,9 +238,10 @@ def _forward(logits, target, ignore_index, op):
     out = rows.stats_dtype(name)
     loss = rows.empty(logits, (m,), out)
     lse = rows.empty(logits, (m,), out)
-    knobs = {"elements": HALF_ELEMENTS} if name in ("float16", "bfloat16") else {}
-    rows.launch(rows.plan_for(logits, name, n, **knobs), cross_entropy_registers,
-                cross_entropy_loop, loss, lse, x2, t1, int(ignore_index))
+    knobs = {"elements": HALF_ELEMENTS_SCALE * rows.default_elements(n)} \
+        if name in ("float16", "bfloat16") else {}
+    rows.launch(rows.streamed(rows.plan_for(logits, name, n, **knobs)),
+                cross_entropy_registers, cross_entropy_loop, loss, lse, x2, t1, int(ignore_index))
     shape = tuple(target.shape)
     return loss.reshape(shape), lse.reshape(shape)
 

@@ -115,6 +115,28 @@ def test_short_rows_share_a_block(m):
     check(data(rng, (m, 20), np.float32, 3.0), targets(rng, m, 20), np.float32)
 
 
+def test_the_forward_streams_rows_that_would_need_a_cluster(monkeypatch):
+    clustered = rows.plan("bfloat16", 262144, "cuda", 8, elements=64)
+    assert clustered.kernel == "registers" and clustered.cluster > 1
+    streamed = rows.streamed(clustered)
+    assert (streamed.kernel, streamed.vec, streamed.threads, streamed.cluster) == \
+        ("loop", 8, 1024, 1)
+    whole_block = rows.plan("bfloat16", 65536, "cuda", 8, elements=64)
+    assert (whole_block.kernel, whole_block.cluster, whole_block.threads) == ("registers", 1, 1024)
+    assert rows.streamed(whole_block).kernel == "loop"
+    one_block = rows.plan("float32", 16384, "cuda", 8)
+    assert one_block.cluster == 1 and rows.streamed(one_block) is one_block
+    with rows.plan_options(max_cluster=8):           # a plan chosen by hand stays
+        assert rows.streamed(clustered) is clustered
+    # the forward launches the streamed plan: on a device with clusters, the loop kernel
+    launched = []
+    monkeypatch.setattr(rows, "max_cluster", lambda x: 8)
+    monkeypatch.setattr(rows, "launch", lambda p, *args: launched.append(p))
+    logits, target = np.zeros((2, 262144), np.float32), np.zeros(2, np.int64)
+    module.cross_entropy_forward.__wrapped__(logits, target)
+    assert [p.kernel for p in launched] == ["loop"]
+
+
 def test_int32_targets_and_other_ignore_indices():
     rng = np.random.default_rng(5)
     x = data(rng, (9, 50), np.float32, 3.0)

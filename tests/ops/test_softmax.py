@@ -107,7 +107,7 @@ def test_other_dims(shape, dim):
 
 
 @pytest.mark.parametrize("m", [1, 4, 9, 33])
-@pytest.mark.parametrize("n", [5, 128, 1000])
+@pytest.mark.parametrize("n", [5, 128, 500])
 def test_short_rows_share_a_block(m, n):
     """Short rows take a few lanes each, several rows per block; the spare
     lanes of the last block (past row m - 1) store nothing."""
