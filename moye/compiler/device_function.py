@@ -25,7 +25,7 @@ import inspect
 import traceback
 
 from ..errors import MoyeTypeError
-from .rewrite import rewrite_function
+from .rewrite import rewrite_function, source_stamp
 from .tracer import KernelError, tracing
 
 RECURSION_LIMIT = 64
@@ -40,6 +40,7 @@ class DeviceFunction:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self._rewritten = None
+        self._stamp = source_stamp(fn)      # its file when defined (rewrite_function)
         self._depth = 0
 
     def __repr__(self):
@@ -54,7 +55,8 @@ class DeviceFunction:
         """The function with its control flow rewritten (or as it is, when
         its source cannot be read)."""
         if self._rewritten is None:
-            self._rewritten = rewrite_function(self.fn, helper=True) or self.fn
+            self._rewritten = rewrite_function(self.fn, helper=True, stamp=self._stamp) or \
+                self.fn
         return self._rewritten
 
     def __call__(self, *args, **kwargs):

@@ -30,7 +30,7 @@ from .identity import function_key
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, entry_key, make_entry, prepared_launch
 from ..ir.targets import check_arch_name, check_block, check_grid, check_smem, check_stream
 from .memory import PointerEngine, register_allocate
-from .rewrite import rewrite_function
+from .rewrite import rewrite_function, source_stamp
 from .tracer import Builder, KernelError, Sym, tracing_context
 
 BACKENDS = {}
@@ -103,6 +103,7 @@ class KernelFunction:
                                 or p.annotation == "moye.Constexpr"}
         self._backend = _backend_named(backend)
         self._rewritten = None          # the function to trace (see _rewrite)
+        self._stamp = source_stamp(fn)  # its file when defined (rewrite_function)
         self._identity = None           # code_identity(), computed once
         # The caches, each bounded:
         # (binding.key, block) -> (IR kernel, parameter records): each trace once, for
@@ -229,7 +230,7 @@ class KernelFunction:
         """The function to trace: the kernel with its control flow rewritten,
         or, when its source cannot be read, the kernel as it is."""
         if self._rewritten is None:
-            self._rewritten = rewrite_function(self.fn) or self.fn
+            self._rewritten = rewrite_function(self.fn, stamp=self._stamp) or self.fn
         return self._rewritten
 
     def _bind(self, args):

@@ -39,12 +39,19 @@ no value if it was dynamic.
 What a kernel cannot run as written is refused, naming the line: `try`,
 `with`, `yield`, `async`, `global`, `nonlocal`, `for`/`while ... else`,
 lambda kernels. A function whose source cannot be read (made by `exec`,
-typed at a prompt) is not rewritten: the caller traces it as it is.
+typed at a prompt) is not rewritten: the caller traces it as it is. The
+source is read when the function is first traced: a file edited since its
+module was imported no longer holds the code that runs, and is refused
+(`_stale`) until the module is imported again.
 """
+import __future__
 import ast
 import copy
+import functools
 import inspect
 import linecache
+import operator
+import os
 import textwrap
 import types
 
@@ -445,13 +452,96 @@ def _code_named(code, name):
     return next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
 
 
-def rewrite_function(fn, helper=False):
+def _compiled(fdef, freevars, file, flags):
+    """The module code defining the function `fdef`, compiled with the
+    __future__ `flags` of its module: where it has `freevars`, inside a
+    factory taking them, so that they stay free variables (cells shared
+    with the original's closure)."""
+    if freevars:                            # defined in a function that gives the closure
+        factory = ast.FunctionDef("__moye_factory", ast.arguments(
+            posonlyargs=[], args=[ast.arg(v) for v in freevars], vararg=None, kwonlyargs=[],
+            kw_defaults=[], kwarg=None, defaults=[]), [fdef, ast.Return(ast.Name(fdef.name,
+                                                                                 ast.Load()))],
+            [], None)
+        module = ast.Module([ast.copy_location(factory, fdef)], [])
+    else:
+        module = ast.Module([fdef], [])
+    _place(module, 1, 0, 1, 0)
+    return compile(module, file, "exec", flags=flags, dont_inherit=True)
+
+
+_FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, f).compiler_flag
+                                               for f in __future__.all_feature_names))
+
+
+def _stale(fn):
+    """Whether fn's source file, as it reads now, no longer compiles to fn's
+    code (where its module was loaded by pytest's assertion rewriting, whose
+    asserts compile to other code than the source's: never). The whole file
+    is compiled: a function's bytecode depends on its module (a method of an
+    imported module is called another way)."""
+    code = fn.__code__
+    if type(fn.__globals__.get("__loader__")).__name__ == "AssertionRewritingHook":
+        return False
+    try:
+        module = _file_code(code.co_filename, "".join(linecache.getlines(code.co_filename)))
+    except (SyntaxError, ValueError):
+        return True
+    return not any(_same_code(c, code) for c in _codes(module)
+                   if c.co_name == code.co_name and c.co_firstlineno == code.co_firstlineno)
+
+
+@functools.lru_cache(maxsize=16)
+def _file_code(file, text):
+    return compile(text, file, "exec", dont_inherit=True)
+
+
+def _codes(code):
+    """Every code object inside module code `code`, nested ones too."""
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield c
+            yield from _codes(c)
+
+
+def _same_code(a, b):
+    """Whether code objects `a` and `b` are the same code (line numbers
+    aside): their bytecode, names and constants, nested code compared alike."""
+    if (a.co_code, a.co_names, a.co_varnames, a.co_freevars, a.co_cellvars) != \
+            (b.co_code, b.co_names, b.co_varnames, b.co_freevars, b.co_cellvars) or \
+            len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):
+        if isinstance(x, types.CodeType):
+            if not (isinstance(y, types.CodeType) and _same_code(x, y)):
+                return False
+        elif type(x) is not type(y) or repr(x) != repr(y):     # repr: -0.0 is not 0.0
+            return False
+    return True
+
+
+def source_stamp(fn):
+    """(mtime, size) of fn's source file now, or None where there is none:
+    taken when a kernel or helper is decorated, so that rewrite_function
+    compiles the file to compare its code (_stale) only where the file
+    changed since."""
+    try:
+        st = os.stat(fn.__code__.co_filename)
+    except (OSError, AttributeError, TypeError, ValueError):
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def rewrite_function(fn, helper=False, stamp=None):
     """`fn` with its control flow rewritten; it sees the same globals and
     closure. None if its source cannot be read (made by `exec`, typed at an
     interactive prompt): the caller traces it as it is. Raises a KernelError
     naming the line for what a kernel cannot run as written. A `helper` (a
     @moye.func) may be a lambda (None: it runs as it is), and its `return`
-    is checked against the control flow opened since it was called."""
+    is checked against the control flow opened since it was called.
+    `stamp`: fn's source_stamp when it was defined; where the file changed
+    since (or no stamp is given), a file that no longer holds fn's code is
+    refused."""
     file, name = fn.__code__.co_filename, fn.__name__
     what_kind = "moye.func" if helper else "kernel"
 
@@ -466,12 +556,17 @@ def rewrite_function(fn, helper=False):
     if name == "<lambda>":
         raise where(fn.__code__.co_firstlineno, "a kernel is a function defined with def, "
                                                 "not a lambda")
+    lines, first = None, fn.__code__.co_firstlineno
     try:
         lines, first = inspect.getsourcelines(fn)
         # blank lines first: the nodes carry the file's line numbers
         fdef = ast.parse("\n" * (first - 1) + textwrap.dedent("".join(lines))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         fdef = None
+    if lines is not None and (stamp is None or source_stamp(fn) != stamp) and _stale(fn):
+        raise where(first, f"{file} changed after Python compiled this {what_kind}: the "
+                           "source there is not the code that runs. Reload its module "
+                           "(importlib.reload) or restart Python.")
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)) or fdef.name != name:
         if fn.__code__.co_flags & _CO_GENERATOR:
             raise where(fn.__code__.co_firstlineno, _GENERATOR if fn.__code__.co_flags &
@@ -481,19 +576,9 @@ def rewrite_function(fn, helper=False):
     at = lambda node, what: where(node.lineno, what)  # noqa: E731
     _refuse(fdef, at)
     fdef.decorator_list = []
-    fdef = _Rewriter(at, first, helper).visit(fdef)
     freevars = fn.__code__.co_freevars
-    if freevars:                            # defined in a function that gives the closure
-        factory = ast.FunctionDef("__moye_factory", ast.arguments(
-            posonlyargs=[], args=[ast.arg(v) for v in freevars], vararg=None, kwonlyargs=[],
-            kw_defaults=[], kwarg=None, defaults=[]), [fdef, ast.Return(ast.Name(fdef.name,
-                                                                                 ast.Load()))],
-            [], None)
-        module = ast.Module([ast.copy_location(factory, fdef)], [])
-    else:
-        module = ast.Module([fdef], [])
-    _place(module, 1, 0, 1, 0)
-    code = compile(module, file, "exec")
+    fdef = _Rewriter(at, first, helper).visit(fdef)
+    code = _compiled(fdef, freevars, file, fn.__code__.co_flags & _FUTURE_FLAGS)
     namespace = fn.__globals__
     namespace[RT] = control
     if freevars:                            # the new function shares the original's cells

@@ -250,6 +250,35 @@ def test_editing_a_helper_changes_the_kernels_disk_key(modules):
     assert out.tolist() == [1.0, 2.0]
 
 
+def test_a_source_edited_after_import_is_refused(modules):
+    """The rewrite reads a function's source when it first traces: a file
+    edited since its module was imported is refused, not traced (the
+    edited body would run with the old module's names), until it is
+    imported again; edits that leave the function's code be are fine."""
+    from pathlib import Path
+    from moye.errors import KernelError
+    helper = modules("func_helper", HELPER.format(fix="0.0"))
+    kernel = modules("func_kernel", KERNEL)
+    x, out = np.array([-1.0, 2.0], np.float32), np.full(2, np.nan, np.float32)
+    Path(helper.__file__).write_text(textwrap.dedent(HELPER.format(fix="-v")))
+    with pytest.raises(KernelError, match=r"func_helper.py changed after Python compiled this "
+                                          r"moye.func.*Reload its module"):
+        kernel.uses[1, 2](out, x)
+    Path(helper.__file__).write_text(textwrap.dedent(HELPER.format(fix="0.0")) + "OTHER = 1\n")
+    kernel.uses[1, 2](out, x)                   # another line added after it: the same code
+    assert out.tolist() == [0.0, 2.0]
+    # the kernel's own file, its lines moved: refused too
+    kernel = modules("func_kernel", KERNEL)
+    Path(kernel.__file__).write_text("\n\n" + textwrap.dedent(KERNEL))
+    with pytest.raises(KernelError, match="func_kernel.py changed after Python compiled this "
+                                          "kernel"):
+        kernel.uses[1, 2](out, x)
+    kernel = modules("func_kernel", "\n\n" + KERNEL)          # imported again: it runs
+    out[:] = np.nan
+    kernel.uses[1, 2](out, x)
+    assert out.tolist() == [0.0, 2.0]
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_calling_helpers_compile_with_nvrtc(arch):
     pytest.importorskip("cuda.bindings")
