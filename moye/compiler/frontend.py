@@ -165,13 +165,17 @@ class KernelFunction:
         except (KeyError, TypeError):
             return self._new_launch(config)
 
-    def _new_launch(self, config):
+    def _config_dims(self, config):
+        """(grid, block, cluster or None) of a launch configuration, checked."""
         if not isinstance(config, tuple) or len(config) not in (2, 3):
             raise LaunchError(f"launch a kernel as {self.name}[grid, block](*args) or "
                               f"{self.name}[grid, block, cluster](*args); got "
                               f"{self.name}[{config!r}]")
         grid, block = _launch_dims(config[0], config[1])
-        cluster = check_cluster(grid, config[2]) if len(config) == 3 else None
+        return grid, block, check_cluster(grid, config[2]) if len(config) == 3 else None
+
+    def _new_launch(self, config):
+        grid, block, cluster = self._config_dims(config)
         try:
             hash(config)
         except TypeError:                   # a list in the config: not kept
@@ -316,16 +320,18 @@ class KernelFunction:
             >>> fill.prepared((1, 4), (np.zeros(4, np.float32), 2.0)) is None   # the CPU backend
             True
         """
-        grid, block = _launch_dims(config[0], config[1])
-        if len(config) == 3:
-            grid += check_cluster(grid, config[2])
+        grid, block, cluster = self._config_dims(config)
+        if not isinstance(args, (tuple, list)):
+            raise MoyeTypeError(f"{self.name}.prepared(config, args): args must be a tuple or "
+                                f"list of the kernel's arguments, got {type(args).__name__}")
         binding = self._bind(tuple(args))
         backend = self._backend or _backend_of(binding) or default_backend()
         if backend != "cuda":
             return None
         _check_devices(binding, backend)
         fast = getattr(self._executable(backend, binding, block), "fast_launch", None)
-        return None if fast is None else prepared_launch(binding, fast(block), grid, len(args))
+        return None if fast is None else \
+            prepared_launch(binding, fast(block), grid + (cluster or ()), len(args))
 
     def _dispatch(self, config, grid, block, tried, args, smem, stream, backend):
         """A launch that `config`'s launch function (of Entry `tried`, if

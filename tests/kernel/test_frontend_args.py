@@ -18,6 +18,7 @@ import pytest
 
 import moye
 from moye import MoyeError
+from moye.errors import LaunchError, MoyeTypeError
 from moye.compiler import dlpack
 from moye.compiler.arguments import as_array_arg, needs_64bit_indices
 from moye.compiler.binder import ArrayParam, array_param, bind_arguments
@@ -386,6 +387,12 @@ def test_prepared_launches_reread_only_addresses(fake_cuda):
     assert fake_cuda.launches[-1]["values"] == [0x10000, 300, 0x900000, 300, 5]
     assert copy_n.prepared((3, 128), (y, x, np.int32(9)))(y, x, 9) is None    # NumPy scalars
     assert fake_cuda.launches[-1]["values"] == [0x10000, 300, 0x900000, 300, 9]
+    with pytest.raises(LaunchError, match=r"copy_n\[grid, block\]"):
+        copy_n.prepared((3,), (y, x, 7))
+    with pytest.raises(MoyeTypeError, match="args must be a tuple or list"):
+        copy_n.prepared((3, 128), y)
+    with pytest.raises(MoyeError, match="argument"):                 # binding's own errors
+        copy_n.prepared((3, 128), (y, x))
 
 
 def test_each_specialization_change_compiles_again(fake_cuda):
