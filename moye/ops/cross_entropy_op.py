@@ -238,7 +238,7 @@ def _forward(logits, target, ignore_index, op):
     out = rows.stats_dtype(name)
     loss = rows.empty(logits, (m,), out)
     lse = rows.empty(logits, (m,), out)
-    knobs = {"elements": HALF_ELEMENTS_SCALE * rows.default_elements(n)} \
+    knobs = {"elements": HALF_ELEMENTS_SCALE * rows.default_elements(n, name)} \
         if name in ("float16", "bfloat16") else {}
     rows.launch(rows.streamed(rows.plan_for(logits, name, n, **knobs)),
                 cross_entropy_registers, cross_entropy_loop, loss, lse, x2, t1, int(ignore_index))

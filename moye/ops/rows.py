@@ -26,9 +26,14 @@ MAX_N = 262_144
 # elements a thread keeps in registers in the one-pass kernels (aimed at); half as many in
 # rows of at most SHORT_ROW elements: H100, N = 1,024, GB/s of the forwards float32 softmax
 # 2,934 to 2,999, layer_norm 2,908 to 2,932, bfloat16 softmax 2,934 to 2,985, rms_norm 2,888
-# to 2,935, layer_norm 2,799 to 2,885 (the backwards -0.6 to +4.5%; at 4,096 it lost up to 22%)
+# to 2,935, layer_norm 2,799 to 2,885 (the backwards -0.6 to +4.5%; at 4,096 it lost up to
+# 22%); twice as many in 16-bit rows longer than LONG_ROW: H100, bfloat16 at 262,144, softmax
+# forward 2,087-2,101 to 2,302-2,333, backward 2,525 to 2,650, log_softmax forward 2,029-2,055
+# to 2,220-2,270, layer_norm forward 1,649-1,657 to 1,830-1,871 (log_softmax's backward -2.5%,
+# rms_norm's forward -1.3%)
 ELEMENTS = 32
 SHORT_ROW, SHORT_ELEMENTS = 1024, 16
+LONG_ROW, LONG_HALF_ELEMENTS = 65_536, 64
 MAX_THREADS = 1024
 # the block of short rows (several rows per block, a few lanes per row)
 SMALL_BLOCK = 128
@@ -293,8 +298,8 @@ def plan(dtype, n, backend, max_cluster=1, elements=None, max_threads=MAX_THREAD
          cluster_threads=CLUSTER_THREADS):
     """The Plan for rows of `n` elements of `dtype` on `backend`, with
     clusters of up to `max_cluster` blocks (1: none), aiming at `elements`
-    per thread (by default ELEMENTS, SHORT_ELEMENTS in rows of at most
-    SHORT_ROW) and at most `max_threads` per block (cached: the same object
+    per thread (by default default_elements(n, dtype)) and at most
+    `max_threads` per block (cached: the same object
     for the same arguments). In order of preference:
     - a short row: a power of two of lanes, up to 32, `elements` each;
     - a row in one block: as many threads as give each elements / 2 (more
@@ -307,7 +312,7 @@ def plan(dtype, n, backend, max_cluster=1, elements=None, max_threads=MAX_THREAD
         >>> p.kernel, p.vec, p.threads, p.chunks
         ('registers', 4, 256, 4)
     """
-    elements = elements or default_elements(n)
+    elements = elements or default_elements(n, dtype)
     vec = 16 // _SIZES[dtype]
     while n % vec:
         vec //= 2
@@ -336,9 +341,16 @@ def plan(dtype, n, backend, max_cluster=1, elements=None, max_threads=MAX_THREAD
     return _loop_plan(dtype, n, backend, vec, max_threads)
 
 
-def default_elements(n):
-    """The elements a thread aims at in rows of `n` (see ELEMENTS)."""
-    return SHORT_ELEMENTS if n <= SHORT_ROW else ELEMENTS
+def default_elements(n, dtype):
+    """The elements a thread aims at in rows of `n` of `dtype` (see ELEMENTS).
+        >>> default_elements(1024, "float32"), default_elements(4096, "bfloat16")
+        (16, 32)
+        >>> default_elements(262144, "float32"), default_elements(262144, "bfloat16")
+        (32, 64)
+    """
+    if n <= SHORT_ROW:
+        return SHORT_ELEMENTS
+    return LONG_HALF_ELEMENTS if n > LONG_ROW and _SIZES[dtype] == 2 else ELEMENTS
 
 
 def _loop_plan(dtype, n, backend, vec, max_threads=MAX_THREADS):
