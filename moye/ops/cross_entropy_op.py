@@ -275,8 +275,8 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
             raise ShapeError(f"{op}: {what} has shape {tuple(v.shape)} but target has "
                              f"{tuple(target.shape)}; they must match")
     dx = rows.empty_like(logits)
-    # 16-bit logits keep rows.ELEMENTS a thread in short rows too (H100, bfloat16 at
-    # N = 1,024: 2,974 GB/s, 2,838 with SHORT_ELEMENTS)
+    # 16-bit logits keep rows.ELEMENTS a thread at every length, short rows too (H100,
+    # bfloat16 at N = 1,024: 2,974 GB/s, 2,838 with SHORT_ELEMENTS)
     knobs = {"elements": rows.ELEMENTS} if name in ("float16", "bfloat16") else {}
     rows.launch(rows.plan_for(logits, name, n, **knobs), cross_entropy_backward_registers,
                 cross_entropy_backward_loop, dx.reshape(m, n), x2, t1, lse.reshape(m),
