@@ -241,9 +241,13 @@ _KINDS = {}     # type -> "tensor", "scalar" or "other"
 
 
 def _kind(t):
+    """A type's kind: torch.Tensor and nn.Parameter are "tensor"; other
+    tensor subclasses are "other" (their __torch_function__ may wrap the
+    result, which a replay would not)."""
     if t in _SCALARS:
         return "scalar"
-    if t.__module__.startswith("torch") and hasattr(t, "data_ptr"):
+    torch = sys.modules.get("torch")
+    if torch is not None and t in (torch.Tensor, torch.nn.Parameter):
         return "tensor"
     return "other"
 

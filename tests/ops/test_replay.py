@@ -206,6 +206,10 @@ def test_signature():
     assert replay.signature((x.t(),)) != replay.signature((x.t().contiguous(),))
     for not_replayed in [(np.zeros(3),), (1, 2.0), (x, np.float64(1.0)), (x, [1])]:
         assert replay.signature(not_replayed) is None
+    class Wrapped(torch.Tensor):                # a subclass may wrap results: not replayed
+        pass
+    assert replay.signature((x.as_subclass(Wrapped),)) is None
+    assert replay.signature((torch.nn.Parameter(x),)) is not None
     # a public op's (autograd=True): None where a gradient is recorded
     xg = x.clone().requires_grad_()
     assert replay.signature((xg, -1), autograd=True) is None
