@@ -325,13 +325,19 @@ class KernelFunction:
             raise MoyeTypeError(f"{self.name}.prepared(config, args): args must be a tuple or "
                                 f"list of the kernel's arguments, got {type(args).__name__}")
         binding = self._bind(tuple(args))
-        backend = self._backend or _backend_of(binding) or default_backend()
+        backend = self._backend_for(binding)
         if backend != "cuda":
             return None
         _check_devices(binding, backend)
         fast = getattr(self._executable(backend, binding, block), "fast_launch", None)
         return None if fast is None else \
             prepared_launch(binding, fast(block), grid + (cluster or ()), len(args))
+
+    def _backend_for(self, binding, backend=None):
+        """The backend a launch of `binding` runs on: `backend` if given, else
+        the kernel's own, else its arrays' device's, else the default."""
+        return _backend_named(backend) or self._backend or _backend_of(binding) or \
+            default_backend()
 
     def _dispatch(self, config, grid, block, tried, args, smem, stream, backend):
         """A launch that `config`'s launch function (of Entry `tried`, if
@@ -352,8 +358,7 @@ class KernelFunction:
                     if probe(*args, smem=smem, stream=stream) is not NOT_MINE:
                         return self._served(config, grid, block, entry)
         binding = self._bind(args)
-        backend = _backend_named(backend) or self._backend or _backend_of(binding) or \
-            default_backend()
+        backend = self._backend_for(binding, backend)
         _check_devices(binding, backend)
         exe = self._executable(backend, binding, block)
         more = {"cluster": grid[3:]} if len(grid) > 3 else {}     # (grid, cluster) in clusters
