@@ -32,8 +32,8 @@ from ..errors import BoundsError, MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
 from . import replay, rows
-from .row_kernels import (LOG2E, fragment, load_chunk, load_group, loop_logsumexp, math_type,
-                          row_groups, row_logsumexp, store_chunk, store_row)
+from .row_kernels import (LOG2E, end_groups, fragment, load_chunk, load_group, loop_logsumexp,
+                          math_type, row_groups, row_logsumexp, store_chunk, store_row)
 
 REDUCTIONS = ("none", "sum", "mean")
 # the forward's elements per thread for 16-bit logits, times the default: it only reads, so
@@ -50,12 +50,15 @@ def cross_entropy_registers(loss, lse, x, target, ignore_index, WORK: Constexpr,
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
+    slot = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, -float("inf"), WORK)
         tgt, xt = target_logit(x, target, row, r.dtype)
-        m, l = row_logsumexp(r, TPR, CLUSTER)
+        m, l = row_logsumexp(r, slot, TPR, CLUSTER, THREADS)
         if t == 0 and mine:
             write_loss(loss, lse, tgt, xt, ignore_index, row, size(x, 1), m, l)
+        slot = 1 - slot
+    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -99,7 +102,7 @@ def cross_entropy_backward_registers(dx, x, target, lse, dloss, ignore_index, WO
                                      STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED, False)
     r = fragment(WORK, math_type(x.dtype))
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)

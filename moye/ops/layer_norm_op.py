@@ -1,7 +1,9 @@
 """LayerNorm over the last dimension, forward and backward, as moye kernels.
 
-Forward: mean = mean(x), rstd = 1 / sqrt(mean((x - mean)^2) + eps) (two
-passes over the row in registers, not E[x^2] - E[x]^2, which cancels),
+Forward: mean = mean(x), rstd = 1 / sqrt(mean((x - mean)^2) + eps) (each
+thread's mean and squared deviations from two passes over its registers,
+merged over the row by Chan et al.'s update; not E[x^2] - E[x]^2, which
+cancels),
 y = (x - mean) * rstd * weight + bias, in float32 (float64 for float64
 data); y in x's type, mean and rstd in float32 (float64). Backward, with
 xhat = (x - mean) * rstd and g = dy * weight:
@@ -18,16 +20,15 @@ slab).
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, func, kernel
-from ..device import (block_idx, block_reduce, cast, grid_dim, maximum, minimum, rsqrt,
-                      thread_idx)
+from ..device import block_idx, block_reduce, cast, grid_dim, maximum, rsqrt, thread_idx
 from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (cluster_merge, end_groups, fragment, group_start, load_chunk,
-                          load_group, looped_sums, math_type, row_groups, row_reduce,
-                          slab_fragment, slab_place, slab_total, store_chunk, store_partial,
-                          store_row, store_normalized, store_slab, zeros)
+from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group, math_type,
+                          row_groups, row_merge, row_sums, slab_fragment, slab_place, slab_total,
+                          store_chunk, store_partial, store_row, store_normalized, store_slab,
+                          zeros)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -67,47 +68,34 @@ def squared_deviations(r, mu, t, nt, n):
 
 
 @func
-def cluster_moments(r, c, t, nt, n, WORK):
-    """(mean, sum of squared deviations) of a row split across a cluster,
-    about `c` (a value of the row: the means merged below are then small,
-    and as exact as the data), from each thread's elements in `r`, which it
-    shifts by -c: each block's (count, mean, squared deviations about its
-    mean) by two block reductions, the blocks' merged in rank order in one
-    DSMEM exchange (Chan et al.'s pairwise update)."""
-    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+def thread_moments(r, c, t, nt, n):
+    """(count, mean, sum of squared deviations about the mean) of this
+    thread's elements of the row in the (VEC, CHUNKS) fragment `r` (not the
+    fill past the row's end; (0, 0, 0) for none), in r's type, about `c`
+    (a value of the row): r's elements are shifted by -c, so that the means
+    merged later are small and a constant row's are exactly 0, whatever
+    fast_math's division gives."""
+    VEC = size(r, 0)
+    count = cast(0.0, r.dtype)
     s = cast(0.0, r.dtype)
-    for k in range(CHUNKS):
-        if (k * nt + t) * VEC < n:         # not the fill past the row's end
+    for k in range(size(r, 1)):
+        if (k * nt + t) * VEC < n:
+            count = count + VEC
             for e in range(VEC):
                 r[e, k] = r[e, k] - c
                 s = s + r[e, k]
-    count = cast(block_elements(t, nt, n, WORK), s.type)
-    mb = block_reduce(s, "sum") / maximum(count, cast(1.0, s.type))
-    qb = block_reduce(squared_deviations(r, mb, t, nt, n), "sum")
-    _, mu, q = cluster_merge((count, mb, qb), merge_moments, CLUSTER)
-    return mu, q
+    mu = s / maximum(count, cast(1.0, r.dtype))
+    return count, mu, squared_deviations(r, mu, t, nt, n)
 
 
-@func
-def block_elements(t, nt, n, WORK):
-    """How many of the row's n elements this thread's block of a cluster
-    holds: chunk k * nt + t' for each of its threads t'."""
-    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    chunks = n // VEC
-    base = t - thread_idx.x                        # the block's first thread in the row
-    held = 0
-    for k in range(CHUNKS):
-        held = held + minimum(maximum(chunks - k * nt - base, 0), THREADS)
-    return held * VEC
-
-
-@func
-def merge_moments(a, b):
-    """Two (count, mean, sum of squared deviations) as one."""
-    n = a[0] + b[0]
-    d = b[1] - a[1]
-    f = b[0] / maximum(n, cast(1.0, n.type))
-    return n, a[1] + d * f, a[2] + b[2] + d * d * a[0] * f
+def moments(group):
+    """A row_merge level: (count, mean, sum of squared deviations) merged:
+    the count, the mean of the means by their counts, then each member's
+    squared deviations about it plus its count times its mean's squared
+    distance from it (Chan et al.); (0, 0, 0) is its identity."""
+    n = group.reduce(lambda v: v[0], "sum")
+    mu = group.reduce(lambda v: v[0] * v[1], "sum") / maximum(n, cast(1.0, n.type))
+    return n, mu, group.reduce(lambda v: v[2] + v[0] * (v[1] - mu) * (v[1] - mu), "sum")
 
 
 @kernel(fast_math=True)
@@ -117,20 +105,13 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
     n = size(x, 1)
     first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
+    slot = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
-        if CLUSTER > 1:                     # r shifted by the row's first element
-            c = cast(x[row, 0], r.dtype)
-            centre, q = cluster_moments(r, c, t, nt, n, WORK)
-            mu = c + centre
-        else:
-            s = cast(0.0, r.dtype)
-            for k in range(CHUNKS):
-                for e in range(VEC):
-                    s = s + r[e, k]
-            mu = row_reduce(s, "sum", TPR, CLUSTER) * rn
-            q = row_reduce(squared_deviations(r, mu, t, nt, n), "sum", TPR, CLUSTER)
-            centre = mu
+        c = cast(x[row, 0], r.dtype)        # r shifted by the row's first element
+        _, centre, q = row_merge(thread_moments(r, c, t, nt, n), moments, (0.0, 0.0, 0.0),
+                                 slot, TPR, CLUSTER, THREADS)
+        mu = c + centre
         for k in range(CHUNKS):
             for e in range(VEC):
                 r[e, k] = r[e, k] - centre
@@ -140,6 +121,8 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
                 mean[row] = mu
                 rstd[row] = inv
             store_normalized(y[row, None], r, inv, w, b, HAS_W, HAS_B, t, nt, n)
+        slot = 1 - slot
+    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -204,7 +187,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                 rx[e, k] = (rx[e, k] - mu) * rs       # xhat (the fill's is never used)
                 sg = sg + rdy[e, k] * rw[e, k]
                 sgx = sgx + rdy[e, k] * rw[e, k] * rx[e, k]
-        sg, sgx = looped_sums(sg, sgx, slot, TPR, CLUSTER, THREADS)
+        sg, sgx = row_sums((sg, sgx), slot, TPR, CLUSTER, THREADS)
         sg = sg * rn
         sgx = sgx * rn
         if mine:

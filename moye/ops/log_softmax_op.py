@@ -17,8 +17,8 @@ from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
 from . import replay, rows
-from .row_kernels import (LOG2E, fragment, load_chunk, load_group, loop_logsumexp, math_type,
-                          row_groups, row_logsumexp, row_reduce, store_chunk, store_row)
+from .row_kernels import (LOG2E, end_groups, fragment, load_chunk, load_group, loop_logsumexp,
+                          math_type, row_groups, row_logsumexp, row_sums, store_chunk, store_row)
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -28,14 +28,17 @@ def log_softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
+    slot = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, -float("inf"), WORK)
-        m, l = row_logsumexp(r, TPR, CLUSTER)
+        m, l = row_logsumexp(r, slot, TPR, CLUSTER, THREADS)
         for k in range(CHUNKS):
             for e in range(VEC):
                 r[e, k] = r[e, k] - m - l
         if mine:
             store_row(y[row, None], r, t, nt, size(x, 1))
+        slot = 1 - slot
+    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -58,18 +61,21 @@ def log_softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr
     first, count, step, t, nt, ring = row_groups((y, dy), WORK, STAGED, STAGED)
     ry = fragment(WORK, math_type(y.dtype))
     rdy = fragment(WORK, ry.dtype)
+    slot = 0
     for g in range(first, count, step):
         row, mine = load_group((ry, rdy), ring, (y, dy), g, count, step, t, nt, 0.0, WORK)
         s = cast(0.0, ry.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
                 s = s + rdy[e, k]
-        s = row_reduce(s, "sum", TPR, CLUSTER)
+        s = row_sums((s,), slot, TPR, CLUSTER, THREADS)[0]
         for k in range(CHUNKS):
             for e in range(VEC):
                 ry[e, k] = rdy[e, k] - exp2(ry[e, k] * LOG2E) * s
         if mine:
             store_row(dx[row, None], ry, t, nt, size(y, 1))
+        slot = 1 - slot
+    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)

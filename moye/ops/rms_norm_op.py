@@ -25,7 +25,7 @@ from ..layout import Layout, size
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
 from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group,
-                          looped_sums, math_type, row_groups, row_reduce, slab_fragment,
+                          math_type, row_groups, row_sums, slab_fragment,
                           slab_place, slab_total, store_chunk, store_partial, store_row,
                           store_normalized, store_slab, zeros)
 
@@ -43,17 +43,20 @@ def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr
     n = size(x, 1)
     first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
+    slot = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
         s = cast(0.0, r.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
                 s = s + r[e, k] * r[e, k]
-        inv = rsqrt(row_reduce(s, "sum", TPR, CLUSTER) * rn + eps)
+        inv = rsqrt(row_sums((s,), slot, TPR, CLUSTER, THREADS)[0] * rn + eps)
         if mine:
             if t == 0:
                 rstd[row] = inv
             store_normalized(y[row, None], r, inv, w, w, HAS_W, False, t, nt, n)
+        slot = 1 - slot
+    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -102,7 +105,7 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
             for e in range(VEC):
                 d = d + rdy[e, k] * rw[e, k] * rx[e, k]
         # d = rstd^2 * mean(g * xhat), so that dx = rstd * g - x * d
-        d = looped_sums(d, None, slot, TPR, CLUSTER, THREADS)[0] * rs * rs * rs * rn
+        d = row_sums((d,), slot, TPR, CLUSTER, THREADS)[0] * rs * rs * rs * rn
         if mine:
             for k in range(CHUNKS):
                 for e in range(VEC):

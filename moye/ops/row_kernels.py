@@ -20,22 +20,23 @@ groups and writes them as one row of a (blocks, N) partial
 (`store_partial`); `column_sum` adds the partial's rows.
 
 Three shapes of work, all static (kernel Constexprs):
-- ROWS rows per block, TPR threads (a power of two up to 32) per row: the
-  reductions are warp shuffles over TPR lanes;
-- one row per block (ROWS == 1, TPR == THREADS): block_reduce;
+- ROWS rows per block, TPR threads (a power of two up to 32) per row;
+- one row per block (ROWS == 1, TPR == THREADS);
 - one row per thread-block cluster of CLUSTER blocks (sm_90): the row's
-  threads are the cluster's, the reductions cluster_reduce (DSMEM), or, for
-  several values at once, block reductions and one exchange of the blocks'
-  tuples (`cluster_merge`: softmax's max and sum, layer_norm's moments).
+  threads are the cluster's.
+Each row's reductions are one row_merge of a tuple (softmax's max and sum,
+layer_norm's moments, a backward's sums): warp shuffles, then the warps'
+tuples through shared memory, then the blocks' through DSMEM, with one
+barrier of each kind.
 """
 from ..array import make_fragment_like, tile
 from ..compiler import func, kernel, range_constexpr
 from ..compiler import range as unrolled_range
-from ..device import (atomic_add, block_idx, block_rank_in_cluster, block_reduce, cast,
-                      cluster_arrive, cluster_grid_dim, cluster_idx, cluster_reduce, cluster_sync,
-                      cluster_wait, cp_async_commit, cp_async_wait, cucopyto, exp2, grid_dim,
-                      log2, maximum, minimum, peer_shared, shared_array, sync_threads,
-                      thread_idx, warp_reduce)
+from ..device import (atomic_add, block_idx, block_rank_in_cluster, cast, cluster_arrive,
+                      cluster_grid_dim, cluster_idx, cluster_sync, cluster_wait, cp_async_commit,
+                      cp_async_wait, cucopyto, exp2, grid_dim, ifelse, log2, maximum, minimum,
+                      peer_shared, shared_array, sync_threads, thread_idx,
+                      warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
 from ..types import Float32, Float64
@@ -56,122 +57,99 @@ def lowest(dtype):
     return -1.7976931348623157e308 if dtype == Float64 else -3.4028234663852886e38
 
 
-@func
-def row_reduce(v, op, TPR, CLUSTER):
-    """The reduction of `v` over the threads of this thread's row, returned
-    to each of them: warp shuffles over TPR lanes, the block, or the
-    cluster."""
-    if CLUSTER > 1:
-        r = cluster_reduce(v, op)
-    elif TPR <= 32:
-        r = warp_reduce(v, op, TPR)
-    else:
-        r = block_reduce(v, op)
-    return r
+class Lanes:
+    """A group of `width` lanes (a power of two up to 32), each holding a
+    tuple `values`: reduce(f, op) is op ("sum", "max") over the lanes of
+    f(the lane's tuple), returned to each (warp_reduce: a butterfly, so
+    bitwise the same in each)."""
+
+    def __init__(self, values, width):
+        self.values, self.width = values, width
+
+    def __len__(self):
+        return len(self.values)
+
+    def reduce(self, f, op):
+        return warp_reduce(f(self.values), op, self.width)
+
+
+def sums(group):
+    """A row_merge level: each value of the tuples summed."""
+    return tuple(group.reduce(lambda v, i=i: v[i], "sum") for i in range(len(group)))
+
+
+def max_sumexp(group):
+    """A row_merge level: (max, sum of exp(x - max)) pairs merged: the max,
+    then the sums rescaled to it; (lowest, 0) is its identity."""
+    big = group.reduce(lambda v: v[0], "max")
+    return big, group.reduce(lambda v: v[1] * exp2((v[0] - big) * LOG2E), "sum")
 
 
 @func
-def row_max_sumexp(m, s, TPR, CLUSTER):
-    """(M, S): the max of the row and the sum of exp(x - M) over it, from
-    each thread's max `m` of its elements and sum `s` of exp(x - m) over
-    them (the online softmax's merge). In a cluster, the blocks merge their
-    (max, sum) pairs in one DSMEM exchange (cluster_merge: two cluster
-    barriers, where two cluster_reduce calls take four)."""
-    if CLUSTER > 1:
-        mb = block_reduce(m, "max")
-        big, total = cluster_merge((mb, block_reduce(s * exp2((m - mb) * LOG2E), "sum")),
-                                   merge_max_sumexp, CLUSTER)
-    else:
-        big = row_reduce(m, "max", TPR, CLUSTER)
-        total = row_reduce(s * exp2((m - big) * LOG2E), "sum", TPR, CLUSTER)
-    return big, total
-
-
-@func
-def looped_sums(a, b, slot, TPR, CLUSTER, THREADS):
-    """For kernels that loop over row groups (the backwards): the sums of
-    `a` and of `b` (None: a's alone, and None) over this thread's row, with
-    as few barriers as a loop allows: warp shuffles, then (a row of more
-    than a warp) the warps' sums through shared memory and one block
-    barrier, then (a cluster) the blocks' sums through DSMEM and one cluster
-    barrier. Each array has two slots, `slot` alternating 0 and 1 in the
-    loop: a slot is written again only after every thread has passed the
-    next call's barrier, so after all have read it. The kernel calls
-    end_groups() after its loop."""
-    lanes = min(TPR, 32)
-    sa = warp_reduce(a, "sum", lanes)
-    sb = None
-    if b is not None:
-        sb = warp_reduce(b, "sum", lanes)
+def row_merge(values, level, identity, slot, TPR, CLUSTER, THREADS):
+    """The tuple `values` of each of this row's threads merged over the row,
+    returned to each of them, bitwise the same in each (CuTe DSL's and
+    QuACK's row reductions). `level(group)` merges the tuples of a group of
+    lanes (Lanes) with its reduce(); `identity` is a tuple of floats that it
+    ignores (f of it is op's identity: 0 for sums, lowest for max). Three
+    levels, each a butterfly over lanes (few registers, short chains):
+    - the lanes of a warp (min(TPR, 32) of them);
+    - a row of more than a warp: the warps' tuples, lane w reading warp w's
+      from shared memory after one block barrier. The array has two slots,
+      `slot` alternating 0 and 1 from call to call: a slot is written again
+      only after every thread has passed the next call's barrier;
+    - a row in a cluster (CLUSTER a power of two): the blocks' tuples, lane
+      r of each group of CLUSTER lanes reading block r's through DSMEM after
+      one cluster barrier. The barrier that keeps them until all have read
+      them is split: arrived at after the reads, waited for before the next
+      call writes them (the first's opened by row_groups, the last's closed
+      by end_groups).
+        big, total = row_merge((m, s), max_sumexp, (lowest(m.type), 0.0), slot, ...)
+    """
+    NV = len(values)
+    values = level(Lanes(values, min(TPR, 32)))
     if TPR > 32:
         WARPS = THREADS // 32
-        warps = shared_array(a.type, Layout((WARPS, 2, 2)), align=16)
-        if thread_idx.x % 32 == 0:
-            warps[thread_idx.x // 32, 0, slot] = sa
-            if b is not None:
-                warps[thread_idx.x // 32, 1, slot] = sb
+        WIDTH = 1 << (WARPS - 1).bit_length()
+        lane = thread_idx.x % 32
+        warps = shared_array(values[0].type, Layout((WARPS, NV, 2)), align=16)
+        if lane == 0:
+            for i in range_constexpr(NV):
+                warps[thread_idx.x // 32, i, slot] = values[i]
         sync_threads()
-        sa = warps[0, 0, slot]
-        for w in range(1, WARPS):
-            sa = sa + warps[w, 0, slot]
-        if b is not None:
-            sb = warps[0, 1, slot]
-            for w in range(1, WARPS):
-                sb = sb + warps[w, 1, slot]
+        w = lane % WIDTH                # each group of WIDTH lanes merges the warps'
+        values = level(Lanes(tuple(
+            ifelse(w < WARPS, warps[minimum(w, WARPS - 1), i, slot],
+                   cast(identity[i], values[i].type)) for i in range_constexpr(NV)), WIDTH))
     if CLUSTER > 1:
-        blocks = shared_array(a.type, Layout((2, 2)), align=16)
+        blocks = shared_array(values[0].type, Layout(NV), align=16)
+        cluster_wait()                  # every block has read the last call's tuples
         if thread_idx.x == 0:
-            blocks[0, slot] = sa
-            if b is not None:
-                blocks[1, slot] = sb
+            for i in range_constexpr(NV):
+                blocks[i] = values[i]
         cluster_sync()
-        sa = peer_shared(blocks, 0)[0, slot]
-        for r in range(1, CLUSTER):
-            sa = sa + peer_shared(blocks, r)[0, slot]
-        if b is not None:
-            sb = peer_shared(blocks, 0)[1, slot]
-            for r in range(1, CLUSTER):
-                sb = sb + peer_shared(blocks, r)[1, slot]
-    return sa, sb
+        peer = peer_shared(blocks, thread_idx.x % CLUSTER)     # lane-group rank r: block r's
+        values = level(Lanes(tuple(peer[i] for i in range_constexpr(NV)), CLUSTER))
+        cluster_arrive(relaxed=True)    # read: the next call's (or end_groups') wait
+    return values
+
+
+@func
+def row_sums(values, slot, TPR, CLUSTER, THREADS):
+    """row_merge of the tuple `values` by addition: their sums over the row."""
+    return row_merge(values, sums, tuple(0.0 for v in values), slot, TPR, CLUSTER, THREADS)
 
 
 @func
 def end_groups(CLUSTER):
-    """After a loop of looped_sums: in a cluster, a cluster barrier, so that
-    no block exits (its shared memory gone) while another still reads its
-    last sums."""
+    """The end of a kernel that took row_groups: in a cluster, the wait of
+    the barrier that the last row_merge (or row_groups) arrived at, so that
+    no block exits (its shared memory gone) while another still reads it.
+    Every thread arrived there long ago, right after its reads: waiting
+    here, after the row's stores, costs nothing, where a whole barrier here
+    made each block wait for the slowest of its cluster."""
     if CLUSTER > 1:
-        cluster_sync()
-
-
-def merge_max_sumexp(a, b):
-    """Two (max, sum of exp(x - max)) pairs as one."""
-    big = maximum(a[0], b[0])
-    return big, a[1] * exp2((a[0] - big) * LOG2E) + b[1] * exp2((b[0] - big) * LOG2E)
-
-
-@func
-def cluster_merge(values, combine, CLUSTER):
-    """The tuples `values` of the cluster's blocks (thread 0's of each),
-    combined in rank order by combine(left, right) -> tuple, for every
-    thread of the cluster: each block's tuple goes to its shared memory, a
-    cluster barrier, every thread reads the others' through DSMEM, and a
-    relaxed barrier keeps each tuple (and its block) until all have read it.
-    Two cluster barriers, where a cluster_reduce per value takes two each."""
-    NV = len(values)
-    slot = shared_array(values[0].type, Layout(NV), align=16)
-    if thread_idx.x == 0:
-        for i in range_constexpr(NV):
-            slot[i] = values[i]
-    cluster_sync()
-    mine = peer_shared(slot, 0)
-    merged = tuple(mine[i] for i in range_constexpr(NV))
-    for r in range(1, CLUSTER):
-        other = peer_shared(slot, r)
-        merged = combine(merged, tuple(other[i] for i in range_constexpr(NV)))
-    cluster_arrive(relaxed=True)        # read already: no memory ordering needed
-    cluster_wait()
-    return merged
+        cluster_wait()
 
 
 @func
@@ -287,7 +265,7 @@ def stage_group(ring, arrays, g, count, WORK, m):
 
 
 @func
-def row_groups(arrays, WORK, STAGED, LOOPS):
+def row_groups(arrays, WORK, STAGED, LOOPS, MERGES=True):
     """The start of a kernel that loops over row groups of the (M, N)
     `arrays` (a tuple: the rows it reads): (first, count, step) of its
     groups (groups(); with LOOPS False, the launch has a block or cluster
@@ -295,7 +273,9 @@ def row_groups(arrays, WORK, STAGED, LOOPS):
     first + 1), this thread's index t among its row's nt threads, and the
     ring: with STAGED, a (VEC, THREADS, CHUNKS) shared array of each
     array's type, the first group's rows in flight into it (load_group
-    reads them and starts the next group's); else None.
+    reads them and starts the next group's); else None. With MERGES (the
+    kernel calls row_merge), in a cluster, it arrives at the cluster barrier
+    that the first row_merge waits for; the kernel ends with end_groups().
         first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, True)
         r = fragment(WORK, math_type(x.dtype))
         for g in range(first, count, step):
@@ -312,6 +292,8 @@ def row_groups(arrays, WORK, STAGED, LOOPS):
     if STAGED:
         ring = tuple(shared_array(a.dtype, Layout((VEC, THREADS, CHUNKS))) for a in arrays)
         stage_group(ring, arrays, first, count, WORK, m)
+    if MERGES and CLUSTER > 1:
+        cluster_arrive(relaxed=True)
     return first, count, step, t, nt, ring
 
 
@@ -383,19 +365,20 @@ def fragment_max(r):
 
 
 @func
-def row_logsumexp(r, TPR, CLUSTER):
+def row_logsumexp(r, slot, TPR, CLUSTER, THREADS):
     """(m, l): the max of this thread's row, held in the fragments `r` of its
     threads (-inf past the row's end), and l = log(sum(exp(x - m))), returned
     to each of them in r's type; the log-sum-exp is m + l, kept apart so
     that x - m - l loses nothing to a large m. One pass over the registers
     for each thread's max, one for its sum of exp2((x - max) log2(e)), then
-    one merge of the threads' (max, sum) pairs (row_max_sumexp)."""
+    one row_merge of the threads' (max, sum) pairs (`slot`: row_merge's)."""
     m = fragment_max(r)
     s = cast(0.0, r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
             s = s + exp2((r[e, k] - m) * LOG2E)
-    big, total = row_max_sumexp(m, s, TPR, CLUSTER)
+    big, total = row_merge((m, s), max_sumexp, (lowest(r.dtype), 0.0), slot, TPR,
+                           CLUSTER, THREADS)
     return big, log2(total) * LN2
 
 
@@ -404,7 +387,7 @@ def loop_logsumexp(g, r, THREADS):
     """(m, l) as row_logsumexp's for the row `g` (one block of THREADS per
     row), returned to each thread in the type of `r`, a (VEC, 1) fragment it
     loads chunks through: one pass over the row keeps each thread's running
-    max and sum (the sum rescaled when the max grows), the block combines
+    max and sum (the sum rescaled when the max grows), the block merges
     them."""
     m = cast(lowest(r.dtype), r.dtype)  # typed: the loop carries them in the math type
     s = cast(0.0, r.dtype)
@@ -414,8 +397,9 @@ def loop_logsumexp(g, r, THREADS):
             m_new = maximum(m, r[e, 0])
             s = s * exp2((m - m_new) * LOG2E) + exp2((r[e, 0] - m_new) * LOG2E)
             m = m_new
-    mb = block_reduce(m, "max")
-    return mb, log2(block_reduce(s * exp2((m - mb) * LOG2E), "sum")) * LN2
+    big, total = row_merge((m, s), max_sumexp, (lowest(r.dtype), 0.0), 0, THREADS, 1,
+                           THREADS)
+    return big, log2(total) * LN2
 
 
 @func

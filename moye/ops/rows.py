@@ -263,6 +263,17 @@ def plan_options(**knobs):
     if not isinstance(knobs.get("staged", False), bool):
         raise MoyeTypeError(f"plan_options: staged must be True or False, got "
                             f"{knobs['staged']!r}")
+    for name, ok, want in (
+            ("max_threads", lambda v: v % 32 == 0 and 32 <= v <= MAX_THREADS,
+             f"a multiple of 32 from 32 to {MAX_THREADS}"),
+            ("cluster_threads", lambda v: v % 32 == 0 and 32 <= v <= MAX_THREADS,
+             f"a multiple of 32 from 32 to {MAX_THREADS}"),
+            ("max_cluster", lambda v: 1 <= v <= MAX_CLUSTER and v & (v - 1) == 0,
+             f"a power of two from 1 to {MAX_CLUSTER}"),
+            ("elements", lambda v: v >= 1, "at least 1")):
+        v = knobs.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not ok(v)):
+            raise MoyeTypeError(f"plan_options: {name} must be {want}, got {v!r}")
     saved = dict(_OPTIONS)
     _OPTIONS.update(knobs)
     replay.forget()                     # calls recorded under other plans

@@ -18,9 +18,9 @@ from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
 from . import replay, rows
-from .row_kernels import (LOG2E, fragment, fragment_max, load_chunk, load_group, loop_logsumexp,
-                          math_type, row_groups, row_max_sumexp, row_reduce, store_chunk,
-                          store_row)
+from .row_kernels import (LOG2E, end_groups, fragment, fragment_max, load_chunk, load_group,
+                          loop_logsumexp, lowest, math_type, max_sumexp, row_groups,
+                          row_merge, row_sums, store_chunk, store_row)
 
 # -- kernels ---------------------------------------------------------------------------------
 
@@ -29,6 +29,7 @@ def softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
+    slot = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, -float("inf"), WORK)
         m = fragment_max(r)
@@ -38,13 +39,16 @@ def softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
                 p = exp2((r[e, k] - m) * LOG2E)
                 r[e, k] = p
                 s = s + p
-        big, total = row_max_sumexp(m, s, TPR, CLUSTER)
+        big, total = row_merge((m, s), max_sumexp, (lowest(r.dtype), 0.0), slot, TPR,
+                               CLUSTER, THREADS)
         scale = exp2((m - big) * LOG2E) / total        # this thread's exp(x - m) to y
         for k in range(CHUNKS):
             for e in range(VEC):
                 r[e, k] = r[e, k] * scale
         if mine:
             store_row(y[row, None], r, t, nt, size(x, 1))
+        slot = 1 - slot
+    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -66,18 +70,21 @@ def softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr):
     first, count, step, t, nt, ring = row_groups((y, dy), WORK, STAGED, STAGED)
     ry = fragment(WORK, math_type(y.dtype))
     rdy = fragment(WORK, ry.dtype)
+    slot = 0
     for g in range(first, count, step):
         row, mine = load_group((ry, rdy), ring, (y, dy), g, count, step, t, nt, 0.0, WORK)
         d = cast(0.0, ry.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
                 d = d + ry[e, k] * rdy[e, k]
-        d = row_reduce(d, "sum", TPR, CLUSTER)
+        d = row_sums((d,), slot, TPR, CLUSTER, THREADS)[0]
         for k in range(CHUNKS):
             for e in range(VEC):
                 ry[e, k] = ry[e, k] * (rdy[e, k] - d)
         if mine:
             store_row(dx[row, None], ry, t, nt, size(y, 1))
+        slot = 1 - slot
+    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)

@@ -83,8 +83,9 @@ def test_slab_plan():
 
 
 def test_plan_options_refuse_bad_knobs():
-    """An unknown knob or a staged that is not a bool is named; the options
-    in force are left as they were."""
+    """An unknown knob, a staged that is not a bool, or a size the kernels'
+    reductions cannot take (blocks of whole warps, clusters of a power of
+    two) is named; the options in force are left as they were."""
     x = np.ones((1, 4096), np.float32)
     before = rows.plan_for(x, "float32", 4096)
     with pytest.raises(moye.MoyeTypeError, match=r"unknown knobs \['stages'\]"):
@@ -93,6 +94,12 @@ def test_plan_options_refuse_bad_knobs():
     for bad in (1, "yes", None):
         with pytest.raises(moye.MoyeTypeError, match="staged must be True or False"):
             with rows.plan_options(staged=bad):
+                pass
+    for knob, bad in (("max_threads", 48), ("max_threads", 2048), ("max_threads", 64.0),
+                      ("cluster_threads", 0), ("max_cluster", 3), ("max_cluster", 16),
+                      ("max_cluster", True), ("elements", 0)):
+        with pytest.raises(moye.MoyeTypeError, match=f"{knob} must be .*, got {bad!r}"):
+            with rows.plan_options(**{knob: bad}):
                 pass
     assert rows.plan_for(x, "float32", 4096) is before
     assert not rows.staged(before, x, 1)
