@@ -33,9 +33,9 @@ from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_gr
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
 FRAGMENTS = 5
-# the forward's largest block for a row in one block: its two dependent block reductions
-# (mean, then variance) cost more in blocks of 1,024 (H100, bfloat16 rows of 16,384: 2,066
-# GB/s with 1,024 threads, 2,844-2,912 with 512; float32: 2,947 and 2,916-2,946)
+# the forward's largest block for a row in one block: in blocks of 1,024 (64 registers a
+# thread) it ran slower (H100, bfloat16 rows of 16,384: 2,066 GB/s with 1,024 threads,
+# 2,844-2,912 with 512; after row_merge, 2,314 and 2,904; float32: 2,947 and 2,916-2,946)
 FORWARD_THREADS = 512
 
 
