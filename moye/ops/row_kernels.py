@@ -35,8 +35,7 @@ from ..compiler import range as unrolled_range
 from ..device import (atomic_add, block_idx, block_rank_in_cluster, cast, cluster_arrive,
                       cluster_grid_dim, cluster_idx, cluster_sync, cluster_wait, cp_async_commit,
                       cp_async_wait, cucopyto, exp2, grid_dim, ifelse, log2, maximum, minimum,
-                      peer_shared, shared_array, sync_threads, thread_idx,
-                      warp_reduce)
+                      peer_shared, shared_array, sync_threads, thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
 from ..types import Float32, Float64
