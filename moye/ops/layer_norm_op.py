@@ -26,9 +26,9 @@ from ..layout import Layout, size
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
 from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group, math_type,
-                          row_groups, row_merge, row_sums, slab_fragment, slab_place, slab_total,
-                          store_chunk, store_partial, store_row, store_normalized, store_slab,
-                          zeros)
+                          row_groups, row_merge, slab_fragment, slab_place, slab_total,
+                          store_chunk, store_normalized, store_partial, store_row, store_slab,
+                          sums, zeros)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -98,6 +98,9 @@ def moments(group):
     return n, mu, group.reduce(lambda v: v[2] + v[0] * (v[1] - mu) * (v[1] - mu), "sum")
 
 
+moments.identity = lambda values: (0.0, 0.0, 0.0)
+
+
 @kernel(fast_math=True)
 def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
                          HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
@@ -109,8 +112,8 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
         c = cast(x[row, 0], r.dtype)        # r shifted by the row's first element
-        _, centre, q = row_merge(thread_moments(r, c, t, nt, n), moments, (0.0, 0.0, 0.0),
-                                 slot, TPR, CLUSTER, THREADS)
+        _, centre, q = row_merge(thread_moments(r, c, t, nt, n), moments, slot, TPR, CLUSTER,
+                                 THREADS)
         mu = c + centre
         for k in range(CHUNKS):
             for e in range(VEC):
@@ -187,7 +190,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                 rx[e, k] = (rx[e, k] - mu) * rs       # xhat (the fill's is never used)
                 sg = sg + rdy[e, k] * rw[e, k]
                 sgx = sgx + rdy[e, k] * rw[e, k] * rx[e, k]
-        sg, sgx = row_sums((sg, sgx), slot, TPR, CLUSTER, THREADS)
+        sg, sgx = row_merge((sg, sgx), sums, slot, TPR, CLUSTER, THREADS)
         sg = sg * rn
         sgx = sgx * rn
         if mine:

@@ -18,7 +18,8 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .row_kernels import (LOG2E, end_groups, fragment, load_chunk, load_group, loop_logsumexp,
-                          math_type, row_groups, row_logsumexp, row_sums, store_chunk, store_row)
+                          math_type, row_groups, row_logsumexp, row_merge, store_chunk, store_row,
+                          sums)
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -68,7 +69,7 @@ def log_softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr
         for k in range(CHUNKS):
             for e in range(VEC):
                 s = s + rdy[e, k]
-        s = row_sums((s,), slot, TPR, CLUSTER, THREADS)[0]
+        s = row_merge((s,), sums, slot, TPR, CLUSTER, THREADS)[0]
         for k in range(CHUNKS):
             for e in range(VEC):
                 ry[e, k] = rdy[e, k] - exp2(ry[e, k] * LOG2E) * s

@@ -24,10 +24,10 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group,
-                          math_type, row_groups, row_sums, slab_fragment,
-                          slab_place, slab_total, store_chunk, store_partial, store_row,
-                          store_normalized, store_slab, zeros)
+from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group, math_type,
+                          row_groups, row_merge, slab_fragment, slab_place, slab_total,
+                          store_chunk, store_normalized, store_partial, store_row, store_slab,
+                          sums, zeros)
 
 OP = "rms_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and the sums
@@ -50,7 +50,7 @@ def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr
         for k in range(CHUNKS):
             for e in range(VEC):
                 s = s + r[e, k] * r[e, k]
-        inv = rsqrt(row_sums((s,), slot, TPR, CLUSTER, THREADS)[0] * rn + eps)
+        inv = rsqrt(row_merge((s,), sums, slot, TPR, CLUSTER, THREADS)[0] * rn + eps)
         if mine:
             if t == 0:
                 rstd[row] = inv
@@ -105,7 +105,7 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
             for e in range(VEC):
                 d = d + rdy[e, k] * rw[e, k] * rx[e, k]
         # d = rstd^2 * mean(g * xhat), so that dx = rstd * g - x * d
-        d = row_sums((d,), slot, TPR, CLUSTER, THREADS)[0] * rs * rs * rs * rn
+        d = row_merge((d,), sums, slot, TPR, CLUSTER, THREADS)[0] * rs * rs * rs * rn
         if mine:
             for k in range(CHUNKS):
                 for e in range(VEC):

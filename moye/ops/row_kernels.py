@@ -77,6 +77,9 @@ def sums(group):
     return tuple(group.reduce(lambda v, i=i: v[i], "sum") for i in range(len(group)))
 
 
+sums.identity = lambda values: tuple(0.0 for v in values)
+
+
 def max_sumexp(group):
     """A row_merge level: (max, sum of exp(x - max)) pairs merged: the max,
     then the sums rescaled to it; (lowest, 0) is its identity."""
@@ -84,13 +87,17 @@ def max_sumexp(group):
     return big, group.reduce(lambda v: v[1] * exp2((v[0] - big) * LOG2E), "sum")
 
 
+max_sumexp.identity = lambda values: (lowest(values[0].type), 0.0)
+
+
 @func
-def row_merge(values, level, identity, slot, TPR, CLUSTER, THREADS):
+def row_merge(values, level, slot, TPR, CLUSTER, THREADS):
     """The tuple `values` of each of this row's threads merged over the row,
     returned to each of them, bitwise the same in each (CuTe DSL's and
     QuACK's row reductions). `level(group)` merges the tuples of a group of
-    lanes (Lanes) with its reduce(); `identity` is a tuple of floats that it
-    ignores (f of it is op's identity: 0 for sums, lowest for max). Three
+    lanes (Lanes) with its reduce(); `level.identity(values)` is a tuple of
+    floats that it ignores (f of it is op's identity: 0 for sums, lowest for
+    max). Three
     levels, each a butterfly over lanes (few registers, short chains):
     - the lanes of a warp (min(TPR, 32) of them);
     - a row of more than a warp: the warps' tuples, lane w reading warp w's
@@ -103,7 +110,7 @@ def row_merge(values, level, identity, slot, TPR, CLUSTER, THREADS):
       them is split: arrived at after the reads, waited for before the next
       call writes them (the first's opened by row_groups, the last's closed
       by end_groups).
-        big, total = row_merge((m, s), max_sumexp, (lowest(m.type), 0.0), slot, ...)
+        big, total = row_merge((m, s), max_sumexp, slot, TPR, CLUSTER, THREADS)
     """
     NV = len(values)
     values = level(Lanes(values, min(TPR, 32)))
@@ -117,6 +124,7 @@ def row_merge(values, level, identity, slot, TPR, CLUSTER, THREADS):
                 warps[thread_idx.x // 32, i, slot] = values[i]
         sync_threads()
         w = lane % WIDTH                # each group of WIDTH lanes merges the warps'
+        identity = level.identity(values)
         values = level(Lanes(tuple(
             ifelse(w < WARPS, warps[minimum(w, WARPS - 1), i, slot],
                    cast(identity[i], values[i].type)) for i in range_constexpr(NV)), WIDTH))
@@ -131,12 +139,6 @@ def row_merge(values, level, identity, slot, TPR, CLUSTER, THREADS):
         values = level(Lanes(tuple(peer[i] for i in range_constexpr(NV)), CLUSTER))
         cluster_arrive(relaxed=True)    # read: the next call's (or end_groups') wait
     return values
-
-
-@func
-def row_sums(values, slot, TPR, CLUSTER, THREADS):
-    """row_merge of the tuple `values` by addition: their sums over the row."""
-    return row_merge(values, sums, tuple(0.0 for v in values), slot, TPR, CLUSTER, THREADS)
 
 
 @func
@@ -376,8 +378,7 @@ def row_logsumexp(r, slot, TPR, CLUSTER, THREADS):
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
             s = s + exp2((r[e, k] - m) * LOG2E)
-    big, total = row_merge((m, s), max_sumexp, (lowest(r.dtype), 0.0), slot, TPR,
-                           CLUSTER, THREADS)
+    big, total = row_merge((m, s), max_sumexp, slot, TPR, CLUSTER, THREADS)
     return big, log2(total) * LN2
 
 
@@ -396,8 +397,7 @@ def loop_logsumexp(g, r, THREADS):
             m_new = maximum(m, r[e, 0])
             s = s * exp2((m - m_new) * LOG2E) + exp2((r[e, 0] - m_new) * LOG2E)
             m = m_new
-    big, total = row_merge((m, s), max_sumexp, (lowest(r.dtype), 0.0), 0, THREADS, 1,
-                           THREADS)
+    big, total = row_merge((m, s), max_sumexp, 0, THREADS, 1, THREADS)
     return big, log2(total) * LN2
 
 

@@ -19,8 +19,8 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .row_kernels import (LOG2E, end_groups, fragment, fragment_max, load_chunk, load_group,
-                          loop_logsumexp, lowest, math_type, max_sumexp, row_groups,
-                          row_merge, row_sums, store_chunk, store_row)
+                          loop_logsumexp, math_type, max_sumexp, row_groups, row_merge,
+                          store_chunk, store_row, sums)
 
 # -- kernels ---------------------------------------------------------------------------------
 
@@ -39,8 +39,7 @@ def softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
                 p = exp2((r[e, k] - m) * LOG2E)
                 r[e, k] = p
                 s = s + p
-        big, total = row_merge((m, s), max_sumexp, (lowest(r.dtype), 0.0), slot, TPR,
-                               CLUSTER, THREADS)
+        big, total = row_merge((m, s), max_sumexp, slot, TPR, CLUSTER, THREADS)
         scale = exp2((m - big) * LOG2E) / total        # this thread's exp(x - m) to y
         for k in range(CHUNKS):
             for e in range(VEC):
@@ -77,7 +76,7 @@ def softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr):
         for k in range(CHUNKS):
             for e in range(VEC):
                 d = d + ry[e, k] * rdy[e, k]
-        d = row_sums((d,), slot, TPR, CLUSTER, THREADS)[0]
+        d = row_merge((d,), sums, slot, TPR, CLUSTER, THREADS)[0]
         for k in range(CHUNKS):
             for e in range(VEC):
                 ry[e, k] = ry[e, k] * (rdy[e, k] - d)

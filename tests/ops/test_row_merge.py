@@ -12,8 +12,7 @@ from moye.compiler import Constexpr, kernel, range_constexpr
 from moye.device import cast
 from moye.layout import size
 from moye.ops.layer_norm_op import moments
-from moye.ops.row_kernels import (end_groups, group_place, lowest, max_sumexp, row_groups,
-                                  row_merge, row_sums)
+from moye.ops.row_kernels import (end_groups, group_place, max_sumexp, row_groups, row_merge, sums)
 
 
 @kernel
@@ -30,12 +29,11 @@ def merged(out, x, WORK: Constexpr, WHAT: Constexpr):
         v = x[row, t]
         one, zero = cast(1.0, v.type), cast(0.0, v.type)
         if WHAT == "sums":
-            r = row_sums((v, v * v), slot, TPR, CLUSTER, THREADS)
+            r = row_merge((v, v * v), sums, slot, TPR, CLUSTER, THREADS)
         elif WHAT == "max_sumexp":
-            r = row_merge((v, one), max_sumexp, (lowest(v.type), 0.0), slot, TPR, CLUSTER,
-                          THREADS)
+            r = row_merge((v, one), max_sumexp, slot, TPR, CLUSTER, THREADS)
         else:
-            r = row_merge((one, v, zero), moments, (0.0, 0.0, 0.0), slot, TPR, CLUSTER, THREADS)
+            r = row_merge((one, v, zero), moments, slot, TPR, CLUSTER, THREADS)
         if mine:
             for i in range_constexpr(len(r)):
                 out[row, t, i] = r[i]
