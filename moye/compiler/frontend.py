@@ -28,7 +28,8 @@ from .arguments import Constexpr, keyword_arguments_error, spec_text  # noqa: F4
 from .binder import ScalarParam, StaticParam, TMAParam, bind, identifier, key_text
 from .identity import function_key
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, entry_key, make_entry, prepared_launch
-from ..ir.targets import check_arch_name, check_block, check_grid, check_smem, check_stream
+from ..ir.targets import (MAX_CLUSTER_BLOCKS, check_arch_name, check_block, check_grid,
+                          check_smem, check_stream)
 from .memory import PointerEngine, register_allocate
 from .rewrite import rewrite_function, source_stamp
 from .tracer import Builder, KernelError, Sym, tracing_context
@@ -158,8 +159,9 @@ class KernelFunction:
         (an int handle, a torch or CuPy stream; by default torch's current
         one, else the legacy default stream), `backend` "cuda" or "cpu".
         With `cluster` (blocks per cluster, an int or a 1-3 tuple dividing
-        the grid, at most 8 blocks) the grid's blocks run in thread-block
-        clusters (sm_90; cuLaunchKernelEx): see device/cluster.py."""
+        the grid, at most 16 blocks; more than 8 only on the GPUs that allow
+        it, such as the H100) the grid's blocks run in thread-block clusters
+        (sm_90; cuLaunchKernelEx): see device/cluster.py."""
         try:
             return self._launches[config]
         except (KeyError, TypeError):
@@ -423,9 +425,6 @@ def _dispatching_launch(kernel, config, grid, block):
     return launch
 
 
-MAX_CLUSTER_BLOCKS = 8      # the portable cluster size (more needs a non-portable opt-in)
-
-
 def check_cluster(grid, cluster):
     """The cluster shape as a 3-tuple, checked against the grid (x, y, z)."""
     cluster = _dim3(cluster, "cluster")
@@ -435,7 +434,7 @@ def check_cluster(grid, cluster):
     n = cluster[0] * cluster[1] * cluster[2]
     if n > MAX_CLUSTER_BLOCKS:
         raise LaunchError(f"the cluster {cluster} has {n} blocks; a cluster has at most "
-                          f"{MAX_CLUSTER_BLOCKS} (the portable size)")
+                          f"{MAX_CLUSTER_BLOCKS} (8 on every GPU with clusters)")
     return cluster
 
 

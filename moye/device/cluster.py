@@ -2,8 +2,9 @@
 barrier, and arrivals on another block's mbarrier.
 
 A launch `kern[grid, block, cluster](*args)` groups the grid's blocks into
-clusters of `cluster` blocks (at most 8), which run at the same time on
-one GPC and can reach each other's shared memory. In the kernel:
+clusters of `cluster` blocks (at most 8 portably; 16 where the device
+allows it, as the H100 does), which run at the same time on one GPC and
+can reach each other's shared memory. In the kernel:
 
     rank = moye.block_rank_in_cluster()     # 0 .. blocks in the cluster - 1
     if moye.thread_idx.x == 0:

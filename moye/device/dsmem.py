@@ -127,9 +127,9 @@ def peer_shared(array, rank):
             raise MoyeTypeError(f"peer_shared: rank must be an integer block rank, got a "
                                 f"{rank.type} value")
         cta = coerce(rank, T.Int32)
-    elif isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 8:
+    elif isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 16:
         raise KernelError(f"peer_shared: rank must be a block rank in the cluster (an int "
-                          f"0..7, a cluster has at most 8 blocks, or a dynamic integer), got "
+                          f"0..15, a cluster has at most 16 blocks, or a dynamic integer), got "
                           f"{rank!r}")
     else:
         cta = rank

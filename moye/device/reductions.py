@@ -34,6 +34,7 @@ from ..layout import inttuple as IT
 from ..compiler.control import if_
 from ..compiler.device_function import DeviceFunction, func
 from ..compiler.tracer import Sym, current, sym_minmax, sym_select, tracing, type_of
+from ..ir.targets import MAX_CLUSTER_BLOCKS
 from .builtins import shared_array, shfl_down_sync, shfl_sync, shfl_xor_sync, thread_idx
 from .cluster import cluster_size, cluster_sync
 from .dsmem import peer_shared
@@ -301,9 +302,6 @@ def _block_reduce(v, op, carrier, bool_values, block):
     return v
 
 
-MAX_CLUSTER = 8     # blocks in a cluster (the launch refuses more)
-
-
 def cluster_reduce(x, op):
     """The reduction of `x` over all the threads of all the blocks of this
     block's thread-block cluster, returned to every thread (bitwise the same
@@ -341,7 +339,7 @@ def cluster_reduce(x, op):
     cluster_sync()
     n = cluster_size()
     total = peer_shared(partial, 0)[0]
-    for r in range(1, MAX_CLUSTER):
+    for r in range(1, MAX_CLUSTER_BLOCKS):
         other = peer_shared(partial, sym_minmax("min", n - 1, r))[0]
         total = sym_select(n > r, op.combine(total, other, carrier), total)
     cluster_sync()

@@ -21,6 +21,9 @@ from .values import where
 MAX_BLOCK_THREADS = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)
+# the largest thread-block cluster: 8 blocks are portable; up to 16 run where the device
+# allows non-portable sizes (sm_90: the CUDA backend opts every kernel in)
+MAX_CLUSTER_BLOCKS = 16
 
 # Shared memory a block may use, by architecture (bytes; the opt-in maximum).
 SMEM_LIMIT = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,

@@ -37,8 +37,12 @@ LONG_ROW, LONG_HALF_ELEMENTS = 65_536, 64
 MAX_THREADS = 1024
 # the block of short rows (several rows per block, a few lanes per row)
 SMALL_BLOCK = 128
-# the largest portable thread-block cluster (sm_90), and the threads of its blocks
-MAX_CLUSTER = 8
+# the largest thread-block cluster: 8 blocks run on every GPU with clusters, 16 on sm_90
+# (non-portable: the H100's and H200's), but only the backwards' rows that 8 blocks cannot
+# keep in registers take 16 (plan_fitting): on an H100 at 262,144, softmax's forward ran
+# at 1,869 GB/s in float32 (2,831 in 8 blocks of 1,024 threads), 2,155 in bfloat16
+# (2,463); and the threads of a cluster's blocks
+PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
 CLUSTER_THREADS = 256
 _DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16",
            np.dtype(ml_dtypes.bfloat16): "bfloat16", np.dtype(np.float64): "float64"}
@@ -157,18 +161,21 @@ def stats_dtype(name):
     return "float64" if name == "float64" else "float32"
 
 
-def max_cluster(x):
-    """The largest thread-block cluster for `x`'s device: MAX_CLUSTER on a
-    CUDA device of compute capability 9.0 or later, else 1 (none)."""
+def max_cluster(x, portable=True):
+    """The largest thread-block cluster the plans for `x`'s device take: on
+    a CUDA device of compute capability 9.0 or later PORTABLE_CLUSTER, or
+    with portable=False the most it runs (MAX_CLUSTER on 9.x); else 1."""
     if backend_of(x) != "cuda":
         return 1
-    return _cuda_max_cluster(x.device.index)
+    most = _cuda_max_cluster(x.device.index)
+    return min(most, PORTABLE_CLUSTER) if portable else most
 
 
 @functools.lru_cache(maxsize=64)
 def _cuda_max_cluster(index):
     import torch
-    return MAX_CLUSTER if torch.cuda.get_device_capability(index)[0] >= 9 else 1
+    major = torch.cuda.get_device_capability(index)[0]
+    return 1 if major < 9 else MAX_CLUSTER if major == 9 else PORTABLE_CLUSTER
 
 
 # blocks of the backward kernels on the CPU backend (the row loops run there too)
@@ -414,8 +421,10 @@ def map_rows(op, registers, loop, dim, **arrays):
     _, m, n = flat[0]
     out = empty_like(moved[0])
     if n:
-        launch(plan_for(a, name, n), registers, loop, out.reshape(m, n), *(f[0] for f in flat),
-               inputs=len(flat))
+        p = plan_for(a, name, n)
+        if len(flat) > 1:
+            p = pair_plan(a, p)
+        launch(p, registers, loop, out.reshape(m, n), *(f[0] for f in flat), inputs=len(flat))
     return from_last(out, d, nd)
 
 def launch(p, registers, loop, out, *args, inputs=1, reduces=True):
@@ -442,20 +451,23 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True):
 def persists(p, x, inputs, reduces):
     """Whether plan `p`'s registers kernel (launch) runs as many row groups
     as fit at once, each looping over groups with its next rows staged:
-    where staged() allows, for a kernel that reduces rows of one input, in
-    blocks that take an SM's threads alone (no other block's loads hide its
-    wait at the cluster barriers), or as plan_options(staged=) says. On an
-    H100, the forwards at 262,144 elements, blocks of 1,024: softmax
-    float32 2,176 to 2,745 GB/s, bfloat16 1,718 to 2,087, cross_entropy
-    1,791 to 2,069; blocks of 256 (65,536), cross_entropy's backward (no
-    reduction) and the backwards of two inputs ran up to 25% slower so."""
+    where staged() allows, for a kernel that reduces rows of one input, or
+    of more in a cluster beyond the portable size, in blocks that take an
+    SM alone (no other block's loads hide its wait at the cluster
+    barriers), or as plan_options(staged=) says. On an H100, the forwards
+    at 262,144 elements, blocks of 1,024: softmax float32 2,176 to 2,745
+    GB/s, bfloat16 1,718 to 2,087, cross_entropy 1,791 to 2,069; softmax's
+    backward in clusters of 16, float32 2,685 to 2,944, bfloat16 2,083 to
+    2,644; blocks of 256 (65,536), cross_entropy's backward (no reduction)
+    and the backwards of two inputs in clusters of 8 ran up to 25% slower.
+    """
     if not staged(p, x, inputs):
         return False
     if "staged" in _OPTIONS:
         return True
     alone = parallel_blocks(x, p.threads, registers_of(p, inputs)) == _cuda_device(
         x.device.index)[0]
-    return reduces and inputs == 1 and alone
+    return reduces and alone and (inputs == 1 or p.cluster > PORTABLE_CLUSTER)
 
 
 def run(p, kernel, grid, threads, *args, cluster=1):
@@ -549,15 +561,48 @@ def plan_fitting(x, dtype, n, fragments):
     """plan_for(), unless on a CUDA device its blocks would need more
     registers than an SM has for `fragments` fragments per thread (NVRTC
     would spill them to local memory: blocks of 1,024 threads get 64
-    registers each): then the plan under FITTING_KNOBS (fewer elements per
-    thread; on sm_90 a cluster), or where none fits the loop plan (the
-    backwards' slab kernels; on an H100, rms_norm's backward in bfloat16 at
-    262,144 ran at 316 GB/s spilling)."""
+    registers each). Then, for a row split over a cluster, the same
+    elements per thread in blocks of at most FITTING_KNOBS' threads over the
+    largest cluster the device runs (16 on an H100: softmax's backward at
+    262,144, float32 2,497 to 2,944 GB/s, bfloat16 2,566 to 2,644), if that
+    fits; else the plan under FITTING_KNOBS (fewer elements per thread; on
+    sm_90 a cluster), or where none fits the loop plan (the backwards' slab
+    kernels; on an H100, rms_norm's backward in bfloat16 at 262,144 ran at
+    316 GB/s spilling)."""
     p = plan_for(x, dtype, n)
-    if _plan_knobs() or p.backend != "cuda" or p.kernel != "registers" or \
-            registers_of(p, fragments) * p.threads <= SM_REGISTERS:
+    if _plan_knobs() or p.backend != "cuda" or p.kernel != "registers" or fits(p, fragments):
         return p
+    if p.cluster > 1:
+        q = plan(dtype, n, p.backend, max_cluster(x, portable=False),
+                 max_threads=FITTING_KNOBS["max_threads"])
+        if q.kernel == "registers" and fits(q, fragments):
+            return q
     return plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
+
+
+def pair_plan(x, p):
+    """The plan of a backward that keeps two fragments per thread (softmax's
+    and log_softmax's) for rows of `x`: plan `p`, unless its blocks of
+    1,024 threads (64 registers each) would spill them; then ELEMENTS per
+    thread in blocks of at most FITTING_KNOBS' threads over the largest
+    cluster the device runs (16 on an H100), where that is a registers plan.
+    H100, GB/s of softmax's / log_softmax's backward in float32 at 262,144:
+    2,515 / 2,729 to 2,915 / 2,883. Elsewhere clusters of 16 lost up to 16%
+    (bfloat16 at 100,000) though they won up to 42% at 131,072.
+        >>> pair_plan(np.zeros(1), plan("float32", 4096, "cpu")).threads
+        256
+    """
+    if _plan_knobs() or p.cluster == 1 or p.threads < MAX_THREADS or fits(p, 2):
+        return p
+    q = plan(p.dtype, p.n, p.backend, max_cluster(x, portable=False), elements=ELEMENTS,
+             max_threads=FITTING_KNOBS["max_threads"])
+    return q if q.kernel == "registers" else p
+
+
+def fits(p, fragments):
+    """Whether an SM holds the registers of a block of plan `p` whose threads
+    keep `fragments` fragments (registers_of)."""
+    return registers_of(p, fragments) * p.threads <= SM_REGISTERS
 
 
 def group_count(p, x, m, fragments=0, staged=0):

@@ -55,6 +55,23 @@ def test_cluster_and_loop_kernels(torch, options, kernel, clustered, n):
                                atol=1e-5, rtol=1e-5)
 
 
+def test_backward_in_clusters_of_16(torch):
+    """On an H100 a float32 row of 262,144 that 8 blocks of 1,024 threads
+    would spill takes the non-portable cluster of 16 blocks of 512."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("clusters of 16 blocks are sm_90's (non-portable)")
+    g = torch.Generator(device="cuda").manual_seed(16)
+    x = torch.randn(40, 262_144, device="cuda", generator=g) * 4
+    dy = torch.randn(40, 262_144, device="cuda", generator=g)
+    p = rows.pair_plan(x, rows.plan_for(x, "float32", 262_144))
+    assert (p.cluster, p.threads) == (16, 512) and rows.persists(p, x, 2, True)
+    y = softmax(x)
+    dx = softmax_backward(y, dy)
+    yd, dyd = y.double(), dy.double()
+    torch.testing.assert_close(dx.double(), yd * (dyd - (yd * dyd).sum(-1, keepdim=True)),
+                               atol=8e-6, rtol=1e-5)
+
+
 def test_runs_on_the_current_stream(torch):
     x = torch.randn(256, 4096, device="cuda")
     s = torch.cuda.Stream()

@@ -150,7 +150,8 @@ def ids_kernel(out):
 
 
 @pytest.mark.parametrize("grid, cluster", [((4, 2, 2), (2, 1, 2)), ((6, 1, 1), (3, 1, 1)),
-                                           ((2, 4, 1), (1, 4, 1)), ((3, 2, 1), None)])
+                                           ((2, 4, 1), (1, 4, 1)), ((3, 2, 1), None),
+                                           ((32, 1, 1), (16, 1, 1)), ((8, 4, 1), (4, 4, 1))])
 def test_cluster_ids(mode, grid, cluster):
     n = grid[0] * grid[1] * grid[2]
     out = np.full((n, 14), -1, np.int32)
@@ -264,8 +265,8 @@ def test_partial_multicast_mask(mode):
 @pytest.mark.parametrize("grid, cluster, match", [
     ((3, 1), (2, 1), r"the grid \(3, 1, 1\) is not divisible by the cluster \(2, 1, 1\)"),
     ((4, 6), (1, 4), r"the grid \(4, 6, 1\) is not divisible by the cluster \(1, 4, 1\)"),
-    (16, 16, r"the cluster \(16, 1, 1\) has 16 blocks; a cluster has at most 8"),
-    ((8, 8), (4, 4), r"the cluster \(4, 4, 1\) has 16 blocks"),
+    (32, 32, r"the cluster \(32, 1, 1\) has 32 blocks; a cluster has at most 16"),
+    ((8, 8), (8, 4), r"the cluster \(8, 4, 1\) has 32 blocks"),
     (4, 0, r"cluster must be a positive int"),
 ])
 def test_bad_cluster_shapes(grid, cluster, match):

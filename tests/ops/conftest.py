@@ -8,13 +8,14 @@ from moye.ops import rows
 # plan_options per kernel: the defaults (registers, a block or a few lanes per
 # row); a small register budget, so that rows of a few thousand take the loop
 # kernel; clusters of small blocks, so that they take the cluster path; and
-# the registers kernels again, staging their rows in shared memory
+# the registers kernels again, staging their rows in shared memory (in clusters
+# of up to 16 blocks, the H100's non-portable size)
 PATHS = {
     "registers": {},
     "loop": {"elements": 4, "max_threads": 32},
     "cluster": {"elements": 8, "max_threads": 32, "max_cluster": 8},
     "staged": {"staged": True},
-    "cluster_staged": {"elements": 8, "max_threads": 32, "max_cluster": 8, "staged": True},
+    "cluster_staged": {"elements": 4, "max_threads": 32, "max_cluster": 16, "staged": True},
 }
 
 

@@ -67,6 +67,63 @@ def test_plan_fitting(monkeypatch):
         assert rows.plan_fitting(x, "float32", 1024, 5) is p          # fits already
 
 
+class OnAnH100:
+    """Stands for a CUDA array on an H100 (132 SMs, 227 KB of shared memory
+    a block may take) in the plans' device queries."""
+    device = type("Device", (), {"index": 0})()
+
+
+def h100(monkeypatch, most=16):
+    """The plans see OnAnH100 arrays on a device whose largest cluster is `most`."""
+    monkeypatch.setattr(rows, "backend_of", lambda a: "cuda")
+    monkeypatch.setattr(rows, "_cuda_max_cluster", lambda index: most)
+    monkeypatch.setattr(rows, "_cuda_device", lambda index: (132, 233472, 232448))
+    return OnAnH100()
+
+
+def test_clusters_of_16_take_only_what_8_blocks_would_spill(monkeypatch):
+    """Plans stay within the portable cluster of 8 blocks, except a
+    backward's row that 8 blocks would spill: softmax's (two fragments) in
+    float32 at 262,144 (blocks of 1,024 threads) goes to 16 blocks of 512,
+    staged; a norm's (four) at 131,072 to 16 blocks of 256. Not in
+    bfloat16, nor where the device runs 8 at most, nor under plan_options."""
+    x = h100(monkeypatch)
+    assert rows.max_cluster(x) == 8 and rows.max_cluster(x, portable=False) == 16
+    for n in (256, 4096, 65536, 131072, 262144):
+        for dtype in ("float32", "bfloat16"):
+            assert rows.plan_for(x, dtype, n).cluster <= 8
+    p = rows.plan_for(x, "float32", 262144)
+    assert (p.threads, p.cluster, p.vec * p.chunks) == (1024, 8, 32) and not rows.fits(p, 2)
+    q = rows.pair_plan(x, p)
+    assert (q.kernel, q.threads, q.cluster, q.vec * q.chunks) == ("registers", 512, 16, 32)
+    assert rows.fits(q, 2) and q.threads * q.cluster * q.vec * q.chunks >= 262144
+    assert rows.persists(q, x, 2, True) and not rows.persists(q, x, 2, False)
+    half = rows.plan_for(x, "bfloat16", 262144)
+    assert rows.pair_plan(x, half) is half and not rows.persists(half, x, 2, True)
+    small = rows.plan_for(x, "float32", 65536)
+    assert rows.pair_plan(x, small) is small                   # fits
+    q = rows.plan_fitting(x, "float32", 131072, 4)
+    assert (q.kernel, q.threads, q.cluster, q.vec * q.chunks) == ("registers", 256, 16, 32)
+    assert rows.fits(q, 4) and not rows.fits(rows.plan_for(x, "float32", 131072), 4)
+    assert rows.plan_fitting(x, "bfloat16", 131072, 4).kernel == "loop"
+    assert rows.plan_fitting(x, "float32", 262144, 4).kernel == "loop"
+    with rows.plan_options(max_threads=1024):
+        assert rows.pair_plan(x, p) is p
+    x = h100(monkeypatch, most=8)
+    assert rows.pair_plan(x, p) is p                           # 16 blocks of 512 or the loop
+    assert rows.plan_fitting(x, "float32", 131072, 4).kernel == "loop"
+
+
+def test_largest_cluster_by_compute_capability(monkeypatch):
+    """16 blocks on sm_90 (non-portable, as the H100 runs), the portable 8
+    on later GPUs, none before; 1 for arrays on the CPU."""
+    torch = pytest.importorskip("torch")
+    for capability, most in (((8, 0), 1), ((8, 9), 1), ((9, 0), 16), ((10, 0), 8), ((12, 0), 8)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i, c=capability: c)
+        assert rows._cuda_max_cluster.__wrapped__(0) == most
+    assert rows.max_cluster(np.ones(3)) == rows.max_cluster(np.ones(3), portable=False) == 1
+
+
 def test_slab_plan():
     """Rows a backward cannot keep in registers (the loop plan) go through
     slabs of VEC * CHUNKS * THREADS elements, the last one ragged, and as
@@ -96,7 +153,7 @@ def test_plan_options_refuse_bad_knobs():
             with rows.plan_options(staged=bad):
                 pass
     for knob, bad in (("max_threads", 48), ("max_threads", 2048), ("max_threads", 64.0),
-                      ("cluster_threads", 0), ("max_cluster", 3), ("max_cluster", 16),
+                      ("cluster_threads", 0), ("max_cluster", 3), ("max_cluster", 32),
                       ("max_cluster", True), ("elements", 0)):
         with pytest.raises(moye.MoyeTypeError, match=f"{knob} must be .*, got {bad!r}"):
             with rows.plan_options(**{knob: bad}):

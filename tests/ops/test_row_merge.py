@@ -55,7 +55,7 @@ def reference(x, what):
 
 # (rows per block, threads per row, cluster, threads per block)
 SHAPES = [(4, 8, 1, 32), (8, 16, 1, 128), (1, 64, 1, 64), (1, 96, 1, 96), (1, 256, 1, 256),
-          (1, 128, 2, 64), (1, 256, 4, 64), (1, 768, 8, 96)]
+          (1, 128, 2, 64), (1, 256, 4, 64), (1, 768, 8, 96), (1, 1024, 16, 64)]
 
 
 @pytest.mark.parametrize("rows_, tpr, cluster, threads", SHAPES)

@@ -6,8 +6,8 @@ from ...errors import CudaError, MoyeError
 from ...types import as_element_type
 from ... import ir
 from ...compiler.binder import FastLaunch
-from ...ir.targets import (SMEM_LIMIT, check_launch_smem, check_shared_memory,  # noqa: F401
-                           check_smem, check_stream)
+from ...ir.targets import (ARCH_NAME, SMEM_LIMIT, check_launch_smem,  # noqa: F401
+                           check_shared_memory, check_smem, check_stream)
 from .codegen import generate
 
 
@@ -19,6 +19,9 @@ class CudaExecutable:
         self.param_types = param_types
         self.arch, self.shared = arch, shared     # the target; bytes of its shared arrays
         self.smem_limit_set = 0
+        if arch and int(ARCH_NAME.match(arch)[1]) >= 90:
+            # clusters of up to 16 blocks where the device allows more than the portable 8
+            function.set_attribute("non_portable_cluster_size_allowed", 1)
 
     def max_active_clusters(self, block, cluster, smem=0):
         """Clusters of this kernel that fit on the device at once."""
