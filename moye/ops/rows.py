@@ -39,7 +39,7 @@ MAX_THREADS = 1024
 SMALL_BLOCK = 128
 # the largest thread-block cluster: 8 blocks run on every GPU with clusters, 16 on sm_90
 # (non-portable: the H100's and H200's), but only the backwards' rows that 8 blocks cannot
-# keep in registers take 16 (plan_fitting): on an H100 at 262,144, softmax's forward ran
+# keep in registers take 16 (pair_plan, plan_fitting): on an H100 at 262,144, softmax's forward ran
 # at 1,869 GB/s in float32 (2,831 in 8 blocks of 1,024 threads), 2,155 in bfloat16
 # (2,463); and the threads of a cluster's blocks
 PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
@@ -563,9 +563,9 @@ def plan_fitting(x, dtype, n, fragments):
     would spill them to local memory: blocks of 1,024 threads get 64
     registers each). Then, for a row split over a cluster, the same
     elements per thread in blocks of at most FITTING_KNOBS' threads over the
-    largest cluster the device runs (16 on an H100: softmax's backward at
-    262,144, float32 2,497 to 2,944 GB/s, bfloat16 2,566 to 2,644), if that
-    fits; else the plan under FITTING_KNOBS (fewer elements per thread; on
+    largest cluster the device runs (16 on an H100: the norms' backwards in
+    float32 at 131,072, rms_norm 1,779 to 2,834 GB/s, layer_norm 1,727 to
+    2,562, where the slab kernels took them), if that fits; else the plan under FITTING_KNOBS (fewer elements per thread; on
     sm_90 a cluster), or where none fits the loop plan (the backwards' slab
     kernels; on an H100, rms_norm's backward in bfloat16 at 262,144 ran at
     316 GB/s spilling)."""

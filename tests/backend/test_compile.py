@@ -334,3 +334,27 @@ def test_min_max_of_an_int64_and_a_literal_compile():
     kernel = clamp.trace(out, idx, block=4)[0]
     for arch in ("sm_80", "sm_90a"):
         BACKENDS["cuda"].compile_only(kernel, (4, 1, 1), arch)
+
+
+def test_sm90_kernels_may_launch_clusters_of_16():
+    """A kernel loaded for sm_90 or later is let launch clusters of more than
+    the portable 8 blocks; an older target is not asked; a device that
+    refuses the attribute still loads the kernel."""
+    from moye.backend.cuda.backend import CudaExecutable
+    from moye.errors import CudaError
+
+    class Function:
+        def __init__(self, refuse=False):
+            self.calls, self.refuse = [], refuse
+
+        def set_attribute(self, name, value):
+            self.calls.append((name, value))
+            if self.refuse:
+                raise CudaError("CUDA_ERROR_NOT_SUPPORTED")
+
+    for arch, asked in (("sm_90a", True), ("sm_100a", True), ("sm_80", False), ("sm_89", False)):
+        f = Function()
+        CudaExecutable(None, "", f, [], arch)
+        assert f.calls == ([("non_portable_cluster_size_allowed", 1)] if asked else [])
+    f = Function(refuse=True)
+    assert CudaExecutable(None, "", f, [], "sm_90a").function is f and len(f.calls) == 1

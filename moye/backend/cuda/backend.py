@@ -20,8 +20,7 @@ class CudaExecutable:
         self.arch, self.shared = arch, shared     # the target; bytes of its shared arrays
         self.smem_limit_set = 0
         if arch and int(ARCH_NAME.match(arch)[1]) >= 90:
-            # clusters of up to 16 blocks where the device allows more than the portable 8
-            function.set_attribute("non_portable_cluster_size_allowed", 1)
+            allow_large_clusters(function)
 
     def max_active_clusters(self, block, cluster, smem=0):
         """Clusters of this kernel that fit on the device at once."""
@@ -85,6 +84,17 @@ class CudaExecutable:
         context (CUDA_ERROR_INVALID_CONTEXT), else the CudaError."""
         from . import driver
         driver.relaunch(self.function, grid, block, smem, stream, params, err, cluster)
+
+
+def allow_large_clusters(function):
+    """Let `function` launch in clusters of more than the portable 8 blocks
+    (up to 16 on an H100). A device that has no such sizes refuses the
+    attribute: there a launch of more than 8 fails in the driver, with its
+    error."""
+    try:
+        function.set_attribute("non_portable_cluster_size_allowed", 1)
+    except CudaError:
+        pass
 
 
 class Specialization:
