@@ -97,8 +97,8 @@ def row_merge(values, level, slot, TPR, CLUSTER, THREADS):
     QuACK's row reductions). `level(group)` merges the tuples of a group of
     lanes (Lanes) with its reduce(); `level.identity(values)` is a tuple of
     floats that it ignores (f of it is op's identity: 0 for sums, lowest for
-    max). Three
-    levels, each a butterfly over lanes (few registers, short chains):
+    max). Three levels, each a butterfly over lanes (few registers, short
+    chains):
     - the lanes of a warp (min(TPR, 32) of them);
     - a row of more than a warp: the warps' tuples, lane w reading warp w's
       from shared memory after one block barrier. The array has two slots,

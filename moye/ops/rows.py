@@ -39,8 +39,8 @@ MAX_THREADS = 1024
 SMALL_BLOCK = 128
 # the largest thread-block cluster: 8 blocks run on every GPU with clusters, 16 on sm_90
 # (non-portable: the H100's and H200's), but only the backwards' rows that 8 blocks cannot
-# keep in registers take 16 (pair_plan, plan_fitting): on an H100 at 262,144, softmax's forward ran
-# at 1,869 GB/s in float32 (2,831 in 8 blocks of 1,024 threads), 2,155 in bfloat16
+# keep in registers take 16 (largest_cluster_plan): on an H100 at 262,144, softmax's forward
+# ran at 1,869 GB/s in float32 (2,831 in 8 blocks of 1,024 threads), 2,155 in bfloat16
 # (2,463); and the threads of a cluster's blocks
 PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
 CLUSTER_THREADS = 256
@@ -561,42 +561,46 @@ def plan_fitting(x, dtype, n, fragments):
     """plan_for(), unless on a CUDA device its blocks would need more
     registers than an SM has for `fragments` fragments per thread (NVRTC
     would spill them to local memory: blocks of 1,024 threads get 64
-    registers each). Then, for a row split over a cluster, the same
-    elements per thread in blocks of at most FITTING_KNOBS' threads over the
-    largest cluster the device runs (16 on an H100: the norms' backwards in
-    float32 at 131,072, rms_norm 1,779 to 2,834 GB/s, layer_norm 1,727 to
-    2,562, where the slab kernels took them), if that fits; else the plan under FITTING_KNOBS (fewer elements per thread; on
-    sm_90 a cluster), or where none fits the loop plan (the backwards' slab
-    kernels; on an H100, rms_norm's backward in bfloat16 at 262,144 ran at
-    316 GB/s spilling)."""
+    registers each). Then, for a row split over a cluster, its
+    largest_cluster_plan where that fits (on an H100 the norms' backwards
+    in float32 at 131,072, which the slab kernels took: rms_norm 1,779 to
+    2,834 GB/s, layer_norm 1,727 to 2,562); else the plan under
+    FITTING_KNOBS (fewer elements per thread; on sm_90 a cluster), or where
+    none fits the loop plan (the backwards' slab kernels; on an H100,
+    rms_norm's backward in bfloat16 at 262,144 ran at 316 GB/s spilling)."""
     p = plan_for(x, dtype, n)
     if _plan_knobs() or p.backend != "cuda" or p.kernel != "registers" or fits(p, fragments):
         return p
-    if p.cluster > 1:
-        q = plan(dtype, n, p.backend, max_cluster(x, portable=False),
-                 max_threads=FITTING_KNOBS["max_threads"])
-        if q.kernel == "registers" and fits(q, fragments):
-            return q
+    q = largest_cluster_plan(x, p) if p.cluster > 1 else None
+    if q is not None and fits(q, fragments):
+        return q
     return plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
 
 
 def pair_plan(x, p):
     """The plan of a backward that keeps two fragments per thread (softmax's
     and log_softmax's) for rows of `x`: plan `p`, unless its blocks of
-    1,024 threads (64 registers each) would spill them; then ELEMENTS per
-    thread in blocks of at most FITTING_KNOBS' threads over the largest
-    cluster the device runs (16 on an H100), where that is a registers plan.
-    H100, GB/s of softmax's / log_softmax's backward in float32 at 262,144:
-    2,515 / 2,729 to 2,915 / 2,883. Elsewhere clusters of 16 lost up to 16%
+    1,024 threads (64 registers each) would spill them; then its
+    largest_cluster_plan at ELEMENTS per thread, where there is one. H100,
+    GB/s of softmax's / log_softmax's backward in float32 at 262,144: 2,515
+    / 2,729 to 2,915 / 2,883. Elsewhere clusters of 16 lost up to 16%
     (bfloat16 at 100,000) though they won up to 42% at 131,072.
         >>> pair_plan(np.zeros(1), plan("float32", 4096, "cpu")).threads
         256
     """
     if _plan_knobs() or p.cluster == 1 or p.threads < MAX_THREADS or fits(p, 2):
         return p
-    q = plan(p.dtype, p.n, p.backend, max_cluster(x, portable=False), elements=ELEMENTS,
+    return largest_cluster_plan(x, p, ELEMENTS) or p
+
+
+def largest_cluster_plan(x, p, elements=None):
+    """Plan `p`'s rows in blocks of at most FITTING_KNOBS' threads over the
+    largest cluster `x`'s device runs (max_cluster(x, portable=False): 16
+    on an H100), `elements` per thread (None: the default), where that is a
+    registers plan; else None."""
+    q = plan(p.dtype, p.n, p.backend, max_cluster(x, portable=False), elements=elements,
              max_threads=FITTING_KNOBS["max_threads"])
-    return q if q.kernel == "registers" else p
+    return q if q.kernel == "registers" else None
 
 
 def fits(p, fragments):
