@@ -187,6 +187,7 @@ rsqrt = _math("rsqrt", lambda x: 1.0 / math.sqrt(x), "rsqrtf")
 sin = _math("sin", math.sin, "sinf")
 cos = _math("cos", math.cos, "cosf")
 tanh = _math("tanh", math.tanh, "tanhf")
+erf = _math("erf", math.erf, "erff")
 fma = _math("fma", lambda a, b, c: a * b + c, "fmaf")
 
 
@@ -315,4 +316,4 @@ __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "fma", "cast", "cushow", "ballot", "vote_any", "vote_all", "match_any"]
+           "cos", "tanh", "erf", "fma", "cast", "cushow", "ballot", "vote_any", "vote_all", "match_any"]

@@ -207,7 +207,7 @@ class Cast(Instr):
 
 class Call(Instr):
     """A math function `fn` (exp, exp2, log, log2, sqrt, rsqrt, sin, cos,
-    tanh, fma) of floating-point operands of the result's type."""
+    tanh, erf, fma) of floating-point operands of the result's type."""
     op = "call"
     operands = ("*xs",)
     attributes = {"fn": None}

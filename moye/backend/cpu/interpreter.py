@@ -34,6 +34,8 @@ phases of mbarriers and named barriers, tracked with vector clocks), and
 accesses to shared memory a cp.async or TMA load has not finished writing
 (with both lines; race.py).
 """
+import math
+
 import numpy as np
 
 from ...errors import MoyeError
@@ -86,7 +88,7 @@ _BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _cdiv, "mo
         "min": np.minimum, "max": np.maximum}
 _MATH = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
          "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-         "fma": lambda a, b, c: a * b + c}
+         "erf": np.vectorize(math.erf, otypes=[np.float64]), "fma": lambda a, b, c: a * b + c}
 
 
 class _Block:

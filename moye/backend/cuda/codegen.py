@@ -40,9 +40,11 @@ _BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&"
 
 # the accurate functions: the fast forms are ir.Approx (fast_math)
 _MATH32 = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
-           "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tanh": "tanhf", "fma": "fmaf"}
+           "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tanh": "tanhf", "erf": "erff",
+           "fma": "fmaf"}
 _MATH64 = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt",
-           "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "fma": "fma"}
+           "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "erf": "erf",
+           "fma": "fma"}
 
 
 def ctype(t):

@@ -1,0 +1,308 @@
+"""moye.ops.matmul's Hopper kernel: a warp-specialized, persistent wgmma
+GEMM with its epilogue fused (CUTLASS: the sm90 TMA warp-specialized
+kernels with an EVT epilogue).
+
+    out[b] = activation(alpha * a[b] @ b[b]^T + bias) + beta * residual[b]
+
+a (Ba, M, K) and b (Bb, N, K) of float16 or bfloat16, each K-major or
+M/N-major (the transposed view of one; wgmma reads both from shared
+memory), with Ba and Bb the batch count or 1 (shared by every batch); out
+(B, M, N) row-major, of the inputs' type or float32. Every global tile
+moves by TMA, so rows must be 16-byte aligned (matmul_op pads where not).
+
+One block of 128 * (1 + consumers) threads per multiprocessor walks the
+output tiles (bM x bN) of every batch in a grouped order (tile_coords):
+- warpgroup 0 is the producer: one thread TMA-loads A's and B's tiles into
+  a ring of `stages` 128-byte-swizzled stages (a K-major tile in one box,
+  an M/N-major one in boxes of 64 rows: a 128-byte swizzle spans 64
+  16-bit values);
+- the consumer warpgroups each own 64 (or bM / consumers) rows of the tile
+  and issue wgmma from the stages;
+- the epilogue: each consumer warpgroup applies epilogue.epilogue_value to
+  its accumulators (their coordinates from an identity array partitioned
+  like them), writes one box of 64 rows by 128 bytes at a time to shared
+  memory (stmatrix for 16-bit outputs), which one of its threads
+  TMA-stores (TMA clips what lies outside out), while the producer already
+  loads the next tile.
+"""
+import functools
+
+import moye
+from moye import (BFloat16, CopyAtom, Float16, Float32, Layout, MoYeArray, Swizzle, UniversalCopy,
+                  composition, copyto, gemm, make_fragment_like, make_identity_array,
+                  make_layout, make_tiled_copy_C, make_tiled_mma, size, tile_to_shape)
+
+from ..errors import MoyeError
+from .epilogue import epilogue_value
+
+BK = 64                     # 128 bytes of 16-bit values: one swizzle row
+EPI_ROWS = 64               # an epilogue box: 64 rows of 128 bytes
+EPI_SLOTS = 2               # boxes each consumer warpgroup has in flight
+SWIZZLE_ROW = 64            # 16-bit values in a 128-byte swizzle row (an M/N-major box's rows)
+
+
+@functools.lru_cache(maxsize=None)
+def config(bM=128, bN=256, stages=4, group=8):
+    """A tile configuration: (bM, bN, stages, group), checked. bM is 64
+    (one consumer warpgroup) or 128 (two); bN a multiple of 64 up to 256.
+        >>> config(128, 128)
+        (128, 128, 4, 8)
+    """
+    if bM not in (64, 128) or bN % 64 or not 64 <= bN <= 256 or not 2 <= stages <= 8 or \
+            group < 1:
+        raise MoyeError(f"gemm_sm90.config: bM={bM!r} bN={bN!r} stages={stages!r} "
+                        f"group={group!r}; need bM 64 or 128, bN 64..256 by 64, 2..8 stages")
+    return bM, bN, stages, group
+
+
+CONFIGS = tuple(config(*c) for c in ((128, 256, 4), (128, 128, 6), (64, 256, 5), (64, 128, 8),
+                                     (128, 64, 8), (64, 64, 8)))
+
+
+def tile_coords(t, tiles_m, tiles_n, group):
+    """The (m, n) output tile of linear tile `t`: tiles go down columns of
+    `group` tile rows, so that the tiles in flight at once share A's and B's
+    panels in L2 (CUTLASS: the swizzled tile scheduler).
+        >>> [tile_coords(t, 3, 2, 2) for t in range(6)]
+        [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (2, 1)]
+    """
+    per_group = group * tiles_n
+    first_m = t // per_group * group
+    rows = moye.minimum(tiles_m - first_m, group)
+    return first_m + t % per_group % rows, t % per_group // rows
+
+
+@moye.func
+def load_tile(load, stage_tile, batch, row0, k0, rows, bar):
+    """TMA-load the (rows, bK) tile of `load`'s array at (batch, row0, k0)
+    into `stage_tile`, in boxes of load.tile[1] rows (one box for a K-major
+    tile; 64-row boxes of an M/N-major one, which lie one after another)."""
+    box, bK = load.tile[1], load.tile[2]
+    for i in range(rows // box):
+        dst = MoYeArray.view_of(stage_tile.engine.offset_by(i * box * bK), load.smem_layout)
+        moye.tma_load(load, dst, (batch, row0 + i * box, k0), bar)
+
+
+@moye.kernel
+def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layout, sC_layout,
+                     mma, box_mma, save_c, M, N, K, batches, a_step, b_step, alpha, beta,
+                     bM: moye.Constexpr, bN: moye.Constexpr, stages: moye.Constexpr,
+                     group: moye.Constexpr, activation: moye.Constexpr):
+    bK = load_a.tile[2]
+    consumers = bM // 64
+    box_cols = store_c.tile[2]
+    dtype = store_c.dtype
+    sA = moye.shared_array(load_a.dtype, sA_layout, align=1024)     # (bM, bK, stages)
+    sB = moye.shared_array(load_b.dtype, sB_layout, align=1024)     # (bN, bK, stages)
+    sC = moye.shared_array(dtype, sC_layout, align=1024)            # (64, box_cols, slots)
+    pipe = moye.TmaPipeline(stages, consumers=4 * consumers)        # lane 0 of consumer warps
+    tid = moye.thread_idx.x
+    if tid == 0:
+        pipe.init()
+    moye.sync_threads()
+    tiles_m, tiles_n = (M + bM - 1) // bM, (N + bN - 1) // bN
+    per_batch = tiles_m * tiles_n
+    n_tiles = batches * per_batch
+    k_tiles = (K + bK - 1) // bK
+    warpgroup = moye.warp_idx() // 4
+    stage, phase = 0, 0
+    if warpgroup == 0:                                      # the producer
+        moye.setmaxnreg_dec(40)
+        if tid == 0:
+            t = moye.block_idx.x
+            while t < n_tiles:
+                bt = t // per_batch
+                m, n = tile_coords(t % per_batch, tiles_m, tiles_n, group)
+                for k in range(k_tiles):
+                    full = pipe.producer_acquire(stage, phase, (bM + bN) * bK * 2)
+                    load_tile(load_a, sA[:, :, stage], bt * a_step, m * bM, k * bK, bM, full)
+                    load_tile(load_b, sB[:, :, stage], bt * b_step, n * bN, k * bK, bN, full)
+                    stage, phase = pipe.advance(stage, phase)
+                t += moye.grid_dim.x
+    else:                                                   # the consumers
+        moye.setmaxnreg_inc(232 if consumers == 2 else 240)
+        ctid = tid - 128
+        wg = warpgroup - 1
+        lane0 = ctid % 32 == 0
+        storer = ctid % 128 == 0
+        thr = mma.get_slice(ctid)
+        tCsA = thr.partition_A(sA)
+        tCsB = thr.partition_B(sB)
+        acc = thr.partition_fragment_C(make_layout((bM, bN)))
+        coords = thr.partition_C(make_identity_array((bM, bN)))
+        r2s = save_c.get_slice(ctid % 128)
+        box_acc = make_fragment_like(box_mma.get_slice(ctid % 128).partition_fragment_C(
+            make_layout((EPI_ROWS, box_cols))), dtype)
+        t = moye.block_idx.x
+        while t < n_tiles:
+            bt = t // per_batch
+            m, n = tile_coords(t % per_batch, tiles_m, tiles_n, group)
+            for i in range(size(acc)):
+                acc[i] = 0.0
+            pipe.consumer_wait(stage, phase)
+            gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
+            last = stage
+            stage, phase = pipe.advance(stage, phase)
+            for k in range(1, k_tiles):
+                pipe.consumer_wait(stage, phase)
+                gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
+                moye.wgmma_wait(1)                          # k-1's wgmma have read their stage
+                if lane0:
+                    pipe.consumer_release(last)
+                last = stage
+                stage, phase = pipe.advance(stage, phase)
+            moye.wgmma_wait(0)
+            if lane0:
+                pipe.consumer_release(last)
+            res = residual[bt, :, :] if residual is not None else None
+            # the epilogue: this warpgroup's 64 rows, one box of box_cols columns at a time
+            per_box = size(acc) // (bN // box_cols)
+            for j in range(bN // box_cols):
+                slot = sC[:, :, wg * EPI_SLOTS + j % EPI_SLOTS]
+                if storer:
+                    moye.tma_store_wait(EPI_SLOTS - 1)      # the slot's last store has read it
+                moye.named_barrier_sync(1 + wg, 128)
+                for i in range(per_box):
+                    row, col = coords[j * per_box + i]
+                    # clamped: values outside out are computed on some element, then clipped
+                    row = moye.minimum(m * bM + row, M - 1)
+                    col = moye.minimum(n * bN + col, N - 1)
+                    box_acc[i] = moye.cast(epilogue_value(acc[j * per_box + i], row, col, alpha,
+                                                          bias, res, beta, activation), dtype)
+                copyto(save_c, r2s.partition_D(slot), r2s.retile_S(box_acc))
+                moye.fence_proxy_async()
+                moye.named_barrier_sync(1 + wg, 128)
+                if storer:
+                    moye.tma_store(store_c, (bt, m * bM + wg * EPI_ROWS, n * bN + j * box_cols),
+                                   MoYeArray.view_of(slot.engine, store_c.smem_layout))
+                    moye.tma_store_commit()
+            t += moye.grid_dim.x
+        if storer:
+            moye.tma_store_wait(0)
+
+
+# -- the host side ------------------------------------------------------------------------
+def batched_tile(layout):
+    """`layout` (a 2-D tile, maybe swizzled) with a leading batch mode of
+    one element: the (1, rows, cols) tile of a rank-3 TMA copy.
+        >>> batched_tile(Layout((8, 64), (64, 1)))
+        (1,8,64):(0,64,1)
+    """
+    if hasattr(layout, "outer"):
+        return composition(layout.outer, batched_tile(layout.inner))
+    return Layout((1,) + tuple(layout.shape), (0,) + tuple(layout.stride))
+
+
+def operand_tile(dtype, major, rows):
+    """The (rows, BK) shared-memory tile of an operand that wgmma reads and
+    TMA writes, 128-byte swizzled: K-major, one TMA box (CuTe:
+    GMMA::Layout_K_SW128_Atom tiled); M/N-major, 64-row boxes one after
+    another (each 64 x BK values, its BK rows of 128 bytes), and the box of
+    one TMA load.
+        >>> operand_tile(Float16, "MN", 128)[0]
+        Sw<3,3,3> o 0 o ((64,2),64):((1,4096),64)
+    """
+    if major == "K":
+        tile = moye.gmma_smem_layout(dtype, "K", 128, (rows, BK))
+        return tile, tile
+    swizzle = Swizzle(3, 3, 3)
+    tile = composition(swizzle, Layout(((SWIZZLE_ROW, rows // SWIZZLE_ROW), BK),
+                                       ((1, SWIZZLE_ROW * BK), SWIZZLE_ROW)))
+    return tile, composition(swizzle, Layout((SWIZZLE_ROW, BK), (1, SWIZZLE_ROW)))
+
+
+def major(x, what):
+    """"K" where the last mode of `x` (rows, K) is contiguous, "MN" where the
+    rows are, else a MoyeError."""
+    strides = x.stride() if callable(getattr(x, "stride", None)) else \
+        tuple(s // x.itemsize for s in x.strides)
+    if strides[-1] == 1:
+        return "K"
+    if strides[-2] == 1:
+        return "MN"
+    raise MoyeError(f"gemm_sm90: {what} of shape {tuple(x.shape)} has strides {tuple(strides)}; "
+                    "one of its last two modes must be contiguous")
+
+
+@functools.lru_cache(maxsize=64)
+def static_plan(dtype, out_dtype, a_major, b_major, bM, bN, stages):
+    """What the launch takes that depends on types, majors and tiles alone:
+    the TMA boxes' layouts (A, B, C's) and the staged shared-memory layouts,
+    the MMAs and the epilogue's shared-memory store."""
+    a_tile, a_box = operand_tile(dtype, a_major, bM)
+    b_tile, b_box = operand_tile(dtype, b_major, bN)
+    ebytes = out_dtype.bits // 8
+    box_cols = 128 // ebytes
+    box = composition(Swizzle(3, 4 - (ebytes.bit_length() - 1), 3),
+                      Layout((EPI_ROWS, box_cols), (box_cols, 1)))
+    consumers = bM // 64
+    mma = make_tiled_mma(moye.wgmma_op(bN, dtype, dtype, Float32, "SS", a_major, b_major),
+                         make_layout((consumers, 1)))
+    box_mma = make_tiled_mma(moye.wgmma_op(box_cols, dtype, dtype, Float32))
+    atom = CopyAtom(moye.STSM_U32x4_N, out_dtype) if ebytes == 2 else \
+        CopyAtom(UniversalCopy(Float32), Float32)
+    save_c = make_tiled_copy_C(atom, box_mma)
+    return (batched_tile(a_box), batched_tile(b_box), batched_tile(box),
+            tile_to_shape(a_tile, (bM, BK, stages)), tile_to_shape(b_tile, (bN, BK, stages)),
+            tile_to_shape(box, (EPI_ROWS, box_cols, consumers * EPI_SLOTS)),
+            mma, box_mma, save_c)
+
+
+def threads(cfg):
+    """The block's threads: a producer warpgroup and bM / 64 consumers."""
+    return 128 * (1 + cfg[0] // 64)
+
+
+def launch(a, b, out, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None,
+           cfg=CONFIGS[0], blocks=None, backend=None):
+    """out = activation(alpha * a @ b^T + bias) + beta * residual on the
+    arrays' device: a (Ba, M, K), b (Bb, N, K) (Ba, Bb the batch count of
+    out or 1), out and residual (B, M, N), out row-major, bias (N,); `cfg`
+    a config(); `blocks` the persistent grid (one block per multiprocessor
+    by default). The arrays' rows must be 16-byte aligned (TMA).
+        >>> import numpy as np
+        >>> a, b = np.ones((1, 64, 64), np.float16), np.ones((1, 64, 64), np.float16)
+        >>> out = np.zeros((1, 64, 64), np.float32)
+        >>> launch(a, b, out, bias=np.ones(64, np.float32), cfg=config(64, 64), blocks=1)
+        >>> float(out.min()), float(out.max())
+        (65.0, 65.0)
+    """
+    grid, block, args = arguments(a, b, out, bias=bias, residual=residual, alpha=alpha,
+                                  beta=beta, activation=activation, cfg=cfg, blocks=blocks,
+                                  backend=backend)
+    sm90_gemm_kernel[grid, block](*args, backend=backend)
+
+
+def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks, backend):
+    """(grid, block, the kernel's arguments) of a launch (see launch)."""
+    dtype, out_dtype = element_type(a), element_type(out)
+    bM, bN, stages, group = cfg
+    (batches, M, N), K = out.shape, a.shape[2]
+    a_box, b_box, c_box, sA, sB, sC, mma, box_mma, save_c = static_plan(
+        dtype, out_dtype, major(a, "a"), major(b, "b"), bM, bN, stages)
+    load_a = moye.make_tma_copy(moye.TMA_LOAD, a, a_box)
+    load_b = moye.make_tma_copy(moye.TMA_LOAD, b, b_box)
+    store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box)
+    tiles = batches * -(-M // bM) * -(-N // bN)
+    if blocks is None:
+        blocks = multiprocessors() if backend is None and _on_cuda(out) else 2
+    args = (load_a, load_b, store_c, bias, residual, sA, sB, sC, mma, box_mma, save_c, M, N, K,
+            batches, int(a.shape[0] > 1), int(b.shape[0] > 1), float(alpha), float(beta),
+            bM, bN, stages, group, activation)
+    return max(1, min(blocks, tiles)), threads(cfg), args
+
+
+def element_type(x):
+    """moye's element type of an array (torch, CuPy, DLPack, NumPy)."""
+    from ..compiler.arguments import as_array_arg
+    return as_array_arg(x, "array").dtype
+
+
+def _on_cuda(x):
+    return getattr(getattr(x, "device", None), "type", None) == "cuda"
+
+
+@functools.lru_cache(maxsize=1)
+def multiprocessors():
+    from ..backend.cuda import driver
+    return driver.multiprocessor_count()
