@@ -12,9 +12,11 @@ to record, a later call on torch tensors of the same kinds replays the first
 one's outputs and launches (moye/ops/replay.py), skipping the checks and
 layers between the op and its kernels.
 """
+import math
+
 import numpy as np
 
-from ..errors import MoyeTypeError
+from ..errors import MoyeTypeError, ShapeError
 from . import replay, rows
 
 REDUCTIONS = ("none", "sum", "mean")
@@ -243,6 +245,50 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
     if rows.uses_torch(dloss, logits, target, lse):
         return rows.torch_ops().cross_entropy_backward(dloss, logits, target, lse, ignore_index)
     return rows.raw("cross_entropy_backward")(dloss, logits, target, lse, ignore_index)
+
+
+@replay.replayed(autograd=True)
+def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
+           out_dtype=None):
+    """activation(alpha * a @ b + bias) + residual, the epilogue fused into
+    the GEMM: a (M, K) or (B, M, K), b (K, N) or (B, K, N) (a 2-D one shared
+    by the batches), row- or column-major (transposed views too); float16
+    or bfloat16 in, float32 accumulation, the output in a's type or
+    `out_dtype` float32; bias (N,), residual of the output's shape;
+    activation None, "relu", "gelu", "gelu_tanh" or "silu". torch:
+    `act(torch.addmm(bias, a, b, alpha=alpha)) + residual`.
+
+        >>> import numpy as np
+        >>> a, b = np.ones((2, 3), np.float16), np.full((3, 4), 0.5, np.float16)
+        >>> matmul(a, b, bias=np.array([0, 1, -2, -3], np.float16), activation="relu").tolist()
+        [[1.5, 2.5, 0.0, 0.0], [1.5, 2.5, 0.0, 0.0]]
+    """
+    alpha = _number(alpha, "alpha", "matmul")
+    if rows.uses_torch(a, b, bias, residual, out):
+        return rows.torch_ops().matmul(a, b, bias, activation, residual, alpha, out, out_dtype)
+    return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype)
+
+
+def linear(x, weight, bias=None, activation=None):
+    """activation(x @ weight^T + bias), torch.nn.functional.linear's
+    convention: weight (N, K), x (..., K) with any leading dimensions.
+    torch: `act(F.linear(x, weight, bias))`.
+
+        >>> import numpy as np
+        >>> y = linear(np.ones((2, 5, 3), np.float16), np.ones((4, 3), np.float16))
+        >>> y.shape, float(y[0, 0, 0])
+        ((2, 5, 4), 3.0)
+    """
+    if getattr(weight, "ndim", None) != 2:
+        raise ShapeError(f"linear: weight must be (N, K), got shape "
+                         f"{tuple(getattr(weight, 'shape', ()))}")
+    if getattr(x, "ndim", 0) < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"linear: x has shape {tuple(getattr(x, 'shape', ()))} and weight "
+                         f"{tuple(weight.shape)}; x's last dimension must be weight's second")
+    lead = tuple(x.shape[:-1])
+    y = matmul(x.reshape(math.prod(lead), x.shape[-1]), weight.T, bias=bias,
+               activation=activation)
+    return y.reshape(lead + (weight.shape[0],))
 
 
 def _number(v, what, opname):

@@ -28,7 +28,7 @@ output tiles (bM x bN) of every batch in a grouped order (tile_coords):
 import functools
 
 import moye
-from moye import (BFloat16, CopyAtom, Float16, Float32, Layout, MoYeArray, Swizzle, UniversalCopy,
+from moye import (CopyAtom, Float32, Layout, MoYeArray, Swizzle, UniversalCopy,
                   composition, copyto, gemm, make_fragment_like, make_identity_array,
                   make_layout, make_tiled_copy_C, make_tiled_mma, size, tile_to_shape)
 
@@ -57,6 +57,21 @@ def config(bM=128, bN=256, stages=4, group=8):
 
 CONFIGS = tuple(config(*c) for c in ((128, 256, 4), (128, 128, 6), (64, 256, 5), (64, 128, 8),
                                      (128, 64, 8), (64, 64, 8)))
+
+
+def default_config(M, N, K, batches=1, sms=132):
+    """The heuristic's config for an (M, N, K) GEMM of `batches`: 64-row
+    tiles for M <= 64 (wgmma's least), else 128; the widest bN whose tiles
+    still fill the `sms` multiprocessors (else the narrowest), with the
+    stages CONFIGS gives it.
+        >>> default_config(4096, 4096, 4096), default_config(16, 4096, 4096)
+        ((128, 256, 4, 8), (64, 64, 8, 8))
+    """
+    bM = 64 if M <= 64 else 128
+    for bN in (256, 128, 64):
+        if batches * -(-M // bM) * -(-N // bN) >= sms:
+            break
+    return next(c for c in CONFIGS if c[:2] == (bM, bN))
 
 
 def tile_coords(t, tiles_m, tiles_n, group):
@@ -199,7 +214,7 @@ def operand_tile(dtype, major, rows):
     GMMA::Layout_K_SW128_Atom tiled); M/N-major, 64-row boxes one after
     another (each 64 x BK values, its BK rows of 128 bytes), and the box of
     one TMA load.
-        >>> operand_tile(Float16, "MN", 128)[0]
+        >>> operand_tile(moye.Float16, "MN", 128)[0]
         Sw<3,3,3> o 0 o ((64,2),64):((1,4096),64)
     """
     if major == "K":

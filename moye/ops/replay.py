@@ -21,7 +21,8 @@ A record is kept only when it is complete, else the signature always runs
 in full:
 - each array a launch took is an argument or an output, or a view of one
   starting at its address (`x.reshape(m, n)`, `part[:used]`), and only
-  one of them (arguments aliased to one another are not recorded);
+  one of them (arguments aliased to one another are not recorded); no
+  launch took a TMA copy (its tensor map holds an address);
 - the result is outputs or views of them, None, or tuples of these;
 - no input or output changed on the host (their torch version counters)
   and the call did no other work on the host (`host_work`: reading values
@@ -32,6 +33,8 @@ import inspect
 import operator
 import sys
 from threading import get_ident
+
+from ..device.hopper import TMACopy
 
 # recipes kept per function (a new shape each call, as in a sweep, would grow without end)
 RECIPES_LIMIT = 1024
@@ -336,8 +339,8 @@ class _Planner:
 
     def place(self, a, constant=True):
         if not hasattr(a, "data_ptr"):
-            if not constant or type(a) is list:
-                raise _Incomplete
+            if not constant or type(a) is list or type(a) is TMACopy:
+                raise _Incomplete       # a TMACopy holds its array's address: made per call
             self.constants.append(a)
             return -len(self.constants)         # a constant's place, made final by _moved
         ptr = a.data_ptr()

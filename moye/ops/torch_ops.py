@@ -64,7 +64,7 @@ def run(name, *args):
         t = type(a)
         if t is torch.Tensor or t is torch.nn.Parameter:
             grad = grad or a.requires_grad
-        elif not (a is None or t is int or t is float):
+        elif not (a is None or t is int or t is float or t is str or t is torch.dtype):
             return op(name)(*args)
     if torch.compiler.is_compiling():
         return op(name)(*args)
@@ -416,3 +416,92 @@ def cross_entropy_forward(logits, target, ignore_index):
 def cross_entropy_backward(dloss, logits, target, lse, ignore_index):
     check_devices("cross_entropy_backward", dloss=dloss, logits=logits, target=target, lse=lse)
     return run("cross_entropy_backward", dloss, logits, target, lse, ignore_index)
+
+
+# -- matmul: (a, b, bias?, residual?, activation?, alpha, out_dtype?) -> out ---------------------
+# One custom op, whose backward GEMMs are calls of the op itself. With an
+# activation, the backward recomputes the product before it (one GEMM more)
+# rather than the forward keeping it.
+
+MATMUL_SCHEMA = ("(Tensor a, Tensor b, Tensor? bias, Tensor? residual, str? activation, "
+                 "float alpha, ScalarType? out_dtype) -> Tensor")
+
+
+def _matmul_impl(a, b, bias, residual, activation, alpha, out_dtype):
+    return rows.raw("matmul")(a, b, bias, activation, residual, alpha, None, out_dtype)
+
+
+def _matmul_fake(a, b, bias, residual, activation, alpha, out_dtype):
+    shape, _ = rows.raw("output_shape")(a, b)
+    return a.new_empty(shape, dtype=out_dtype or a.dtype)
+
+
+def _matmul_save(ctx, inputs, output):
+    a, b, bias, residual, activation, alpha, _ = inputs
+    ctx.save_for_backward(a, b, bias)
+    ctx.activation, ctx.alpha = activation, alpha
+    ctx.residual_dtype = None if residual is None else residual.dtype
+
+
+def _matmul_grad(ctx, dy):
+    a, b, bias = ctx.saved_tensors
+    g = dy
+    if ctx.activation is not None:
+        pre = run("matmul", a, b, bias, None, None, ctx.alpha, torch.float32)
+        g = _activation_backward(dy.float(), pre, ctx.activation)
+    g = g.to(a.dtype)
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        da = run("matmul", g, b.mT, None, None, None, ctx.alpha, None)
+        da = da.sum(0) if a.dim() == 2 and da.dim() == 3 else da
+    if ctx.needs_input_grad[1]:
+        if b.dim() == 2 and a.dim() == 3:      # b shared by the batches: their sum, folded
+            db = run("matmul", a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]), None,
+                     None, None, ctx.alpha, None)
+        else:
+            db = run("matmul", a.mT, g, None, None, None, ctx.alpha, None)
+    dbias = None if bias is None else g.reshape(-1, g.shape[-1]).sum(0, dtype=torch.float32) \
+        .to(bias.dtype)
+    dresidual = None if ctx.residual_dtype is None else dy.to(ctx.residual_dtype)
+    return da, db, dbias, dresidual, None, None, None
+
+
+def _activation_backward(dy, pre, activation):
+    """dy * activation'(pre), by torch's own backward ops."""
+    if activation == "relu":
+        return dy * (pre > 0)
+    if activation in ("gelu", "gelu_tanh"):
+        return torch.ops.aten.gelu_backward(dy, pre, approximate="tanh" if
+                                            activation == "gelu_tanh" else "none")
+    return torch.ops.aten.silu_backward(dy, pre)
+
+
+class _MatmulSpec:
+    forward = "matmul"
+    save, grad = staticmethod(_matmul_save), staticmethod(_matmul_grad)
+
+
+def _register_matmul():
+    torch.library.custom_op(f"{NAMESPACE}::matmul", _matmul_impl, mutates_args=(),
+                            schema=MATMUL_SCHEMA).register_fake(_matmul_fake)
+    torch.library.register_autograd(f"{NAMESPACE}::matmul", _matmul_grad,
+                                    setup_context=_matmul_save)
+    _EAGER["matmul"] = _matmul_impl, _function(_MatmulSpec, _matmul_impl)
+
+
+_register_matmul()
+
+
+def matmul(a, b, bias, activation, residual, alpha, out, out_dtype):
+    """The public matmul on torch tensors: the custom op, or with `out`
+    (which autograd and torch.compile do not take) the raw function."""
+    check_devices("matmul", a=a, b=b, bias=bias, residual=residual, out=out)
+    if isinstance(out_dtype, str):
+        out_dtype = getattr(torch, rows.raw("type_name")(out_dtype, "matmul"))
+    if out is not None:
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                           for t in (a, b, bias, residual)):
+            raise MoyeTypeError("matmul: out= takes no tensors that require grad (as torch's "
+                                "out= functions)")
+        return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype)
+    return run("matmul", a, b, bias, residual, activation, float(alpha), out_dtype)

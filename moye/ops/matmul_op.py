@@ -1,0 +1,228 @@
+"""matmul: activation(alpha * a @ b + bias) + residual, with the
+epilogue fused into the GEMM kernel.
+
+The raw host function checks the operands, views them as the kernels take
+them (batches of (M, K) a and of b transposed, (N, K); out (B, M, N)
+row-major) and launches, by device:
+- a CUDA device of compute capability 9.x: gemm_sm90 (TMA, wgmma);
+- other CUDA devices (sm_80 to sm_89): gemm_sm80 (cp.async, mma.sync);
+- NumPy arrays and CPU torch tensors: gemm_sm90 on the CPU backend.
+TMA reads rows whose strides are multiples of 16 bytes: an operand whose
+are not is copied once into rows padded to that (its extra columns are
+never read), and an output whose are not is written through such a copy.
+"""
+import numpy as np
+
+from ..errors import MoyeTypeError, ShapeError
+from . import replay, rows
+from .epilogue import check_activation
+
+IN_TYPES = ("float16", "bfloat16")
+OUT_TYPES = ("float16", "bfloat16", "float32")
+ALIGN_BYTES = 16
+
+
+def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
+           out_dtype=None):
+    """activation(alpha * a @ b + bias) + residual (see moye.ops.matmul),
+    as a new array, or written into `out`."""
+    opname = "matmul"
+    check_activation(activation, opname)
+    shape, batch = output_shape(a, b, opname)
+    dtype = rows.dtype_name(a, "a", opname)
+    if dtype not in IN_TYPES:
+        raise MoyeTypeError(f"{opname}: a is {dtype}; matmul takes float16 or bfloat16")
+    if rows.dtype_name(b, "b", opname) != dtype:
+        raise MoyeTypeError(f"{opname}: a is {dtype} but b is {rows.dtype_name(b, 'b', opname)}; "
+                            "they must be of one type")
+    out_type = type_name(out_dtype, opname) if out_dtype is not None else \
+        rows.dtype_name(out, "out", opname) if out is not None else dtype
+    if out_type not in (dtype, "float32"):
+        raise MoyeTypeError(f"{opname}: out_dtype {out_type}; the output is {dtype} (a's type) or "
+                            "float32")
+    for what, t in (("b", b), ("bias", bias), ("residual", residual), ("out", out)):
+        if t is not None and not rows.same_place(a, t):
+            raise MoyeTypeError(f"{opname}: {what} and a are not in one place (both NumPy arrays, "
+                                "or torch tensors on one device)")
+    M, N = shape[-2:]
+    if bias is not None:
+        if tuple(bias.shape) != (N,):
+            raise ShapeError(f"{opname}: bias has shape {tuple(bias.shape)}; it must be ({N},)")
+        rows.dtype_name(bias, "bias", opname)
+    if residual is not None:
+        if tuple(residual.shape) != shape:
+            raise ShapeError(f"{opname}: residual has shape {tuple(residual.shape)}; it must be "
+                             f"the output's, {shape}")
+        rows.dtype_name(residual, "residual", opname)
+    if out is not None:
+        if tuple(out.shape) != shape:
+            raise ShapeError(f"{opname}: out has shape {tuple(out.shape)}; it must be {shape}")
+        if out_dtype is not None and rows.dtype_name(out, "out", opname) != out_type:
+            raise MoyeTypeError(f"{opname}: out is {rows.dtype_name(out, 'out', opname)} but "
+                                f"out_dtype is {out_type}")
+    result = out if out is not None else rows.empty(a, shape, out_type)
+    if 0 in shape:
+        return result
+    a3, b3, out3, residual3 = _kernel_views(a, b, result, residual, batch)
+    if a.shape[-1] == 0:        # a product of zeros: the kernel on 8 zero columns
+        a3, b3 = (_zeros(t, t.shape[:2] + (8,)) for t in (a3, b3))
+    target = out3 if _tma_rows(out3) else _padded_rows(out3)
+    _launch(_tma_ready(a3), _tma_ready(b3), target, bias, residual3, float(alpha), activation)
+    if target is not out3:
+        replay.host_work()
+        out3[...] = target
+    return result
+
+
+def output_shape(a, b, opname="matmul"):
+    """((M, N) or (B, M, N), B or None): the output of a (M, K) or (B, M, K)
+    times b (K, N) or (B, K, N); a 2-D operand is shared by every batch.
+        >>> output_shape(np.zeros((2, 3, 4)), np.zeros((4, 5)))
+        ((2, 3, 5), 2)
+    """
+    for what, t in (("a", a), ("b", b)):
+        if getattr(t, "ndim", None) not in (2, 3):
+            raise ShapeError(f"{opname}: {what} must be a 2-D (rows, columns) or 3-D (batch, rows, "
+                             f"columns) array, got {type(t).__name__} of shape "
+                             f"{tuple(getattr(t, 'shape', ()))}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"{opname}: a {tuple(a.shape)} and b {tuple(b.shape)}: a's last "
+                         "dimension (K) must be b's second to last")
+    batches = {t.shape[0] for t in (a, b) if t.ndim == 3}
+    if len(batches) > 1:
+        raise ShapeError(f"{opname}: a {tuple(a.shape)} and b {tuple(b.shape)} have different "
+                         "batch counts")
+    M, N = a.shape[-2], b.shape[-1]
+    batch = batches.pop() if batches else None
+    return ((M, N) if batch is None else (batch, M, N)), batch
+
+
+def type_name(dtype, opname):
+    """The name ('float32', ...) of a dtype given as torch's, NumPy's or a
+    string."""
+    name = str(dtype).replace("torch.", "")
+    try:
+        name = np.dtype(dtype).name if name not in OUT_TYPES else name
+    except TypeError:
+        pass
+    if name not in OUT_TYPES:
+        raise MoyeTypeError(f"{opname}: out_dtype {dtype!r}; use float16, bfloat16 or float32")
+    return name
+
+
+def _kernel_views(a, b, out, residual, batch):
+    """(a (Ba, M, K), b^T (Bb, N, K), out (B, M, N), residual (B, M, N) or
+    None) as views: a 3-D a with a 2-D b folds its batches into rows where
+    that is a view."""
+    if batch is not None and b.ndim == 2 and _folds(a) and _folds(out) and \
+            (residual is None or _folds(residual)):
+        a, out = _merge(a), _merge(out)
+        residual = None if residual is None else _merge(residual)
+    b3 = _swap_last(_as3(b))
+    return _as3(a), b3, _as3(out), (None if residual is None else _as3(residual))
+
+
+def _folds(t):
+    """Whether (B, M, X) `t` is a (B * M, X) view: its rows evenly spaced."""
+    s = _strides(t)
+    return t.shape[1] == 1 or s[0] == s[1] * t.shape[1]
+
+
+def _merge(t):
+    return t.reshape(t.shape[0] * t.shape[1], t.shape[2])
+
+
+def _as3(t):
+    """`t` with a batch mode; a 2-D one's batch (of one) steps past its end
+    (TMA takes no zero stride), in whole 16 bytes."""
+    if t.ndim == 3:
+        return t
+    strides = _strides(t)
+    per = ALIGN_BYTES // _itemsize(t)
+    step = -(-max(n * d for n, d in zip(t.shape, strides)) // per) * per or per
+    if rows.is_torch(t):
+        return t.as_strided((1,) + tuple(t.shape), (step,) + strides)
+    return np.lib.stride_tricks.as_strided(t, (1,) + t.shape, (step * t.itemsize,) + t.strides)
+
+
+def _swap_last(t):
+    return t.transpose(1, 2) if rows.is_torch(t) else t.transpose(0, 2, 1)
+
+
+def _strides(t):
+    """Element strides of a torch tensor or NumPy array."""
+    return tuple(t.stride()) if rows.is_torch(t) else tuple(s // t.itemsize for s in t.strides)
+
+
+def _tma_rows(t):
+    """Whether TMA addresses 3-D `t`: one of its last two modes contiguous, the
+    other's stride (and the batch stride, if more than one) a multiple of 16
+    bytes, its address 16-byte aligned."""
+    s, ebytes = _strides(t), _itemsize(t)
+    inner = 2 if s[2] == 1 or t.shape[2] == 1 else 1 if s[1] == 1 or t.shape[1] == 1 else None
+    if inner is None:
+        return False
+    outer = [3 - inner] + ([0] if t.shape[0] > 1 else [])
+    return all(s[k] > 0 and s[k] * ebytes % ALIGN_BYTES == 0 for k in outer) and \
+        _address(t) % ALIGN_BYTES == 0
+
+
+def _tma_ready(t):
+    """3-D `t`, or a copy of it that TMA addresses (rows padded to 16 bytes)."""
+    if _tma_rows(t):
+        return t
+    padded = _padded_rows(t)
+    padded[...] = t
+    return padded
+
+
+def _padded_rows(t):
+    """A new (B, R, C) array of t's shape, type and place whose rows are
+    padded to a multiple of 16 bytes (its last columns unused): a copy
+    the raw call makes on the host's array library (so it is not replayed)."""
+    replay.host_work()
+    B, R, C = t.shape
+    per = ALIGN_BYTES // _itemsize(t)
+    return rows.empty(t, (B, R, -(-C // per) * per))[..., :C]
+
+
+def _zeros(like, shape):
+    z = rows.empty(like, shape)
+    z[...] = 0
+    replay.host_work()
+    return z
+
+
+def _itemsize(t):
+    return t.element_size() if rows.is_torch(t) else t.itemsize
+
+
+def _address(t):
+    return t.data_ptr() if rows.is_torch(t) else t.__array_interface__["data"][0]
+
+
+def _launch(a3, b3, out3, bias, residual3, alpha, activation):
+    from . import gemm_sm90
+    kernel = _kernel_for(out3)
+    cfg = kernel.default_config(out3.shape[1], out3.shape[2], a3.shape[2], out3.shape[0])
+    backend = None if rows.backend_of(out3) == "cuda" else "cpu"
+    if kernel is gemm_sm90:
+        grid, block, args = gemm_sm90.arguments(
+            a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
+            activation=activation, cfg=cfg, blocks=None, backend=backend)
+        replay.launch(gemm_sm90.sm90_gemm_kernel, (grid, block), args, backend)
+    else:
+        kernel.launch(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
+                      activation=activation, config=cfg)
+
+
+def _kernel_for(out):
+    """The kernel module for out's device (see the module doc)."""
+    from . import gemm_sm90
+    if rows.backend_of(out) != "cuda":
+        return gemm_sm90
+    import torch
+    if torch.cuda.get_device_capability(out.device)[0] == 9:
+        return gemm_sm90
+    from . import gemm_sm80
+    return gemm_sm80

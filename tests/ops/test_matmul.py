@@ -1,0 +1,221 @@
+"""moye.ops.matmul and moye.ops.linear on the CPU backend (NumPy arrays and
+CPU torch tensors run gemm_sm90's kernel, TMA and wgmma emulated): every
+element against float64, outputs poisoned first; batches, transposed
+views, rows TMA cannot address, the fused epilogue, autograd, torch.compile
+and the replayed calls; and the errors."""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from moye import MoyeError, ops
+from moye.ops import gemm_sm90
+
+rng = np.random.default_rng(19)
+BF16 = ml_dtypes.bfloat16
+EPS = {np.dtype(np.float16): 2.0 ** -10, np.dtype(BF16): 2.0 ** -7, np.dtype(np.float32): 2e-6}
+ACT64 = {None: lambda x: x, "relu": lambda x: np.maximum(x, 0),
+         "gelu": np.vectorize(lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2)))),
+         "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) *
+                                                       (x + 0.044715 * x ** 3))),
+         "silu": lambda x: x / (1 + np.exp(-x))}
+
+
+def reference(a, b, bias=None, activation=None, residual=None, alpha=1.0):
+    r = alpha * np.matmul(a.astype(np.float64), b.astype(np.float64))
+    if bias is not None:
+        r = r + bias.astype(np.float64)
+    r = ACT64[activation](r)
+    return r if residual is None else r + residual.astype(np.float64)
+
+
+def assert_close(out, ref, a, b):
+    """Every element within the output type's rounding of the float64 value,
+    plus float32 accumulation's error."""
+    out = np.asarray(out)
+    scale = np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
+    bound = EPS[out.dtype] * np.abs(ref) + 1e-5 * scale + 1e-6
+    bad = ~(np.abs(out.astype(np.float64) - ref) <= bound)
+    assert not bad.any(), (f"{bad.sum()} of {bad.size} elements off, e.g. at "
+                           f"{np.argwhere(bad)[0]}: {out[tuple(np.argwhere(bad)[0])]} vs "
+                           f"{ref[tuple(np.argwhere(bad)[0])]}")
+
+
+def operand(shape, dtype, transposed=False):
+    x = rng.standard_normal(shape).astype(dtype)
+    if transposed:          # the same values, column-major (a transposed view)
+        x = np.ascontiguousarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16])
+@pytest.mark.parametrize("M, N, K, ta, tb", [
+    (64, 64, 64, False, False),
+    (70, 45, 37, False, False),         # no row 16-byte aligned: padded copies
+    (130, 72, 136, True, False),        # a column-major
+    (96, 200, 80, False, True),         # b column-major (linear's weight)
+    (1, 130, 200, True, True),
+])
+def test_matmul_every_element(dtype, M, N, K, ta, tb):
+    a, b = operand((M, K), dtype, ta), operand((K, N), dtype, tb)
+    out = np.full((M, N), np.nan, dtype)
+    assert ops.matmul(a, b, out=out) is out
+    assert_close(out, reference(a, b), a, b)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_fused_epilogue(activation):
+    a, b = operand((72, 40), np.float16), operand((40, 136), np.float16)
+    bias, residual = operand((136,), np.float16), operand((72, 136), np.float16)
+    out = ops.matmul(a, b, bias=bias, activation=activation, residual=residual, alpha=0.75)
+    assert out.dtype == np.float16
+    assert_close(out, reference(a, b, bias, activation, residual, 0.75), a, b)
+
+
+def test_float32_output_and_bias():
+    a, b = operand((50, 64), BF16), operand((64, 24), BF16, True)
+    bias = rng.standard_normal(24).astype(np.float32)
+    out = ops.matmul(a, b, bias=bias, out_dtype="float32")
+    assert out.dtype == np.float32
+    assert_close(out, reference(a, b, bias), a, b)
+
+
+@pytest.mark.parametrize("sa, sb", [((3, 40, 24), (24, 72)),       # b shared: folded into rows
+                                    ((3, 40, 24), (3, 24, 72)),
+                                    ((40, 24), (3, 24, 72))])       # a shared
+def test_batches(sa, sb):
+    a, b = operand(sa, np.float16), operand(sb, np.float16, True)
+    shape = (3, 40, 72)
+    residual = operand(shape, np.float16)
+    out = ops.matmul(a, b, residual=residual, activation="relu")
+    assert out.shape == shape
+    assert_close(out, reference(a, b, None, "relu", residual), a, b)
+
+
+def test_empty_dimensions():
+    bias = operand((9,), np.float16)
+    out = ops.matmul(np.zeros((5, 0), np.float16), np.zeros((0, 9), np.float16), bias=bias,
+                     activation="relu")
+    np.testing.assert_array_equal(out, np.broadcast_to(np.maximum(bias, 0), (5, 9)))
+    assert ops.matmul(np.zeros((0, 4), np.float16), np.zeros((4, 3), np.float16)).shape == (0, 3)
+
+
+def test_linear_takes_leading_dimensions():
+    x, w = operand((2, 5, 24), BF16), operand((40, 24), BF16)
+    bias = operand((40,), BF16)
+    y = ops.linear(x, w, bias, activation="silu")
+    assert y.shape == (2, 5, 40)
+    assert_close(y, reference(x, w.T, bias, "silu"), x, w.T)
+
+
+def test_default_configs_fit_the_shapes():
+    assert gemm_sm90.default_config(8192, 8192, 8192) == (128, 256, 4, 8)
+    assert gemm_sm90.default_config(64, 4096, 4096)[:2] == (64, 64)
+    assert gemm_sm90.default_config(1024, 4096, 4096)[:2] == (128, 128)
+    for c in gemm_sm90.CONFIGS:
+        assert gemm_sm90.config(*c) == c
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((4, 3), np.float16)),
+     "a's last dimension"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float32), np.zeros((3, 4), np.float32)),
+     "float16 or bfloat16"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), BF16)), "of one type"),
+    (lambda: ops.matmul(np.zeros(3, np.float16), np.zeros((3, 4), np.float16)), "2-D"),
+    (lambda: ops.matmul(np.zeros((2, 4, 3), np.float16), np.zeros((5, 3, 4), np.float16)),
+     "batch counts"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float16),
+                        activation="tanh"), "activation must be one of"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float16),
+                        bias=np.zeros(3, np.float16)), "bias has shape (3,)"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float16),
+                        residual=np.zeros((4, 5), np.float16)), "residual has shape (4, 5)"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float16),
+                        out_dtype="int8"), "out_dtype"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float16),
+                        out=np.zeros((4, 4), np.float64)), "out"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float16),
+                        alpha="2"), "alpha must be a number"),
+    (lambda: ops.linear(np.zeros((4, 3), np.float16), np.zeros(3, np.float16)), "weight"),
+])
+def test_bad_inputs(call, message):
+    with pytest.raises(MoyeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        call()
+
+
+# -- torch ------------------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+def test_torch_mixed_with_numpy_is_refused():
+    with pytest.raises(MoyeError, match="torch tensors"):
+        ops.matmul(torch.zeros(4, 3, dtype=torch.float16), np.zeros((3, 4), np.float16))
+
+
+def test_replayed_calls_take_their_own_tensors():
+    """A repeat call of one signature must not reuse the first call's tensor
+    maps (they hold its addresses)."""
+    for _ in range(3):
+        a, b = torch.randn(20, 24).half(), torch.randn(24, 16).half()
+        y = ops.matmul(a, b)
+        assert_close(y.numpy(), reference(a.numpy(), b.numpy()), a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("activation", [None, "gelu", "relu"])
+def test_autograd_against_float64(activation):
+    a = torch.randn(3, 20, 24).to(torch.bfloat16).requires_grad_()
+    b = torch.randn(24, 16).to(torch.bfloat16).requires_grad_()
+    bias = torch.randn(16).to(torch.bfloat16).requires_grad_()
+    residual = torch.randn(3, 20, 16).to(torch.bfloat16).requires_grad_()
+    y = ops.matmul(a, b, bias=bias, activation=activation, residual=residual, alpha=0.5)
+    leaves64 = [t.detach().double().requires_grad_() for t in (a, b, bias, residual)]
+    a64, b64, bias64, res64 = leaves64
+    act = {None: lambda x: x, "gelu": torch.nn.functional.gelu, "relu": torch.relu}[activation]
+    ref = act(0.5 * a64 @ b64 + bias64) + res64
+    g = torch.randn_like(ref)
+    (y.double() * g).sum().backward()
+    (ref * g).sum().backward()
+    for t, t64 in zip((a, b, bias, residual), leaves64):
+        err = (t.grad.double() - t64.grad).abs().max() / t64.grad.abs().max()
+        assert err < 2e-2, (t.shape, float(err))
+
+
+def test_torch_compile_fullgraph():
+    a, b = torch.randn(20, 24).half(), torch.randn(24, 16).half()
+    f = torch.compile(lambda a, b: ops.matmul(a, b, activation="relu") * 2, fullgraph=True)
+    ref = 2 * np.maximum(reference(a.numpy(), b.numpy()), 0)
+    np.testing.assert_allclose(f(a, b).double().numpy(), ref, rtol=2e-3, atol=2e-3)
+
+
+def _compiled(cfg, a_major, b_major, out_dtype, epilogue):
+    """NVRTC's ptxas log of gemm_sm90's kernel for sm_90a."""
+    from moye import ir
+    from moye.backend.cuda import nvrtc
+    from moye.compiler.frontend import BACKENDS
+    M, N, K = 136, 200, 72
+    a = np.zeros((1, M, K) if a_major == "K" else (1, K, M), np.float16)
+    b = np.zeros((1, N, K) if b_major == "K" else (1, K, N), np.float16)
+    a, b = (x if m == "K" else x.transpose(0, 2, 1) for x, m in ((a, a_major), (b, b_major)))
+    bias, residual = (np.zeros(N, np.float32), np.zeros((1, M, N), out_dtype)) if epilogue else \
+        (None, None)
+    grid, block, args = gemm_sm90.arguments(
+        a, b, np.zeros((1, M, N), out_dtype), bias=bias, residual=residual, alpha=1.0, beta=1.0,
+        activation="gelu" if epilogue else None, cfg=cfg, blocks=132, backend="cpu")
+    kernel, _, _ = gemm_sm90.sm90_gemm_kernel.trace(*args, block=block)
+    source = BACKENDS["cuda"].source(kernel, (block, 1, 1))
+    return nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], "sm_90a",
+                              options=("--ptxas-options=-v",)).log or ""
+
+
+@pytest.mark.parametrize("cfg, a_major, b_major, out_dtype, epilogue", [
+    *((c, "K", "K", np.float16, False) for c in gemm_sm90.CONFIGS),
+    (gemm_sm90.CONFIGS[0], "MN", "MN", np.float16, True),
+    (gemm_sm90.CONFIGS[1], "K", "MN", np.float32, True)])
+def test_every_config_compiles_for_sm90a_without_spills(cfg, a_major, b_major, out_dtype,
+                                                        epilogue):
+    log = _compiled(cfg, a_major, b_major, out_dtype, epilogue)
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    assert "C7508" not in log, log                       # setmaxnreg was not ignored
