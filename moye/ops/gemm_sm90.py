@@ -33,6 +33,7 @@ from moye import (CopyAtom, Float32, Layout, MoYeArray, Swizzle, UniversalCopy,
                   make_layout, make_tiled_copy_C, make_tiled_mma, size, tile_to_shape)
 
 from ..errors import MoyeError
+from . import rows
 from .epilogue import epilogue_value
 
 BK = 64                     # 128 bytes of 16-bit values: one swizzle row
@@ -300,7 +301,7 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
     store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box)
     tiles = batches * -(-M // bM) * -(-N // bN)
     if blocks is None:
-        blocks = multiprocessors() if backend is None and _on_cuda(out) else 2
+        blocks = rows.multiprocessors(out) if backend is None else 2
     args = (load_a, load_b, store_c, bias, residual, sA, sB, sC, mma, box_mma, save_c, M, N, K,
             batches, int(a.shape[0] > 1), int(b.shape[0] > 1), float(alpha), float(beta),
             bM, bN, stages, group, activation)
@@ -311,13 +312,3 @@ def element_type(x):
     """moye's element type of an array (torch, CuPy, DLPack, NumPy)."""
     from ..compiler.arguments import as_array_arg
     return as_array_arg(x, "array").dtype
-
-
-def _on_cuda(x):
-    return getattr(getattr(x, "device", None), "type", None) == "cuda"
-
-
-@functools.lru_cache(maxsize=1)
-def multiprocessors():
-    from ..backend.cuda import driver
-    return driver.multiprocessor_count()

@@ -209,6 +209,11 @@ def parallel_blocks(x, threads, registers=0, shared=0):
     return sms * max(1, per_sm)
 
 
+def multiprocessors(x):
+    """The multiprocessors of torch CUDA tensor `x`'s device (cached)."""
+    return _cuda_device(x.device.index)[0]
+
+
 # the shared memory the driver keeps per block (sm_80, sm_90)
 BLOCK_RESERVED_SHARED = 1024
 

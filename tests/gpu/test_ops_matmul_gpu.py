@@ -1,0 +1,114 @@
+"""moye.ops.matmul on torch CUDA tensors: every element against float64,
+outputs poisoned first, the shapes of the decode and prefill GEMMs
+(ragged, unaligned, transposed, batched) with the fused epilogue; repeat
+calls on new tensors, autograd, CUDA-graph capture, torch.compile."""
+import math
+
+import pytest
+
+from moye import ops
+
+pytestmark = pytest.mark.gpu
+EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2e-6}
+
+
+def act64(torch, name):
+    F = torch.nn.functional
+    return {None: lambda x: x, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[name]
+
+
+def check(torch, y, a, b, bias=None, activation=None, residual=None, alpha=1.0):
+    ref = alpha * (a.double() @ b.double())
+    if bias is not None:
+        ref = ref + bias.double()
+    ref = act64(torch, activation)(ref)
+    if residual is not None:
+        ref = ref + residual.double()
+    scale = a.double().abs() @ b.double().abs()
+    bound = EPS[str(y.dtype)[6:]] * ref.abs() + 1e-5 * scale + 1e-6
+    bad = ~((y.double() - ref).abs() <= bound)
+    assert not bad.any(), f"{int(bad.sum())} of {bad.numel()} elements off"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape, ta, tb, activation, out32", [
+    ((4096, 4096, 4096), False, False, None, False),
+    ((1, 4096, 4096), False, True, None, False),
+    ((16, 4096, 4096), False, False, "gelu_tanh", True),
+    ((1000, 1000, 1000), True, True, "gelu", False),
+    ((70, 45, 37), True, False, "relu", True),
+    ((3, 130, 264, 200), False, False, "silu", False),
+    ((128, 14336, 4096), False, True, "relu", False),
+])
+def test_matmul_every_element(torch, hopper_only, dtype, shape, ta, tb, activation, out32):
+    dt = getattr(torch, dtype)
+    *batch, M, N, K = shape
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a = torch.randn(*batch, M, K, device="cuda", generator=g).to(dt)
+    a = a.mT.contiguous().mT if ta else a
+    b = torch.randn(N, K, device="cuda", generator=g).to(dt).T if tb else \
+        torch.randn(K, N, device="cuda", generator=g).to(dt)
+    bias = torch.randn(N, device="cuda", generator=g).to(dt)
+    out_dtype = torch.float32 if out32 else dt
+    residual = torch.randn(*batch, M, N, device="cuda", generator=g).to(out_dtype)
+    out = torch.full((*batch, M, N), math.nan, device="cuda", dtype=out_dtype)
+    ops.matmul(a, b, bias=bias, activation=activation, residual=residual, out=out)
+    check(torch, out, a, b, bias, activation, residual)
+    y = ops.matmul(a, b, bias=bias, activation=activation, residual=residual,
+                   out_dtype=out_dtype)
+    torch.testing.assert_close(y, out, atol=0, rtol=0)
+
+
+def test_repeat_calls_take_their_own_tensors(torch, hopper_only):
+    for seed in range(3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        a = torch.randn(256, 512, device="cuda", generator=g).half()
+        b = torch.randn(512, 384, device="cuda", generator=g).half()
+        check(torch, ops.matmul(a, b), a, b)
+
+
+def test_linear_autograd(torch, hopper_only):
+    x = torch.randn(4, 64, 256, device="cuda").bfloat16().requires_grad_()
+    w = torch.randn(512, 256, device="cuda").bfloat16().requires_grad_()
+    bias = torch.randn(512, device="cuda").bfloat16().requires_grad_()
+    y = ops.linear(x, w, bias, activation="gelu")
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, bias)]
+    ref = torch.nn.functional.gelu(torch.nn.functional.linear(*leaves))
+    dy = torch.randn_like(ref)
+    (y.double() * dy).sum().backward()
+    (ref * dy).sum().backward()
+    for t, t64 in zip((x, w, bias), leaves):
+        assert (t.grad.double() - t64.grad).abs().max() / t64.grad.abs().max() < 2e-2
+
+
+def test_cuda_graph_capture_and_replay(torch, hopper_only):
+    a = torch.randn(512, 256, device="cuda").half()
+    b = torch.randn(256, 768, device="cuda").half()
+    bias = torch.randn(768, device="cuda").half()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            ops.matmul(a, b, bias=bias, activation="relu")
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = ops.matmul(a, b, bias=bias, activation="relu")
+    for seed in (1, 2):
+        a.copy_(torch.randn(512, 256, device="cuda", generator=torch.Generator(
+            device="cuda").manual_seed(seed)).half())
+        graph.replay()
+        torch.cuda.synchronize()
+        check(torch, static, a, b, bias, "relu")
+
+
+def test_torch_compile_fullgraph(torch, hopper_only):
+    a = torch.randn(256, 512, device="cuda").half()
+    b = torch.randn(512, 384, device="cuda").half()
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: ops.matmul(a, b, activation="silu") + 1, fullgraph=True)
+    torch.testing.assert_close(f(a, b), ops.matmul(a, b, activation="silu") + 1, atol=0,
+                               rtol=0)
+    explained = torch._dynamo.explain(lambda a, b: ops.matmul(a, b) * 2)(a, b)
+    assert explained.graph_break_count == 0, explained.break_reasons
