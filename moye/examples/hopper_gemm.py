@@ -31,8 +31,9 @@ import sys
 
 import moye
 from moye import BFloat16, CopyAtom, Float16, Float32, Layout, MoYeArray, Swizzle, composition, \
-    copyto, gemm, make_fragment_like, make_layout, make_tiled_copy_C, make_tiled_mma, size, \
+    copyto, make_fragment_like, make_layout, make_tiled_copy_C, make_tiled_mma, size, \
     tile_to_shape
+from moye.ops.gemm_sm90 import consume_tile
 
 BM, BN, BK = 128, 256, 64
 STAGES = 4
@@ -123,23 +124,7 @@ def hopper_gemm_kernel(load_a, load_b, store_c, mma, box_mma, save_c, M, N, K,
         while t < n_tiles:
             m, n = tile_coords(t, tiles_m, tiles_n, group)
             m = m * cluster + rank
-            for i in range(size(acc)):
-                acc[i] = 0.0
-            pipe.consumer_wait(stage, phase)
-            gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
-            last = stage
-            stage, phase = pipe.advance(stage, phase)
-            for k in range(1, k_tiles):
-                pipe.consumer_wait(stage, phase)
-                gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
-                moye.wgmma_wait(1)                         # k-1's wgmma have read their stage
-                if lane0:
-                    pipe.consumer_release(last)
-                last = stage
-                stage, phase = pipe.advance(stage, phase)
-            moye.wgmma_wait(0)
-            if lane0:
-                pipe.consumer_release(last)
+            stage, phase = consume_tile(pipe, mma, acc, tCsA, tCsB, k_tiles, stage, phase, lane0)
             # epilogue: this warpgroup's (bM/2, bN) rows, one 64 x 64 box at a time
             per_box = size(acc) // (bN // EPI)
             for j in range(bN // EPI):

@@ -89,6 +89,32 @@ def tile_coords(t, tiles_m, tiles_n, group):
 
 
 @moye.func
+def consume_tile(pipe, mma, acc, tCsA, tCsB, k_tiles, stage, phase, lane0):
+    """acc = the sum over `k_tiles` stages of `pipe` of wgmma on them (A, B
+    partitioned as tCsA, tCsB: (..., stages)): each stage is released (by
+    the `lane0` threads) once the next one's wgmma are in flight. Returns
+    the (stage, phase) after them."""
+    for i in range(size(acc)):
+        acc[i] = 0.0
+    pipe.consumer_wait(stage, phase)
+    gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
+    last = stage
+    stage, phase = pipe.advance(stage, phase)
+    for k in range(1, k_tiles):
+        pipe.consumer_wait(stage, phase)
+        gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
+        moye.wgmma_wait(1)                                  # k-1's wgmma have read their stage
+        if lane0:
+            pipe.consumer_release(last)
+        last = stage
+        stage, phase = pipe.advance(stage, phase)
+    moye.wgmma_wait(0)
+    if lane0:
+        pipe.consumer_release(last)
+    return stage, phase
+
+
+@moye.func
 def load_tile(load, stage_tile, batch, row0, k0, rows, bar):
     """TMA-load the (rows, bK) tile of `load`'s array at (batch, row0, k0)
     into `stage_tile`, in boxes of load.tile[1] rows (one box for a K-major
@@ -153,23 +179,7 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
         while t < n_tiles:
             bt = t // per_batch
             m, n = tile_coords(t % per_batch, tiles_m, tiles_n, group)
-            for i in range(size(acc)):
-                acc[i] = 0.0
-            pipe.consumer_wait(stage, phase)
-            gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
-            last = stage
-            stage, phase = pipe.advance(stage, phase)
-            for k in range(1, k_tiles):
-                pipe.consumer_wait(stage, phase)
-                gemm(mma, acc, tCsA[:, :, :, stage], tCsB[:, :, :, stage], acc)
-                moye.wgmma_wait(1)                          # k-1's wgmma have read their stage
-                if lane0:
-                    pipe.consumer_release(last)
-                last = stage
-                stage, phase = pipe.advance(stage, phase)
-            moye.wgmma_wait(0)
-            if lane0:
-                pipe.consumer_release(last)
+            stage, phase = consume_tile(pipe, mma, acc, tCsA, tCsB, k_tiles, stage, phase, lane0)
             res = residual[bt, :, :] if residual is not None else None
             # the epilogue: this warpgroup's 64 rows, one box of box_cols columns at a time
             per_box = size(acc) // (bN // box_cols)
