@@ -224,5 +224,11 @@ def _kernel_for(out):
     import torch
     if torch.cuda.get_device_capability(out.device)[0] == 9:
         return gemm_sm90
-    from . import gemm_sm80
+    try:
+        from . import gemm_sm80
+    except ModuleNotFoundError:
+        from ..errors import MoyeError
+        raise MoyeError(f"matmul: no kernel for compute capability "
+                        f"{torch.cuda.get_device_capability(out.device)} in this build of moye "
+                        "(gemm_sm90 needs 9.x)") from None
     return gemm_sm80
