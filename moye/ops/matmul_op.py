@@ -204,16 +204,16 @@ def _address(t):
 def _launch(a3, b3, out3, bias, residual3, alpha, activation):
     from . import gemm_sm90
     kernel = _kernel_for(out3)
-    cfg = kernel.default_config(out3.shape[1], out3.shape[2], a3.shape[2], out3.shape[0])
     backend = None if rows.backend_of(out3) == "cuda" else "cpu"
     if kernel is gemm_sm90:
+        cfg = gemm_sm90.default_config(out3.shape[1], out3.shape[2], a3.shape[2], out3.shape[0])
         grid, block, args = gemm_sm90.arguments(
             a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
             activation=activation, cfg=cfg, blocks=None, backend=backend)
         replay.launch(gemm_sm90.sm90_gemm_kernel, (grid, block), args, backend)
     else:
         kernel.launch(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
-                      activation=activation, config=cfg)
+                      activation=activation, config=None)     # by the device's limits
 
 
 def _kernel_for(out):
