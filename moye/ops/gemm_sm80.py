@@ -42,6 +42,7 @@ from moye import (CopyAtom, Layout, MoYeArray, Swizzle, UInt128, composition, co
 
 from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError
+from . import replay
 from .epilogue import check_activation, epilogue_value
 
 
@@ -413,8 +414,9 @@ def launch(a, b, out, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
     if plan.launch is None:
         return
     a, b, residual = (x[0] if shared else x for x, shared in zip((a, b, residual), plan.shared))
-    gemm_kernel[plan.launch](a, b, out, residual if beta != 0 else None, float(alpha),
-                             float(beta), *plan.args, bias, activation, backend=backend)
+    replay.launch(gemm_kernel, plan.launch, (a, b, out, residual if beta != 0 else None,
+                                             float(alpha), float(beta), *plan.args, bias,
+                                             activation), backend)
 
 
 _PLANS = {}             # what decides a launch's plan -> its Plan (bounded)

@@ -219,3 +219,16 @@ def test_every_config_compiles_for_sm90a_without_spills(cfg, a_major, b_major, o
     log = _compiled(cfg, a_major, b_major, out_dtype, epilogue)
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
     assert "C7508" not in log, log                       # setmaxnreg was not ignored
+
+
+def test_replayed_calls_of_the_sm80_kernel_launch_it(monkeypatch):
+    """The mma.sync kernel's launches go through replay.launch: a repeat
+    call replays them on its own tensors (before, it replayed none, leaving
+    the new output unwritten)."""
+    from moye.ops import gemm_sm80, matmul_op
+    monkeypatch.setattr(matmul_op, "_kernel_for", lambda out: gemm_sm80)
+    for _ in range(3):
+        a, b = torch.randn(40, 64).half(), torch.randn(64, 72).half()
+        y = ops.matmul(a, b, activation="relu")
+        assert_close(y.numpy(), np.maximum(reference(a.numpy(), b.numpy()), 0), a.numpy(),
+                     b.numpy())
