@@ -32,6 +32,7 @@ from moye import (CopyAtom, Float32, Layout, MoYeArray, Swizzle, UniversalCopy,
                   composition, copyto, gemm, make_fragment_like, make_identity_array,
                   make_layout, make_tiled_copy_C, make_tiled_mma, size, tile_to_shape)
 
+from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError
 from . import rows
 from .epilogue import epilogue_value
@@ -240,8 +241,7 @@ def operand_tile(dtype, major, rows):
 def major(x, what):
     """"K" where the last mode of `x` (rows, K) is contiguous, "MN" where the
     rows are, else a MoyeError."""
-    strides = x.stride() if callable(getattr(x, "stride", None)) else \
-        tuple(s // x.itemsize for s in x.strides)
+    strides = as_array_arg(x, what).strides
     if strides[-1] == 1:
         return "K"
     if strides[-2] == 1:
@@ -320,5 +320,4 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
 
 def element_type(x):
     """moye's element type of an array (torch, CuPy, DLPack, NumPy)."""
-    from ..compiler.arguments import as_array_arg
     return as_array_arg(x, "array").dtype

@@ -13,8 +13,9 @@ never read), and an output whose are not is written through such a copy.
 """
 import numpy as np
 
+from ..compiler.arguments import as_array_arg
 from ..errors import MoyeTypeError, ShapeError
-from . import replay, rows
+from . import gemm_sm80, gemm_sm90, replay, rows
 from .epilogue import check_activation
 
 IN_TYPES = ("float16", "bfloat16")
@@ -151,20 +152,21 @@ def _swap_last(t):
 
 def _strides(t):
     """Element strides of a torch tensor or NumPy array."""
-    return tuple(t.stride()) if rows.is_torch(t) else tuple(s // t.itemsize for s in t.strides)
+    return as_array_arg(t).strides
 
 
 def _tma_rows(t):
     """Whether TMA addresses 3-D `t`: one of its last two modes contiguous, the
     other's stride (and the batch stride, if more than one) a multiple of 16
     bytes, its address 16-byte aligned."""
-    s, ebytes = _strides(t), _itemsize(t)
+    arg = as_array_arg(t)
+    s, ebytes = arg.strides, arg.dtype.bits // 8
     inner = 2 if s[2] == 1 or t.shape[2] == 1 else 1 if s[1] == 1 or t.shape[1] == 1 else None
     if inner is None:
         return False
     outer = [3 - inner] + ([0] if t.shape[0] > 1 else [])
     return all(s[k] > 0 and s[k] * ebytes % ALIGN_BYTES == 0 for k in outer) and \
-        _address(t) % ALIGN_BYTES == 0
+        arg.ptr % ALIGN_BYTES == 0
 
 
 def _tma_ready(t):
@@ -194,41 +196,25 @@ def _zeros(like, shape):
 
 
 def _itemsize(t):
-    return t.element_size() if rows.is_torch(t) else t.itemsize
-
-
-def _address(t):
-    return t.data_ptr() if rows.is_torch(t) else t.__array_interface__["data"][0]
+    return as_array_arg(t).dtype.bits // 8
 
 
 def _launch(a3, b3, out3, bias, residual3, alpha, activation):
-    from . import gemm_sm90
-    kernel = _kernel_for(out3)
     backend = None if rows.backend_of(out3) == "cuda" else "cpu"
-    if kernel is gemm_sm90:
+    if _kernel_for(out3) is gemm_sm90:
         cfg = gemm_sm90.default_config(out3.shape[1], out3.shape[2], a3.shape[2], out3.shape[0])
         grid, block, args = gemm_sm90.arguments(
             a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
             activation=activation, cfg=cfg, blocks=None, backend=backend)
         replay.launch(gemm_sm90.sm90_gemm_kernel, (grid, block), args, backend)
     else:
-        kernel.launch(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
-                      activation=activation, config=None)     # by the device's limits
+        gemm_sm80.launch(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
+                         activation=activation, config=None)     # by the device's limits
 
 
 def _kernel_for(out):
     """The kernel module for out's device (see the module doc)."""
-    from . import gemm_sm90
     if rows.backend_of(out) != "cuda":
         return gemm_sm90
     import torch
-    if torch.cuda.get_device_capability(out.device)[0] == 9:
-        return gemm_sm90
-    try:
-        from . import gemm_sm80
-    except ModuleNotFoundError:
-        from ..errors import MoyeError
-        raise MoyeError(f"matmul: no kernel for compute capability "
-                        f"{torch.cuda.get_device_capability(out.device)} in this build of moye "
-                        "(gemm_sm90 needs 9.x)") from None
-    return gemm_sm80
+    return gemm_sm90 if torch.cuda.get_device_capability(out.device)[0] == 9 else gemm_sm80
