@@ -28,7 +28,6 @@ import math
 import os
 import re
 import statistics
-import tempfile
 import threading
 import time
 import types
@@ -38,6 +37,7 @@ from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout.scalar import is_int
 from .arguments import as_array_arg, keyword_arguments_error, spec_text, static_key
 from .device_function import DeviceFunction
+from .disk import atomic_write
 from .frontend import KernelFunction, _backend_named, default_backend
 from .identity import function_key
 
@@ -632,24 +632,8 @@ def read_records(path):
 
 
 def write_records(path, records, function):
-    """Write a tuning file atomically, as the disk cache writes its files
-    (backend/cuda/cache.put): a temporary file in the same folder, then
-    os.replace. A folder that cannot be written only costs tuning again."""
-    folder = os.path.dirname(path)
-    tmp = None
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, "function": function, "records": records}, f,
+    """Write a tuning file atomically (disk.atomic_write). A folder that
+    cannot be written only costs tuning again."""
+    text = json.dumps({"format": FORMAT, "function": function, "records": records},
                       indent=1, sort_keys=True)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    atomic_write(path, text.encode("utf-8"))

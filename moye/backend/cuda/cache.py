@@ -20,8 +20,8 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 
+from ...compiler.disk import atomic_write
 from ...package_hash import package_key
 
 _MAGIC = b"MOYECACHE1\n"
@@ -101,24 +101,8 @@ def put(k, payload):
     """Store `payload` (bytes) under key `k`, in memory and atomically on disk."""
     payload = bytes(payload)
     _memory[k] = payload
-    d = directory()
-    tmp = None
-    try:
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".bin")
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + len(payload).to_bytes(8, "little")
-                    + hashlib.sha256(payload).digest() + payload)
-        os.replace(tmp, _path(k))
-        tmp = None
-    except OSError:
-        pass                    # a read-only or full cache folder only costs recompilation
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    atomic_write(_path(k), _MAGIC + len(payload).to_bytes(8, "little")
+                 + hashlib.sha256(payload).digest() + payload)   # unwritable: recompile
 
 
 def clear_memory():
