@@ -33,7 +33,7 @@ import moye
 from moye import BFloat16, CopyAtom, Float16, Float32, Layout, MoYeArray, Swizzle, composition, \
     copyto, make_fragment_like, make_layout, make_tiled_copy_C, make_tiled_mma, size, \
     tile_to_shape
-from moye.ops.gemm_sm90 import consume_tile
+from moye.ops.gemm_sm90 import consume_tile, tile_coords
 
 BM, BN, BK = 128, 256, 64
 STAGES = 4
@@ -44,16 +44,6 @@ GROUP = 8                   # output tiles of one column the resident blocks sha
 # blocks of a cluster (along M) that share B's tiles by TMA multicast: 2 ran as fast as 1 on
 # the H100 (within the card's noise), and a cluster launch costs more host time
 CLUSTER = 1
-
-
-def tile_coords(t, tiles_m, tiles_n, group):
-    """The (m, n) output tile of linear tile `t`: tiles go down columns of
-    `group` tile rows, so that the tiles in flight at once share A's and B's
-    panels in L2 (CUTLASS: the swizzled tile scheduler)."""
-    per_group = group * tiles_n
-    first_m = t // per_group * group
-    rows = moye.minimum(tiles_m - first_m, group)
-    return first_m + t % per_group % rows, t % per_group // rows
 
 
 @moye.kernel

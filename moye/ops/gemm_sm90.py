@@ -41,6 +41,7 @@ BK = 64                     # 128 bytes of 16-bit values: one swizzle row
 EPI_ROWS = 64               # an epilogue box: 64 rows of 128 bytes
 EPI_SLOTS = 2               # boxes each consumer warpgroup has in flight
 SWIZZLE_ROW = 64            # 16-bit values in a 128-byte swizzle row (an M/N-major box's rows)
+SMS_H100 = 132              # the heuristic's multiprocessors where no device says (CPU backend)
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,7 +62,7 @@ CONFIGS = tuple(config(*c) for c in ((128, 256, 4), (128, 128, 6), (64, 256, 5),
                                      (128, 64, 8), (64, 64, 8)))
 
 
-def default_config(M, N, K, batches=1, sms=132):
+def default_config(M, N, K, batches=1, sms=SMS_H100):
     """The heuristic's config for an (M, N, K) GEMM of `batches`: 64-row
     tiles for M <= 64 (wgmma's least), else 128; the widest bN whose tiles
     still fill the `sms` multiprocessors (else the narrowest), with the

@@ -202,10 +202,13 @@ def _itemsize(t):
 def _launch(a3, b3, out3, bias, residual3, alpha, activation):
     backend = None if rows.backend_of(out3) == "cuda" else "cpu"
     if _kernel_for(out3) is gemm_sm90:
-        cfg = gemm_sm90.default_config(out3.shape[1], out3.shape[2], a3.shape[2], out3.shape[0])
+        sms = rows.multiprocessors(out3) if backend is None else gemm_sm90.SMS_H100
+        cfg = gemm_sm90.default_config(out3.shape[1], out3.shape[2], a3.shape[2], out3.shape[0],
+                                       sms)
         grid, block, args = gemm_sm90.arguments(
             a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
-            activation=activation, cfg=cfg, blocks=None, backend=backend)
+            activation=activation, cfg=cfg, blocks=sms if backend is None else None,
+            backend=backend)
         replay.launch(gemm_sm90.sm90_gemm_kernel, (grid, block), args, backend)
     else:
         gemm_sm80.launch(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
