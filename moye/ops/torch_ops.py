@@ -496,7 +496,7 @@ def matmul(a, b, bias, activation, residual, alpha, out, out_dtype):
     """The public matmul on torch tensors: the custom op, or with `out`
     (which autograd and torch.compile do not take) the raw function."""
     check_devices("matmul", a=a, b=b, bias=bias, residual=residual, out=out)
-    if isinstance(out_dtype, str):
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):   # a name, NumPy's
         out_dtype = getattr(torch, rows.raw("type_name")(out_dtype, "matmul"))
     if out is not None:
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad

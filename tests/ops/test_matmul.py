@@ -155,6 +155,14 @@ def test_torch_mixed_with_numpy_is_refused():
         ops.matmul(torch.zeros(4, 3, dtype=torch.float16), np.zeros((3, 4), np.float16))
 
 
+def test_torch_out_dtype_by_any_name():
+    a, b = torch.randn(8, 16).half(), torch.randn(16, 24).half()
+    for name in (torch.float32, "float32", np.float32):
+        assert ops.matmul(a, b, out_dtype=name).dtype == torch.float32
+    with pytest.raises(MoyeError, match="out_dtype"):
+        ops.matmul(a, b, out_dtype=np.int8)
+
+
 def test_replayed_calls_take_their_own_tensors():
     """A repeat call of one signature must not reuse the first call's tensor
     maps (they hold its addresses)."""
