@@ -38,7 +38,7 @@ from ..layout.scalar import is_int
 from .arguments import as_array_arg, keyword_arguments_error, spec_text, static_key
 from .device_function import DeviceFunction
 from .disk import atomic_write
-from .frontend import KernelFunction, _backend_named, default_backend
+from .frontend import KernelFunction, backend_named, default_backend
 from .identity import function_key
 
 HOOKS = types.SimpleNamespace(
@@ -410,7 +410,7 @@ class Autotuner:
     def _backend(self, args, kwargs, backend):
         """Where the call runs: `backend=`, the kernel's own, its first
         array's device, else the default backend."""
-        backend = _backend_named(backend) or (self.kernel and self.kernel.backend)
+        backend = backend_named(backend) or (self.kernel and self.kernel.backend)
         if backend:
             return backend
         for value in args + tuple(kwargs.values()):

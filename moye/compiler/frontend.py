@@ -38,7 +38,7 @@ BACKENDS = {}
 STATIC_SMEM_LIMIT = 48 * 1024        # above this, shared arrays move to dynamic shared memory
 
 
-def _backend_named(backend):
+def backend_named(backend):
     """`backend` if it names a backend (or is None); a LaunchError saying
     which do otherwise."""
     if backend is None or (isinstance(backend, str) and backend in BACKENDS):
@@ -102,7 +102,7 @@ class KernelFunction:
         self.constexpr_names = {n for n, p in self.signature.parameters.items()
                                 if p.annotation is Constexpr or p.annotation == "Constexpr"
                                 or p.annotation == "moye.Constexpr"}
-        self._backend = _backend_named(backend)
+        self._backend = backend_named(backend)
         self._rewritten = None          # the function to trace (see _rewrite)
         self._stamp = source_stamp(fn)  # its file when defined (rewrite_function)
         self._identity = None           # code_identity(), computed once
@@ -135,7 +135,7 @@ class KernelFunction:
 
     @backend.setter
     def backend(self, value):
-        self._backend = _backend_named(value)
+        self._backend = backend_named(value)
         self._entries.clear()           # they chose a backend without asking
         self._launches.clear()
         self._recent.clear()
@@ -288,7 +288,7 @@ class KernelFunction:
         with new arguments of the same kinds: `ck(*args, grid=, block=)`.
         `arch` is an NVRTC target such as "sm_80" or "sm_90a" (by default
         the device's)."""
-        backend = _backend_named(backend) or self.backend or default_backend()
+        backend = backend_named(backend) or self.backend or default_backend()
         check_arch_name(arch)
         block = _dim3(block, "block")
         check_block(block)
@@ -338,7 +338,7 @@ class KernelFunction:
     def _backend_for(self, binding, backend=None):
         """The backend a launch of `binding` runs on: `backend` if given, else
         the kernel's own, else its arrays' device's, else the default."""
-        return _backend_named(backend) or self._backend or _backend_of(binding) or \
+        return backend_named(backend) or self._backend or _backend_of(binding) or \
             default_backend()
 
     def _dispatch(self, config, grid, block, tried, args, smem, stream, backend):
@@ -554,7 +554,7 @@ def kernel(fn=None, *, backend=None, fast_math=False):
     `@moye.kernel`, `@moye.kernel(backend="cpu")`, or
     `@moye.kernel(fast_math=True)`: moye.exp, exp2, rsqrt, tanh and Float32
     division by their PTX approximations (docs/builtins.md, "Fast math")."""
-    _backend_named(backend)
+    backend_named(backend)
     _check_fast_math(fast_math)
     if fn is None:
         return lambda f: kernel(f, backend=backend, fast_math=fast_math)
