@@ -350,7 +350,9 @@ class FastLaunch:
     a stream object's handle; `cluster_config(grid, block, smem, stream,
     cluster)` cuLaunchKernelEx's configuration; `failed(err, grid, block,
     smem, stream, params, cluster)` handles a failed launch;
-    `tensor_map(tma_copy)` is the bytes of a TensorMapArgument's tensor map."""
+    `tensor_map(tma_copy)` is the bytes of a TensorMapArgument's tensor map,
+    `tensor_map_at(tma_copy)` a function of an address giving that map
+    moved to the address."""
     pack: object
     slots: list
     new_slot: object
@@ -366,3 +368,4 @@ class FastLaunch:
     cluster_config: object
     failed: object
     tensor_map: object
+    tensor_map_at: object

@@ -18,7 +18,8 @@ CUDA driver's launch sequence (the only backend with a fast path).
 prepared_launch writes one more kind of launch function, for callers that
 hold every argument's kind fixed themselves (the ops' replayed calls): it
 rereads only the arrays' addresses (and their alignment), all other
-values being constants of the call it was made from.
+values being constants of the call it was made from; a TMA copy's tensor
+map is the recorded one with the new array's address written in.
 
 `kern[grid, block]` returns the launch function last used with that
 configuration. A call the function's checks reject goes to the kernel's
@@ -279,35 +280,48 @@ def _launch_sequence(values, fast):
 
 def prepared_launch(binding, fast, grid, count):
     """A launch of `binding`'s specialization with its values, where only
-    the arrays' addresses change: `launch(*args)` takes `count` arguments
-    in the kernel's order, reads the arrays' data_ptr() (torch tensors)
-    and launches on torch's current stream. Nothing else of the arguments
-    is read: it is for callers that hold the arrays' dtypes, shapes, strides
-    and device and the other arguments fixed (replay.Recipe). It returns
-    NOT_MINE, launching nothing, where an address's 16-byte alignment is
-    not the specialization's. None where the specialization takes a TMA
-    descriptor (made per launch) or an array from a default. Written as
-    Python source like make_entry's launch functions, the other values
-    constants."""
+    the arrays' addresses change: `launch(*arrays)` takes the arrays
+    among the kernel's `count` arguments (their places are
+    `launch.places`), in order, reads their data_ptr() (torch tensors) and
+    launches on torch's current stream. In a TMA copy's place it takes the
+    array at the address of the copy's new tensor map: the map is the
+    bound copy's, moved there (fast.tensor_map_at). Nothing else of the
+    arguments is read: it is for callers that hold the arrays' dtypes,
+    shapes, strides and device and the other arguments fixed
+    (replay.Recipe). It returns NOT_MINE, launching nothing, where an
+    address's 16-byte alignment is not the specialization's (a tensor
+    map's must be aligned). None where the specialization takes an array
+    from a default. Written as Python source like make_entry's launch
+    functions, the other values constants."""
     env = {"NOT_MINE": NOT_MINE, "grid": tuple(grid)}
     env.update({"_" + f.name: getattr(fast, f.name) for f in fields(fast)})
-    bound, values, aligned, misaligned, at = binding.values(), [], [], [], 0
+    bound, values, trial, aligned, misaligned, at = binding.values(), [], [], [], [], 0
+    places = tuple(i for i, p in enumerate(binding.params) if type(p) in (ArrayParam, TMAParam))
+    if places and places[-1] >= count:
+        return None
     for i, p in enumerate(binding.params):
-        if type(p) is TMAParam or (type(p) is ArrayParam and i >= count):
-            return None
+        if type(p) is TMAParam:
+            env[f"m{i}"] = fast.tensor_map_at(bound[at])
+            aligned.append(f"p{i}")
+            values.append(f"m{i}(p{i} := a{i}.data_ptr())")
+            trial.append(fast.tensor_map(bound[at]))
+            at += 1
+            continue
         if type(p) is ArrayParam:
             (aligned if p.aligned else misaligned).append(f"p{i}")
             values.append(f"(p{i} := a{i}.data_ptr())")
+            trial.append(0)
             tail = bound[at + 1:at + len(p.ir_params)]
         else:
             tail = bound[at:at + len(p.ir_params)]
         for v in tail:
             env[f"k{len(env)}"] = v
             values.append(f"k{len(env) - 1}")
+            trial.append(v)
         at += len(p.ir_params)
     try:            # values struct takes as they are (else: None, the launch path converts)
         buf, offset, _ = fast.slots[-1] if fast.slots else fast.new_slot()
-        fast.pack(buf, offset, *[0 if v.startswith("(") else env[v] for v in values])
+        fast.pack(buf, offset, *trial)
     except (struct.error, TypeError):
         return None
     checks = [f"({' | '.join(aligned)}) & 15"] if aligned else []
@@ -316,7 +330,7 @@ def prepared_launch(binding, fast, grid, count):
              "    gx, gy, gz, *cluster = grid",
              "    cluster = tuple(cluster) or None",
              f"    smem = {fast.dynamic_smem}",
-             f"    def launch({''.join(f'a{i}, ' for i in range(count))}/):"]
+             f"    def launch({''.join(f'a{i}, ' for i in places)}/):"]
     # the addresses are read as the values are packed: check them after, before the launch
     body = _launch_sequence(values, fast)
     packed = next(k for k, line in enumerate(body) if "_pack(" in line) + 1
@@ -327,5 +341,5 @@ def prepared_launch(binding, fast, grid, count):
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<moye prepared launch>", "exec"), env)  # noqa: S102
     launch = env["make"]()
-    launch.source = source
+    launch.source, launch.places = source, places
     return launch

@@ -307,13 +307,15 @@ class KernelFunction:
     def prepared(self, config, args):
         """`self[config](*args)` made ready to launch again on new arrays of
         the same kinds, rereading only their addresses
-        (dispatch.prepared_launch: `f(*new_args)` gives None once launched,
-        and NOT_MINE, launching nothing, where an address's alignment selects
+        (dispatch.prepared_launch: `f(*new_arrays)`, the arrays alone, at
+        the places `f.places` of args, gives None once launched, and
+        NOT_MINE, launching nothing, where an address's alignment selects
         another specialization). It checks nothing else of the new arguments
         (the arrays' dtypes, shapes, strides and device, the other values):
         for callers that hold them fixed, as the ops' replayed calls
-        (moye/ops/replay.py) do. None where the launch would run on the CPU
-        backend, or takes a TMA descriptor.
+        (moye/ops/replay.py) do. A TMACopy's place takes the array at its
+        new tensor map's address (the map is moved there). None where the
+        launch would run on the CPU backend.
 
             >>> import moye, numpy as np
             >>> @moye.kernel

@@ -269,6 +269,7 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
     return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype)
 
 
+@replay.replayed(autograd=True)
 def linear(x, weight, bias=None, activation=None):
     """activation(x @ weight^T + bias), torch.nn.functional.linear's
     convention: weight (N, K), x (..., K) with any leading dimensions.

@@ -13,7 +13,8 @@ new outputs, the same launches on the new tensors, the result built from
 them. The per-shape plan cache of the ops is this. A replayed CUDA launch
 rereads only the tensors' addresses (kernel.prepared: the signature holds
 everything else), and dispatches in full where an address's alignment
-selects another specialization. The public ops (functional.py) are
+selects another specialization (the whole call runs in full where that
+launch takes TMA copies: their maps are made from the call's views). The public ops (functional.py) are
 replayed too, so their later calls skip the layers above the raw
 functions as well.
 
@@ -21,8 +22,11 @@ A record is kept only when it is complete, else the signature always runs
 in full:
 - each array a launch took is an argument or an output, or a view of one
   starting at its address (`x.reshape(m, n)`, `part[:used]`), and only
-  one of them (arguments aliased to one another are not recorded); no
-  launch took a TMA copy (its tensor map holds an address);
+  one of them (arguments aliased to one another are not recorded); a
+  launch that takes TMA copies is the first, on CUDA, and each copy maps
+  one of those tensors from its address (a replay moves the recorded
+  tensor maps to the new tensors' addresses; where one is not 16-byte
+  aligned, the call runs in full);
 - the result is outputs or views of them, None, or tuples of these;
 - no input or output changed on the host (their torch version counters)
   and the call did no other work on the host (`host_work`: reading values
@@ -42,6 +46,7 @@ _SCALARS = (int, float, bool, str, type(None))
 _recordings = {}       # thread ident -> the _Recording of the call it records (no
                        # threading.local: its getattr costs 0.4 us, a dict lookup 0.07)
 _FULL = object()       # a signature whose calls run in full
+_MISS = object()       # Recipe.run's answer where this call must run in full
 _torch = None          # torch, once a call was recorded (the recipes' allocator)
 _RECIPES = []          # every replayed function's recipes, for forget()
 
@@ -55,7 +60,8 @@ class Recipe:
     launches took ((pool index, size, stride) each), the launches'
     non-tensor arguments and None (`constants`); then `launches` (kernel,
     config, backend, pool indices of the arguments, and the launch made
-    ready for them by kernel.prepared, or None) and the `result` (a pool
+    ready for them by kernel.prepared, or None; whether it takes TMA copies,
+    whose places hold the tensors they map) and the `result` (a pool
     index, or a tuple of them)."""
     __slots__ = ("inputs", "outputs", "views", "constants", "launches", "result", "_take",
                  "_steps", "_result")
@@ -66,12 +72,16 @@ class Recipe:
         # what run() does, with the pool's reads as itemgetters (a list comprehension
         # costs several times as much)
         self._take = _getter(inputs)
-        self._steps = tuple((_getter(places), prepared, kernel, config, backend)
-                            for kernel, config, backend, places, prepared in launches)
+        self._steps = tuple(
+            (_getter(places), prepared and _getter([places[i] for i in prepared.places]),
+             prepared, kernel, config, backend, maps)
+            for kernel, config, backend, places, prepared, maps in launches)
         self._result = result if type(result) is int else _getter(result)
 
     def run(self, args):
-        """The call replayed on `args`: its result."""
+        """The call replayed on `args`: its result, or _MISS, launching
+        nothing, where its first launch takes TMA copies and an address's
+        alignment is not the record's."""
         pool = list(self._take(args))
         for like, near, size, dtype, device in self.outputs:
             if like is not None:
@@ -84,10 +94,13 @@ class Recipe:
         for source, size, stride in self.views:
             pool.append(pool[source].as_strided(size, stride))
         pool += self.constants
-        for take, prepared, kernel, config, backend in self._steps:
-            launch_args = take(pool)
-            if prepared is None or prepared(*launch_args) is not None:    # not launched
-                kernel[config](*launch_args, backend=backend)
+        for take, arrays, prepared, kernel, config, backend, maps in self._steps:
+            if prepared is not None:
+                if prepared(*arrays(pool)) is None:
+                    continue
+                if maps:            # the first launch (see _Planner.launch)
+                    return _MISS
+            kernel[config](*take(pool), backend=backend)
         result = self._result
         return pool[result] if type(result) is int else result(pool)
 
@@ -173,7 +186,8 @@ def replayed(fn=None, *, autograd=False):
             return fn(*args)
         recipe = recipes.get(key)
         if recipe is not None:
-            return recipe.run(args) if recipe is not _FULL else fn(*args)
+            out = recipe.run(args) if recipe is not _FULL else _MISS
+            return out if out is not _MISS else fn(*args)
         out, recipe = _record(fn, args)
         if len(recipes) >= RECIPES_LIMIT:
             recipes.clear()
@@ -304,18 +318,27 @@ class _Planner:
         self.views, self.constants = [], []
 
     def recipe(self, inputs, launches, out):
-        launches = tuple((kernel, config, backend, tuple(self.place(a) for a in launch_args),
-                          None if backend is not None else kernel.prepared(config, launch_args))
-                         for kernel, config, backend, launch_args in launches)
+        launches = tuple(self.launch(k, *launch) for k, launch in enumerate(launches))
         result = self.result(out)
         outputs = tuple((self.like(k), self.near(k), tuple(t.shape), t.dtype, t.device)
                         for k, t in enumerate(self.tensors) if k >= self.first_output)
         base = len(self.tensors) + len(self.views)
         views = tuple(self.views)
-        launches = tuple((kernel, config, backend, _moved(places, base), prepared)
-                         for kernel, config, backend, places, prepared in launches)
+        launches = tuple((kernel, config, backend, _moved(places, base), prepared, maps)
+                         for kernel, config, backend, places, prepared, maps in launches)
         return Recipe(inputs, outputs, views, tuple(self.constants), launches,
                       _moved(result, base))
+
+    def launch(self, k, kernel, config, backend, args):
+        """The `k`th launch's (kernel, config, backend, places, prepared
+        launch or None, whether it takes TMA copies). One that does must
+        be the first (a later one that its prepared launch refuses could not
+        run in full: its copies' views are not recorded) and on CUDA."""
+        prepared = None if backend is not None else kernel.prepared(config, args)
+        maps = any(type(a) is TMACopy for a in args)
+        if maps and (k > 0 or prepared is None):
+            raise _Incomplete
+        return kernel, config, backend, tuple(self.place(a) for a in args), prepared, maps
 
     def like(self, k):
         """The index of a tensor before output `k` (an argument or an earlier
@@ -338,9 +361,11 @@ class _Planner:
         return None
 
     def place(self, a, constant=True):
+        if type(a) is TMACopy:          # the place of the tensor it maps, from its address
+            return self.tensor_at(a.array.ptr)
         if not hasattr(a, "data_ptr"):
-            if not constant or type(a) is list or type(a) is TMACopy:
-                raise _Incomplete       # a TMACopy holds its array's address: made per call
+            if not constant or type(a) is list:
+                raise _Incomplete
             self.constants.append(a)
             return -len(self.constants)         # a constant's place, made final by _moved
         ptr = a.data_ptr()
@@ -357,6 +382,13 @@ class _Planner:
         if view not in self.views:
             self.views.append(view)
         return len(self.tensors) + self.views.index(view)
+
+    def tensor_at(self, ptr):
+        """The place of the one tensor of the call starting at `ptr`."""
+        found = [k for k, t in enumerate(self.tensors) if t.data_ptr() == ptr]
+        if len(found) != 1:
+            raise _Incomplete
+        return found[0]
 
     def result(self, out, top=True):
         """The result's place: an output (not an argument) or a view of one,

@@ -61,11 +61,48 @@ def test_matmul_every_element(torch, hopper_only, dtype, shape, ta, tb, activati
 
 
 def test_repeat_calls_take_their_own_tensors(torch, hopper_only):
-    for seed in range(3):
+    """Repeat calls of one signature replay the first (its launch with the
+    tensor maps moved to the new tensors); a view of the same signature
+    whose address TMA cannot take runs in full (through a padded copy)."""
+    from moye.ops import replay
+    base = torch.randn(256, 520, device="cuda").half()
+    for seed in range(4):
         g = torch.Generator(device="cuda").manual_seed(seed)
-        a = torch.randn(256, 512, device="cuda", generator=g).half()
+        a = torch.randn(256, 520, device="cuda", generator=g).half()[:, 8:]
         b = torch.randn(512, 384, device="cuda", generator=g).half()
-        check(torch, ops.matmul(a, b), a, b)
+        bias = torch.randn(384, device="cuda", generator=g).half()
+        residual = torch.randn(256, 384, device="cuda", generator=g).half()
+        y = ops.matmul(a, b, bias=bias, activation="gelu", residual=residual)
+        check(torch, y, a, b, bias, "gelu", residual)
+        key = replay.signature((a, b, bias, "gelu", residual, 1.0, None, None), True)
+        assert type(ops.matmul.recipes[key]) is replay.Recipe
+        x = torch.randn(2, 64, 512, device="cuda", generator=g).bfloat16()
+        w = torch.randn(384, 512, device="cuda", generator=g).bfloat16()
+        b16 = bias.bfloat16()
+        y = ops.linear(x, w, b16, activation="relu")
+        check(torch, y.reshape(128, 384), x.reshape(128, 512), w.T, b16, "relu")
+        key = replay.signature((x, w, b16, "relu"), True)
+        assert type(ops.linear.recipes[key]) is replay.Recipe
+    misaligned = base[:, 1:513]                   # a's signature, 2 bytes past 16
+    assert misaligned.stride() == a.stride() and misaligned.data_ptr() % 16
+    y = ops.matmul(misaligned, b, bias=bias, activation="gelu", residual=residual)
+    check(torch, y, misaligned, b, bias, "gelu", residual)
+
+
+def test_tensor_maps_move_as_the_driver_moves_them(torch, hopper_only):
+    import dataclasses
+
+    import moye
+    from moye.backend.cuda import driver
+    x = torch.zeros(1 << 20, device="cuda").half()
+    tile = moye.composition(moye.Swizzle(3, 3, 3), moye.Layout((8, 64), (64, 1)))
+    copy = moye.make_tma_copy(moye.TMA_LOAD, x[: 512 * 64].view(512, 64), tile)
+    at = driver.tensor_map_at(copy)
+    for offset in (16, 4096, 1 << 19, 12345 * 16):
+        address = copy.args.global_address + offset
+        moved = dataclasses.replace(copy.args, global_address=address)
+        assert at(address) == driver.encode_tensor_map(moved)
+        assert driver.replace_address(driver.tensor_map_bytes(copy), address) == at(address)
 
 
 def test_linear_autograd(torch, hopper_only):

@@ -185,8 +185,13 @@ class Recorder:
         self.real, self.launches, self.types, self.yield_gil = real, [], {}, False
         self.OK = real.CUresult.CUDA_SUCCESS
         for name in ("CUresult", "CUfunction", "CUstream", "CUlaunchConfig", "CUlaunchAttribute",
-                     "CUlaunchAttributeID"):
+                     "CUlaunchAttributeID", "CUtensorMap"):
             setattr(self, name, getattr(real, name))
+        self.address_at = 0         # where cuTensorMapReplaceAddress writes the address
+
+    def cuTensorMapReplaceAddress(self, tensor_map, address):  # noqa: N802
+        ctypes.c_uint64.from_address(tensor_map.getPtr() + self.address_at).value = address
+        return (self.OK,)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # noqa: N802
         if self.yield_gil:
@@ -195,7 +200,8 @@ class Recorder:
         values = []
         for i, t in enumerate(types):
             at = ctypes.c_uint64.from_address(params + 8 * i).value
-            values.append(t.from_address(at).value)
+            value = t.from_address(at)
+            values.append(value.raw if hasattr(value, "raw") else value.value)
         self.launches.append({"function": int(f), "grid": (gx, gy, gz), "block": (bx, by, bz),
                               "smem": smem, "stream": stream, "values": values})
         return (self.OK,)
@@ -218,6 +224,7 @@ def fake_cuda(monkeypatch):
     from moye.backend.cuda import driver
     rec = Recorder()
     monkeypatch.setitem(driver._state, "cu", rec)
+    monkeypatch.delitem(driver._state, "address_leads", raising=False)
     monkeypatch.setattr(cuda_backend, "current_stream_getter", lambda: lambda: 0)
     count = [0]
 
@@ -367,25 +374,26 @@ def test_prepared_launches_reread_only_addresses(fake_cuda):
     y, x = TorchLike(0x10000, (300,), (1,)), TorchLike(0x900000, (300,), (1,))
     launch = copy_n.prepared((3, 128), (y, x, 7))
     assert fake_cuda.compiled[0] == 1 and not fake_cuda.launches    # compiled, not launched
+    assert launch.places == (0, 1)                  # it takes the arrays alone
     for i in range(1, 3):
         y2, x2 = TorchLike(0x20000 * i, (300,), (1,)), TorchLike(0x700000 + 16 * i, (300,), (1,))
-        assert launch(y2, x2, 7) is None
+        assert launch(y2, x2) is None
         rec = fake_cuda.launches[-1]
         assert rec["values"] == [0x20000 * i, 300, 0x700000 + 16 * i, 300, 7]
         assert rec["grid"] == (3, 1, 1) and rec["block"] == (128, 1, 1) and "cluster" not in rec
     assert len(fake_cuda.launches) == 2
     for y3, x3 in [(TorchLike(0x20004, (300,), (1,)), x), (y, TorchLike(0x700008, (300,), (1,)))]:
-        assert launch(y3, x3, 7) is NOT_MINE
+        assert launch(y3, x3) is NOT_MINE
     assert len(fake_cuda.launches) == 2
     # made from misaligned arrays: aligned ones are not its
     odd = copy_n.prepared((3, 128), (TorchLike(0x10004, (300,), (1,)), x, 7))
-    assert odd(y, x, 7) is NOT_MINE and odd(TorchLike(0x30008, (300,), (1,)), x, 7) is None
+    assert odd(y, x) is NOT_MINE and odd(TorchLike(0x30008, (300,), (1,)), x) is None
     assert fake_cuda.launches[-1]["values"][0] == 0x30008 and fake_cuda.compiled[0] == 2
     clustered = copy_n.prepared((4, 128, 2), (y, x, 5))
-    assert clustered(y, x, 5) is None
+    assert clustered(y, x) is None
     assert fake_cuda.launches[-1]["cluster"] == (2, 1, 1)
     assert fake_cuda.launches[-1]["values"] == [0x10000, 300, 0x900000, 300, 5]
-    assert copy_n.prepared((3, 128), (y, x, np.int32(9)))(y, x, 9) is None    # NumPy scalars
+    assert copy_n.prepared((3, 128), (y, x, np.int32(9)))(y, x) is None    # NumPy scalars
     assert fake_cuda.launches[-1]["values"] == [0x10000, 300, 0x900000, 300, 9]
     with pytest.raises(LaunchError, match=r"copy_n\[grid, block\]"):
         copy_n.prepared((3,), (y, x, 7))
@@ -576,7 +584,6 @@ def test_tma_copies_take_the_fast_path(fake_cuda):
         load._cuda_tensor_map = bytes(range(1 + i, 129 + i))
         store._cuda_tensor_map = bytes(range(2 + i, 130 + i))
         tma_kernel[13, 32](load, store, 8 * i)
-        assert tma_kernel.prepared((13, 32), (load, store, 8 * i)) is None   # a map per launch
         assert fake_cuda.launches[-1]["values"] == [load._cuda_tensor_map,
                                                     store._cuda_tensor_map, 8 * i]
     assert fake_cuda.compiled[0] == 1 and len(fake_cuda.launches) == 3
@@ -588,6 +595,43 @@ def test_tma_copies_take_the_fast_path(fake_cuda):
     tma_kernel[13, 32](other, other_store, 0)
     assert fake_cuda.compiled[0] == 2
     assert fake_cuda.launches[-1]["values"][0] == other._cuda_tensor_map
+
+
+def _leading_map(copy, seed):
+    """A stand-in tensor map of `copy` holding its address in its first 8
+    bytes, as the driver's do."""
+    copy._cuda_tensor_map = copy.args.global_address.to_bytes(8, "little") + \
+        bytes((seed + k) % 256 for k in range(120))
+    return copy._cuda_tensor_map
+
+
+@pytest.mark.parametrize("driver_writes_at", [0, 8])
+def test_prepared_launches_move_tensor_maps(fake_cuda, driver_writes_at):
+    """kernel.prepared with TMA copies takes, in their places, the arrays at
+    their new maps' addresses: the recorded maps moved there (written in
+    their first 8 bytes where the driver's cuTensorMapReplaceAddress does
+    the same, else by the driver); a misaligned address is NOT_MINE."""
+    from moye.compiler.dispatch import NOT_MINE
+    fake_cuda.address_at = driver_writes_at
+    _fresh(tma_kernel)
+    tile = moye.composition(moye.Swizzle(3, 3, 3), moye.Layout((8, 64), (64, 1)))
+    a = TorchLike(0x10000, (100, 64), (64, 1), "float16")
+    b = TorchLike(0x90000, (100, 64), (64, 1), "float16")
+    load, store = moye.make_tma_copy(moye.TMA_LOAD, a, tile), \
+        moye.make_tma_copy(moye.TMA_STORE, b, tile)
+    load_map, store_map = _leading_map(load, 1), _leading_map(store, 7)
+    launch = tma_kernel.prepared((13, 32), (load, store, 8))
+    assert not fake_cuda.launches
+    for new_a, new_b in [(0x40000, 0x70010), (0x10000, 0x90000)]:
+        assert launch(TorchLike(new_a, (100, 64), (64, 1), "float16"),
+                      TorchLike(new_b, (100, 64), (64, 1), "float16")) is None
+        moved = [m[:driver_writes_at] + new.to_bytes(8, "little") + m[driver_writes_at + 8:]
+                 for m, new in [(load_map, new_a), (store_map, new_b)]]
+        assert fake_cuda.launches[-1]["values"] == moved + [8]
+        assert fake_cuda.launches[-1]["grid"] == (13, 1, 1)
+    odd = TorchLike(0x40008, (100, 64), (64, 1), "float16")
+    assert launch(odd, b) is NOT_MINE and launch(a, odd) is NOT_MINE
+    assert len(fake_cuda.launches) == 2
 
 
 # -- static values are keyed exactly ------------------------------------------------------

@@ -62,7 +62,7 @@ class CudaExecutable:
             dynamic_smem=self.kernel.dynamic_smem, launch_smem=self._launch_smem,
             current_stream=current_stream_getter(), stream_handle=_stream_handle,
             cluster_config=driver.cluster_launch_config, failed=self._launch_failed,
-            tensor_map=driver.tensor_map_bytes)
+            tensor_map=driver.tensor_map_bytes, tensor_map_at=driver.tensor_map_at)
 
     def _launch_smem(self, smem):
         """The dynamic shared memory of a launch asking `smem` more bytes,

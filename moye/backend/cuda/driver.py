@@ -26,7 +26,7 @@ __all__ = ["init", "device_count", "device_arch", "compute_capability", "device_
            "Function", "ParamPack", "Launcher", "launch", "pack", "raw_launch", "raise_error",
            "stream_handle", "relaunch", "cluster_launch_config", "synchronize", "alloc", "free", "copy_to_device",
            "copy_to_host", "memset_d8", "encode_tensor_map", "tensor_map_bytes",
-           "tensor_map_call"]
+           "tensor_map_call", "tensor_map_at"]
 
 _state = {}
 _tls = threading.local()
@@ -654,3 +654,40 @@ def tensor_map_bytes(tma):
     if raw is None:
         raw = tma._cuda_tensor_map = encode_tensor_map(tma.args)
     return raw
+
+
+def tensor_map_at(tma):
+    """`at(address)`: the tensor map of TMACopy `tma` with its global address
+    replaced (CUDA: cuTensorMapReplaceAddress), for a copy of the same kind
+    on another array: a replayed launch's (compiler/dispatch.py,
+    prepared_launch). Where the driver keeps the address in the map's first
+    8 bytes, as checked once against cuTensorMapReplaceAddress, `at` writes
+    them (0.1 us; the driver call costs 0.75). A misaligned address, which
+    no map takes, gives the map unchanged (the launch refuses it)."""
+    raw = tensor_map_bytes(tma)
+    if _address_leads(raw, tma.args.global_address):
+        tail = raw[8:]
+        return lambda address: address.to_bytes(8, "little") + tail
+    return lambda address: raw if address & 15 else replace_address(raw, address)
+
+
+def replace_address(raw, address):
+    """The 128-byte tensor map `raw` with its global address replaced by
+    the driver (`address` 16-byte aligned)."""
+    cu = _cu()
+    tensor_map = cu.CUtensorMap()
+    ctypes.memmove(tensor_map.getPtr(), raw, 128)
+    _check(cu.cuTensorMapReplaceAddress(tensor_map, address), "cuTensorMapReplaceAddress")
+    return bytes((ctypes.c_char * 128).from_address(tensor_map.getPtr()))
+
+
+def _address_leads(raw, address):
+    """Whether `raw`, a tensor map of `address`, holds it in its first 8
+    bytes (little-endian) such that writing them is what the driver's
+    cuTensorMapReplaceAddress does: checked on the first map, remembered."""
+    leads = _state.get("address_leads")
+    if leads is None:
+        moved = address + 4096
+        leads = _state["address_leads"] = raw[:8] == address.to_bytes(8, "little") and \
+            replace_address(raw, moved) == moved.to_bytes(8, "little") + raw[8:]
+    return leads and raw[:8] == address.to_bytes(8, "little")
