@@ -35,7 +35,7 @@ from moye import (CopyAtom, Float32, Layout, MoYeArray, Swizzle, UniversalCopy,
 from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError
 from . import rows
-from .epilogue import epilogue_value
+from .epilogue import epilogue_value, split_k_epilogue, split_k_launch
 
 BK = 64                     # 128 bytes of 16-bit values: one swizzle row
 EPI_ROWS = 64               # an epilogue box: 64 rows of 128 bytes
@@ -45,36 +45,62 @@ SMS_H100 = 132              # the heuristic's multiprocessors where no device sa
 
 
 @functools.lru_cache(maxsize=None)
-def config(bM=128, bN=256, stages=4, group=8):
-    """A tile configuration: (bM, bN, stages, group), checked. bM is 64
-    (one consumer warpgroup) or 128 (two); bN a multiple of 64 up to 256.
+def config(bM=128, bN=256, stages=4, group=8, splits=1):
+    """A configuration: (bM, bN, stages, group, splits), checked. bM is 64
+    (one consumer warpgroup) or 128 (two); bN a multiple of 64 up to 256;
+    `splits` > 1 splits K among that many blocks per tile, which add up
+    their float32 partial sums in a second kernel (split-K).
         >>> config(128, 128)
-        (128, 128, 4, 8)
+        (128, 128, 4, 8, 1)
     """
     if bM not in (64, 128) or bN % 64 or not 64 <= bN <= 256 or not 2 <= stages <= 8 or \
-            group < 1:
+            group < 1 or not 1 <= splits <= MAX_SPLITS:
         raise MoyeError(f"gemm_sm90.config: bM={bM!r} bN={bN!r} stages={stages!r} "
-                        f"group={group!r}; need bM 64 or 128, bN 64..256 by 64, 2..8 stages")
-    return bM, bN, stages, group
+                        f"group={group!r} splits={splits!r}; need bM 64 or 128, bN 64..256 by "
+                        f"64, 2..8 stages, 1..{MAX_SPLITS} splits")
+    return bM, bN, stages, group, splits
 
 
+MAX_SPLITS = 16
 CONFIGS = tuple(config(*c) for c in ((128, 256, 4), (128, 128, 6), (64, 256, 5), (64, 128, 8),
-                                     (128, 64, 8), (64, 64, 8)))
+                                     (128, 64, 8), (64, 64, 8)))      # the tiles, unsplit
+
+
+def candidates(M, N, K, batches=1, sms=SMS_H100):
+    """The configs worth timing for an (M, N, K) GEMM of `batches`: the tiles
+    of 64 rows for M <= 64 (wgmma's least), else of 64 and 128; each
+    unsplit, and where its tiles leave multiprocessors idle, split along K
+    (at least 4 K-tiles a split) up to about one tile a multiprocessor.
+        >>> candidates(16, 4096, 4096)[:3]
+        [(64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 128, 8, 8, 1)]
+    """
+    out = []
+    k_tiles = -(-K // BK)
+    for c in CONFIGS:
+        bM, bN = c[:2]
+        if M <= 64 and bM == 128:
+            continue
+        out.append(c)
+        splits = min(MAX_SPLITS, sms // (batches * -(-M // bM) * -(-N // bN)), k_tiles // 4)
+        if splits > 1:
+            out.append(config(*c[:4], splits))
+    return out
 
 
 def default_config(M, N, K, batches=1, sms=SMS_H100):
-    """The heuristic's config for an (M, N, K) GEMM of `batches`: 64-row
-    tiles for M <= 64 (wgmma's least), else 128; the widest bN whose tiles
-    still fill the `sms` multiprocessors (else the narrowest), with the
-    stages CONFIGS gives it.
+    """The heuristic's config for an (M, N, K) GEMM of `batches` (the one
+    used untuned): 64-row tiles for M <= 64, else 128; the widest bN whose
+    tiles still fill the `sms` multiprocessors; where even the narrowest
+    leave some idle, the widest tiles split along K to fill them.
         >>> default_config(4096, 4096, 4096), default_config(16, 4096, 4096)
-        ((128, 256, 4, 8), (64, 64, 8, 8))
+        ((128, 256, 4, 8, 1), (64, 256, 5, 8, 8))
     """
     bM = 64 if M <= 64 else 128
-    for bN in (256, 128, 64):
-        if batches * -(-M // bM) * -(-N // bN) >= sms:
-            break
-    return next(c for c in CONFIGS if c[:2] == (bM, bN))
+    mine = [c for c in candidates(M, N, K, batches, sms) if c[0] == bM]
+    for c in mine:
+        if c[4] == 1 and batches * -(-M // bM) * -(-N // c[1]) >= sms:
+            return c
+    return max(mine, key=lambda c: (c[4] > 1, c[1]))
 
 
 def tile_coords(t, tiles_m, tiles_n, group):
@@ -129,7 +155,7 @@ def load_tile(load, stage_tile, batch, row0, k0, rows, bar):
 
 @moye.kernel
 def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layout, sC_layout,
-                     mma, box_mma, save_c, M, N, K, batches, a_step, b_step, alpha, beta,
+                     mma, box_mma, save_c, M, N, K, batches, splits, a_step, b_step, alpha, beta,
                      bM: moye.Constexpr, bN: moye.Constexpr, stages: moye.Constexpr,
                      group: moye.Constexpr, activation: moye.Constexpr):
     bK = load_a.tile[2]
@@ -146,7 +172,7 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
     moye.sync_threads()
     tiles_m, tiles_n = (M + bM - 1) // bM, (N + bN - 1) // bN
     per_batch = tiles_m * tiles_n
-    n_tiles = batches * per_batch
+    units = batches * per_batch * splits                # (tile, K split) pairs
     k_tiles = (K + bK - 1) // bK
     warpgroup = moye.warp_idx() // 4
     stage, phase = 0, 0
@@ -154,10 +180,12 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
         moye.setmaxnreg_dec(40)
         if tid == 0:
             t = moye.block_idx.x
-            while t < n_tiles:
-                bt = t // per_batch
-                m, n = tile_coords(t % per_batch, tiles_m, tiles_n, group)
-                for k in range(k_tiles):
+            while t < units:
+                tile = t // splits
+                bt = tile // per_batch
+                m, n = tile_coords(tile % per_batch, tiles_m, tiles_n, group)
+                split = t - tile * splits
+                for k in range(split * k_tiles // splits, (split + 1) * k_tiles // splits):
                     full = pipe.producer_acquire(stage, phase, (bM + bN) * bK * 2)
                     load_tile(load_a, sA[:, :, stage], bt * a_step, m * bM, k * bK, bM, full)
                     load_tile(load_b, sB[:, :, stage], bt * b_step, n * bN, k * bK, bN, full)
@@ -178,10 +206,13 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
         box_acc = make_fragment_like(box_mma.get_slice(ctid % 128).partition_fragment_C(
             make_layout((EPI_ROWS, box_cols))), dtype)
         t = moye.block_idx.x
-        while t < n_tiles:
-            bt = t // per_batch
-            m, n = tile_coords(t % per_batch, tiles_m, tiles_n, group)
-            stage, phase = consume_tile(pipe, mma, acc, tCsA, tCsB, k_tiles, stage, phase, lane0)
+        while t < units:
+            tile = t // splits
+            bt = tile // per_batch
+            m, n = tile_coords(tile % per_batch, tiles_m, tiles_n, group)
+            split = t - tile * splits
+            k_split = (split + 1) * k_tiles // splits - split * k_tiles // splits
+            stage, phase = consume_tile(pipe, mma, acc, tCsA, tCsB, k_split, stage, phase, lane0)
             res = residual[bt, :, :] if residual is not None else None
             # the epilogue: this warpgroup's 64 rows, one box of box_cols columns at a time
             per_box = size(acc) // (bN // box_cols)
@@ -201,7 +232,8 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
                 moye.fence_proxy_async()
                 moye.named_barrier_sync(1 + wg, 128)
                 if storer:
-                    moye.tma_store(store_c, (bt, m * bM + wg * EPI_ROWS, n * bN + j * box_cols),
+                    moye.tma_store(store_c, (bt * splits + split, m * bM + wg * EPI_ROWS,
+                                             n * bN + j * box_cols),
                                    MoYeArray.view_of(slot.engine, store_c.smem_layout))
                     moye.tma_store_commit()
             t += moye.grid_dim.x
@@ -294,29 +326,51 @@ def launch(a, b, out, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
         >>> float(out.min()), float(out.max())
         (65.0, 65.0)
     """
-    grid, block, args = arguments(a, b, out, bias=bias, residual=residual, alpha=alpha,
-                                  beta=beta, activation=activation, cfg=cfg, blocks=blocks,
-                                  backend=backend)
-    sm90_gemm_kernel[grid, block](*args, backend=backend)
+    for kernel, dims, args in launches(a, b, out, bias=bias, residual=residual, alpha=alpha,
+                                       beta=beta, activation=activation, cfg=cfg, blocks=blocks,
+                                       backend=backend):
+        kernel[dims](*args, backend=backend)
+
+
+def launches(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks, backend):
+    """The launches of `launch`, as (kernel, (grid, block), args) each: the
+    GEMM's; with a config split along K, the GEMM's into a new float32
+    workspace of partial sums (rows padded to 16 bytes for TMA), then
+    epilogue.split_k_epilogue's."""
+    splits = cfg[4]
+    if splits == 1:
+        grid, block, args = arguments(a, b, out, bias=bias, residual=residual, alpha=alpha,
+                                      beta=beta, activation=activation, cfg=cfg, blocks=blocks,
+                                      backend=backend)
+        return [(sm90_gemm_kernel, (grid, block), args)]
+    B, M, N = out.shape
+    partial = rows.empty(out, (B * splits, M, -(-N // 4) * 4), "float32")[..., :N]
+    grid, block, args = arguments(a, b, partial, bias=None, residual=None, alpha=1.0, beta=0.0,
+                                  activation=None, cfg=cfg, blocks=blocks, backend=backend)
+    return [(sm90_gemm_kernel, (grid, block), args),
+            (split_k_epilogue, *split_k_launch(out, partial, bias, residual, alpha, beta, splits,
+                                               activation))]
 
 
 def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks, backend):
-    """(grid, block, the kernel's arguments) of a launch (see launch)."""
+    """(grid, block, the GEMM kernel's arguments) of a launch writing `out`
+    (out's batches are (batch, split) pairs with a config split along K)."""
     dtype, out_dtype = element_type(a), element_type(out)
-    bM, bN, stages, group = cfg
+    bM, bN, stages, group, splits = cfg
     (batches, M, N), K = out.shape, a.shape[2]
+    batches //= splits
     a_box, b_box, c_box, sA, sB, sC, mma, box_mma, save_c = static_plan(
         dtype, out_dtype, major(a, "a"), major(b, "b"), bM, bN, stages)
     load_a = moye.make_tma_copy(moye.TMA_LOAD, a, a_box)
     load_b = moye.make_tma_copy(moye.TMA_LOAD, b, b_box)
     store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box)
-    tiles = batches * -(-M // bM) * -(-N // bN)
+    units = batches * -(-M // bM) * -(-N // bN) * splits
     if blocks is None:
         blocks = rows.multiprocessors(out) if backend is None else 2
     args = (load_a, load_b, store_c, bias, residual, sA, sB, sC, mma, box_mma, save_c, M, N, K,
-            batches, int(a.shape[0] > 1), int(b.shape[0] > 1), float(alpha), float(beta),
-            bM, bN, stages, group, activation)
-    return max(1, min(blocks, tiles)), threads(cfg), args
+            batches, splits, int(a.shape[0] > 1), int(b.shape[0] > 1), float(alpha),
+            float(beta), bM, bN, stages, group, activation)
+    return max(1, min(blocks, units)), threads(cfg), args
 
 
 def element_type(x):

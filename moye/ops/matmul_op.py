@@ -14,6 +14,7 @@ never read), and an output whose are not is written through such a copy.
 import numpy as np
 
 from ..compiler.arguments import as_array_arg
+from ..compiler.autotune import Config, autotune
 from ..errors import MoyeTypeError, ShapeError
 from . import gemm_sm80, gemm_sm90, replay, rows
 from .epilogue import check_activation
@@ -203,16 +204,80 @@ def _launch(a3, b3, out3, bias, residual3, alpha, activation):
     backend = None if rows.backend_of(out3) == "cuda" else "cpu"
     if _kernel_for(out3) is gemm_sm90:
         sms = rows.multiprocessors(out3) if backend is None else gemm_sm90.SMS_H100
-        cfg = gemm_sm90.default_config(out3.shape[1], out3.shape[2], a3.shape[2], out3.shape[0],
-                                       sms)
-        grid, block, args = gemm_sm90.arguments(
-            a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
-            activation=activation, cfg=cfg, blocks=sms if backend is None else None,
-            backend=backend)
-        replay.launch(gemm_sm90.sm90_gemm_kernel, (grid, block), args, backend)
+        cfg = _sm90_config(a3, b3, out3, bias, residual3, alpha, activation, sms, backend)
+        for kernel, dims, args in gemm_sm90.launches(
+                a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
+                activation=activation, cfg=cfg, blocks=sms if backend is None else None,
+                backend=backend):
+            replay.launch(kernel, dims, args, backend)
     else:
         gemm_sm80.launch(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
                          activation=activation, config=None)     # by the device's limits
+
+
+def _sm90_config(a3, b3, out3, bias, residual3, alpha, activation, sms, backend):
+    """gemm_sm90's config for this call: on CUDA the fastest of the
+    candidates (gemm_sm90.candidates), timed once per problem (moye.autotune:
+    its disk cache, MOYE_AUTOTUNE=0 for the heuristic's default) on a
+    scratch output, outside the call's replay record; the heuristic's
+    default on the CPU backend and while a CUDA graph is captured."""
+    (batches, M, N), K = out3.shape, a3.shape[2]
+    if backend is not None or _capturing():
+        return gemm_sm90.default_config(M, N, K, batches, sms)
+    problem = (M, N, K, batches, sms, str(a3.dtype), str(out3.dtype), gemm_sm90.major(a3, "a"),
+               gemm_sm90.major(b3, "b"), bias is not None, residual3 is not None, activation)
+    chosen = _timed_sm90.best_config(a3, b3, out3, bias, residual3, alpha, activation, problem)
+    if chosen is None:
+        scratch = _empty_strided(out3)
+        with replay.unrecorded():       # times the candidates (and runs the fastest) once
+            try:
+                _timed_sm90(a3, b3, scratch, bias, residual3, alpha, activation, problem)
+            finally:
+                for k in [k for k in _TUNING_LAUNCHES if k[0] == id(scratch)]:
+                    del _TUNING_LAUNCHES[k]
+        chosen = _timed_sm90.best_config(a3, b3, out3, bias, residual3, alpha, activation,
+                                         problem)
+    return chosen.cfg
+
+
+def _empty_strided(t):
+    import torch
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+
+
+def _capturing():
+    import torch
+    return torch.cuda.is_current_stream_capturing()
+
+
+def _problem_configs(configs, problem):
+    """autotune's prune: the configs gemm_sm90.candidates gives `problem`."""
+    M, N, K, batches, sms = problem[:5]
+    mine = set(gemm_sm90.candidates(M, N, K, batches, sms))
+    return [c for c in configs if c.cfg in mine]
+
+
+def _problem_default(problem):
+    return Config(cfg=gemm_sm90.default_config(*problem[:5]))
+
+
+@autotune(configs=[Config(cfg=gemm_sm90.config(*c[:4], s)) for c in gemm_sm90.CONFIGS
+                   for s in range(1, gemm_sm90.MAX_SPLITS + 1)],
+          key=["problem"], prune=_problem_configs, default=_problem_default)
+def _timed_sm90(a3, b3, out3, bias, residual3, alpha, activation, problem, cfg):
+    """gemm_sm90's launches with `cfg` (what the autotuner times): planned
+    on the first run of a tuning, so that the timed ones launch alone (a
+    plan's host time would hide the GPU's)."""
+    plan = _TUNING_LAUNCHES.get((id(out3), cfg))
+    if plan is None:
+        plan = _TUNING_LAUNCHES[id(out3), cfg] = gemm_sm90.launches(
+            a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
+            activation=activation, cfg=cfg, blocks=problem[4], backend=None)
+    for kernel, dims, args in plan:
+        kernel[dims](*args)
+
+
+_TUNING_LAUNCHES = {}       # (id of the scratch output, config) -> launches, while tuning
 
 
 def _kernel_for(out):

@@ -32,6 +32,7 @@ in full:
   and the call did no other work on the host (`host_work`: reading values
   to check them, writing some).
 """
+import contextlib
 import functools
 import inspect
 import operator
@@ -140,6 +141,19 @@ def host_work():
     rec = _recordings.get(get_ident()) if _recordings else None
     if rec is not None:
         rec.complete = False
+
+
+@contextlib.contextmanager
+def unrecorded():
+    """A block whose launches and outputs the call being recorded leaves
+    out: work a replay need not redo (autotuning's timed runs, on scratch
+    outputs)."""
+    rec = _recordings.pop(get_ident(), None) if _recordings else None
+    try:
+        yield
+    finally:
+        if rec is not None:
+            _recordings[get_ident()] = rec
 
 
 def launch(kernel, config, args, backend):

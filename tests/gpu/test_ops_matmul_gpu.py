@@ -149,3 +149,32 @@ def test_torch_compile_fullgraph(torch, hopper_only):
                                rtol=0)
     explained = torch._dynamo.explain(lambda a, b: ops.matmul(a, b) * 2)(a, b)
     assert explained.graph_break_count == 0, explained.break_reasons
+
+
+@pytest.mark.parametrize("dtype, M, N, K", [("bfloat16", 1, 4096, 14336),
+                                            ("float16", 16, 1000, 4104),
+                                            ("bfloat16", 256, 8192, 2048)])
+def test_every_candidate_config(torch, hopper_only, dtype, M, N, K):
+    """Each config the autotuner may pick (split along K or not), launched
+    directly, writes every element; the public call picks one of them."""
+    from moye.ops import gemm_sm90, matmul_op, rows
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(M + K)
+    a = torch.randn(1, M, K, device="cuda", generator=g).to(dt)
+    w = torch.randn(1, N, K, device="cuda", generator=g).to(dt)
+    bias = torch.randn(N, device="cuda", generator=g).to(dt)
+    residual = torch.randn(1, M, N, device="cuda", generator=g).to(dt)
+    sms = rows.multiprocessors(a)
+    configs = gemm_sm90.candidates(M, N, K, 1, sms)
+    assert any(c[4] > 1 for c in configs)
+    for cfg in configs:
+        out = torch.full((1, M, N), math.nan, device="cuda", dtype=dt)
+        gemm_sm90.launch(a, w, out, bias=bias, residual=residual, activation="silu", cfg=cfg,
+                         blocks=sms)
+        check(torch, out[0], a[0], w[0].T, bias, "silu", residual[0])
+    y = ops.matmul(a[0], w[0].T, bias=bias, activation="silu", residual=residual[0])
+    check(torch, y, a[0], w[0].T, bias, "silu", residual[0])
+    problem = (M, N, K, 1, sms, str(a.dtype), str(dt), "K", "K", True, True, "silu")
+    chosen = matmul_op._timed_sm90.best_config(a, w, residual, bias, residual, 1.0, "silu",
+                                               problem)
+    assert chosen is not None and chosen.cfg in configs

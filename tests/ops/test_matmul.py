@@ -110,11 +110,63 @@ def test_linear_takes_leading_dimensions():
 
 
 def test_default_configs_fit_the_shapes():
-    assert gemm_sm90.default_config(8192, 8192, 8192) == (128, 256, 4, 8)
-    assert gemm_sm90.default_config(64, 4096, 4096)[:2] == (64, 64)
+    assert gemm_sm90.default_config(8192, 8192, 8192) == (128, 256, 4, 8, 1)
     assert gemm_sm90.default_config(1024, 4096, 4096)[:2] == (128, 128)
+    # too few tiles for 132 multiprocessors: the widest tiles, split along K
+    assert gemm_sm90.default_config(64, 4096, 4096) == (64, 256, 5, 8, 8)
+    assert gemm_sm90.default_config(1, 4096, 14336) == (64, 256, 5, 8, 8)
+    assert gemm_sm90.default_config(16, 64, 128) == (64, 256, 5, 8, 1)    # 2 K-tiles: no split
+    assert gemm_sm90.default_config(16, 64, 512) == (64, 256, 5, 8, 2)    # 8: 4 each
     for c in gemm_sm90.CONFIGS:
-        assert gemm_sm90.config(*c) == c
+        assert gemm_sm90.config(*c) == c and c[4] == 1
+
+
+def test_candidates():
+    """Each tile (64-row ones alone for M <= 64) unsplit, and split where its
+    tiles leave multiprocessors idle: up to one unit a multiprocessor, at
+    least 4 K-tiles a split, at most MAX_SPLITS."""
+    # 2 x 32 tiles of 128 x 256 split in 2; 128 tiles of 128 x 128 or 64 x 256 fill 132 SMs
+    assert gemm_sm90.candidates(256, 8192, 28672) == [
+        (128, 256, 4, 8, 1), (128, 256, 4, 8, 2), (128, 128, 6, 8, 1), (64, 256, 5, 8, 1),
+        (64, 128, 8, 8, 1), (128, 64, 8, 8, 1), (64, 64, 8, 8, 1)]
+    assert gemm_sm90.candidates(1, 4096, 14336) == [
+        (64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 128, 8, 8, 1), (64, 128, 8, 8, 4),
+        (64, 64, 8, 8, 1), (64, 64, 8, 8, 2)]
+    assert all(c[0] == 64 for c in gemm_sm90.candidates(64, 4096, 4096))
+    assert all(c[4] <= 2 for c in gemm_sm90.candidates(1, 64, 512))        # 8 K-tiles
+    assert gemm_sm90.candidates(1, 64, 512, sms=1) == [(64, 256, 5, 8, 1), (64, 128, 8, 8, 1),
+                                                       (64, 64, 8, 8, 1)]
+
+
+@pytest.mark.parametrize("bad", [dict(splits=0), dict(splits=17), dict(bM=96), dict(bN=320),
+                                 dict(stages=1)])
+def test_config_refuses(bad):
+    with pytest.raises(MoyeError, match="gemm_sm90.config"):
+        gemm_sm90.config(**bad)
+
+
+@pytest.mark.parametrize("splits, K", [(3, 296), (4, 256), (2, 72)])
+def test_split_k_every_element(splits, K):
+    """K split among blocks: float32 partial sums in a workspace (rows
+    padded for TMA: N = 70), added up with the epilogue by the second kernel;
+    batches, a 2-D b shared by them, a float16 residual."""
+    B, M, N = 2, 70, 70
+    a, b = operand((B, M, K), np.float16), operand((1, N, K), np.float16)
+    bias, residual = operand((N,), np.float16), operand((B, M, N), np.float16)
+    out = np.full((B, M, N), np.nan, np.float16)
+    gemm_sm90.launch(a, b, out, bias=bias, residual=residual, alpha=0.5, activation="gelu",
+                     cfg=gemm_sm90.config(64, 64, 4, 8, splits), blocks=3, backend="cpu")
+    assert_close(out, reference(a, b[0].T, bias, "gelu", residual, alpha=0.5), a, b[0].T)
+
+
+def test_the_public_call_splits_k_where_tiles_are_few():
+    """A (16, 64) output with K = 2048 is one tile: the default config splits
+    K 8 ways (132 multiprocessors assumed on the CPU backend)."""
+    a, b = operand((16, 2048), BF16), operand((2048, 64), BF16)
+    bias, residual = operand((64,), BF16), operand((16, 64), BF16)
+    assert gemm_sm90.default_config(16, 64, 2048)[4] == 8
+    y = ops.matmul(a, b, bias=bias, activation="silu", residual=residual)
+    assert_close(y, reference(a, b, bias, "silu", residual), a, b)
 
 
 @pytest.mark.parametrize("call, message", [
@@ -240,3 +292,20 @@ def test_replayed_calls_of_the_sm80_kernel_launch_it(monkeypatch):
         y = ops.matmul(a, b, activation="relu")
         assert_close(y.numpy(), np.maximum(reference(a.numpy(), b.numpy()), 0), a.numpy(),
                      b.numpy())
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("out_dtype, fused", [(np.float16, True), (BF16, False),
+                                              (np.float32, True)])
+def test_split_k_epilogue_compiles_with_nvrtc(arch, out_dtype, fused):
+    pytest.importorskip("cuda.bindings")
+    from moye.compiler.frontend import BACKENDS
+    from moye.ops import epilogue
+    out = np.zeros((2, 5, 24), out_dtype)
+    bias, residual = (np.zeros(24, out_dtype), np.zeros((2, 5, 24), out_dtype)) if fused else \
+        (None, None)
+    config, args = epilogue.split_k_launch(out, np.zeros((6, 5, 24), np.float32), bias, residual,
+                                           1.0, 1.0, 3, "gelu_tanh" if fused else None)
+    assert config == (1, epilogue.SPLIT_K_THREADS)
+    kernel = epilogue.split_k_epilogue.trace(*args, block=config[1])[0]
+    BACKENDS["cuda"].compile_only(kernel, (config[1], 1, 1), arch)
