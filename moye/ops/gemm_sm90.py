@@ -70,9 +70,10 @@ def candidates(M, N, K, batches=1, sms=SMS_H100):
     """The configs worth timing for an (M, N, K) GEMM of `batches`: the tiles
     of 64 rows for M <= 64 (wgmma's least), else of 64 and 128; each
     unsplit, and where its tiles leave multiprocessors idle, split along K
-    (at least 4 K-tiles a split) up to about one tile a multiprocessor.
-        >>> candidates(16, 4096, 4096)[:3]
-        [(64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 128, 8, 8, 1)]
+    into about one or two units a multiprocessor (at least 2 K-tiles a
+    split, at most MAX_SPLITS splits).
+        >>> candidates(16, 4096, 4096)[:4]
+        [(64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 256, 5, 8, 16), (64, 128, 8, 8, 1)]
     """
     out = []
     k_tiles = -(-K // BK)
@@ -80,10 +81,9 @@ def candidates(M, N, K, batches=1, sms=SMS_H100):
         bM, bN = c[:2]
         if M <= 64 and bM == 128:
             continue
-        out.append(c)
-        splits = min(MAX_SPLITS, sms // (batches * -(-M // bM) * -(-N // bN)), k_tiles // 4)
-        if splits > 1:
-            out.append(config(*c[:4], splits))
+        tiles = batches * -(-M // bM) * -(-N // bN)
+        splits = {min(MAX_SPLITS, waves * sms // tiles, k_tiles // 2) for waves in (1, 2)}
+        out += [config(*c[:4], s) for s in sorted(splits | {1}) if s >= 1]
     return out
 
 
@@ -91,7 +91,7 @@ def default_config(M, N, K, batches=1, sms=SMS_H100):
     """The heuristic's config for an (M, N, K) GEMM of `batches` (the one
     used untuned): 64-row tiles for M <= 64, else 128; the widest bN whose
     tiles still fill the `sms` multiprocessors; where even the narrowest
-    leave some idle, the widest tiles split along K to fill them.
+    leave some idle, the widest tiles split along K to fill them once.
         >>> default_config(4096, 4096, 4096), default_config(16, 4096, 4096)
         ((128, 256, 4, 8, 1), (64, 256, 5, 8, 8))
     """
@@ -100,7 +100,8 @@ def default_config(M, N, K, batches=1, sms=SMS_H100):
     for c in mine:
         if c[4] == 1 and batches * -(-M // bM) * -(-N // c[1]) >= sms:
             return c
-    return max(mine, key=lambda c: (c[4] > 1, c[1]))
+    widest = [c for c in mine if c[1] == max(c[1] for c in mine)]
+    return widest[min(1, len(widest) - 1)]      # split to fill the multiprocessors once
 
 
 def tile_coords(t, tiles_m, tiles_n, group):

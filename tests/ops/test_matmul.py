@@ -116,26 +116,29 @@ def test_default_configs_fit_the_shapes():
     assert gemm_sm90.default_config(64, 4096, 4096) == (64, 256, 5, 8, 8)
     assert gemm_sm90.default_config(1, 4096, 14336) == (64, 256, 5, 8, 8)
     assert gemm_sm90.default_config(16, 64, 128) == (64, 256, 5, 8, 1)    # 2 K-tiles: no split
-    assert gemm_sm90.default_config(16, 64, 512) == (64, 256, 5, 8, 2)    # 8: 4 each
+    assert gemm_sm90.default_config(16, 64, 512) == (64, 256, 5, 8, 4)    # 8: 2 each
     for c in gemm_sm90.CONFIGS:
         assert gemm_sm90.config(*c) == c and c[4] == 1
 
 
 def test_candidates():
     """Each tile (64-row ones alone for M <= 64) unsplit, and split where its
-    tiles leave multiprocessors idle: up to one unit a multiprocessor, at
-    least 4 K-tiles a split, at most MAX_SPLITS."""
-    # 2 x 32 tiles of 128 x 256 split in 2; 128 tiles of 128 x 128 or 64 x 256 fill 132 SMs
+    tiles leave multiprocessors idle: into about one and two units a
+    multiprocessor, at least 2 K-tiles a split, at most MAX_SPLITS."""
+    # 2 x 32 tiles of 128 x 256 split in 2 or 4; 128 tiles of 128 x 128 or 64 x 256 in 2
     assert gemm_sm90.candidates(256, 8192, 28672) == [
-        (128, 256, 4, 8, 1), (128, 256, 4, 8, 2), (128, 128, 6, 8, 1), (64, 256, 5, 8, 1),
-        (64, 128, 8, 8, 1), (128, 64, 8, 8, 1), (64, 64, 8, 8, 1)]
+        (128, 256, 4, 8, 1), (128, 256, 4, 8, 2), (128, 256, 4, 8, 4), (128, 128, 6, 8, 1),
+        (128, 128, 6, 8, 2), (64, 256, 5, 8, 1), (64, 256, 5, 8, 2), (64, 128, 8, 8, 1),
+        (128, 64, 8, 8, 1), (64, 64, 8, 8, 1)]
     assert gemm_sm90.candidates(1, 4096, 14336) == [
-        (64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 128, 8, 8, 1), (64, 128, 8, 8, 4),
-        (64, 64, 8, 8, 1), (64, 64, 8, 8, 2)]
+        (64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 256, 5, 8, 16), (64, 128, 8, 8, 1),
+        (64, 128, 8, 8, 4), (64, 128, 8, 8, 8), (64, 64, 8, 8, 1), (64, 64, 8, 8, 2),
+        (64, 64, 8, 8, 4)]
     assert all(c[0] == 64 for c in gemm_sm90.candidates(64, 4096, 4096))
-    assert all(c[4] <= 2 for c in gemm_sm90.candidates(1, 64, 512))        # 8 K-tiles
-    assert gemm_sm90.candidates(1, 64, 512, sms=1) == [(64, 256, 5, 8, 1), (64, 128, 8, 8, 1),
-                                                       (64, 64, 8, 8, 1)]
+    assert gemm_sm90.candidates(1, 64, 512) == [          # 8 K-tiles: 4 splits at most
+        (64, 256, 5, 8, 1), (64, 256, 5, 8, 4), (64, 128, 8, 8, 1), (64, 128, 8, 8, 4),
+        (64, 64, 8, 8, 1), (64, 64, 8, 8, 4)]
+    assert gemm_sm90.candidates(4096, 4096, 4096) == list(gemm_sm90.CONFIGS)    # 128+ tiles
 
 
 @pytest.mark.parametrize("bad", [dict(splits=0), dict(splits=17), dict(bM=96), dict(bN=320),
@@ -161,10 +164,10 @@ def test_split_k_every_element(splits, K):
 
 def test_the_public_call_splits_k_where_tiles_are_few():
     """A (16, 64) output with K = 2048 is one tile: the default config splits
-    K 8 ways (132 multiprocessors assumed on the CPU backend)."""
+    K 16 ways (132 multiprocessors assumed on the CPU backend)."""
     a, b = operand((16, 2048), BF16), operand((2048, 64), BF16)
     bias, residual = operand((64,), BF16), operand((16, 64), BF16)
-    assert gemm_sm90.default_config(16, 64, 2048)[4] == 8
+    assert gemm_sm90.default_config(16, 64, 2048)[4] == 16
     y = ops.matmul(a, b, bias=bias, activation="silu", residual=residual)
     assert_close(y, reference(a, b, bias, "silu", residual), a, b)
 
