@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
 #   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention|compile|
-#                         hopper|cutlass|cutedsl|rowwise]...                      (default: all)
+#                         hopper|cutlass|cutedsl|rowwise|shapes]...               (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
@@ -35,6 +35,11 @@
 #               plot_rowwise.py A.json B.json). QuACK needs .cute_dsl1, .cute_dsl2
 #               (scripts/fetch_cute_dsl.sh) and .cute_dsl3 (scripts/fetch_quack.sh)
 #               carried, as for 'cutedsl'; without .cute_dsl3 its column reads n/a
+#     shapes    benchmarks/matmul_shapes.py: moye.ops.matmul and linear against cuBLAS on
+#               issue 19's shapes (SHAPES_ARGS, e.g. --dtypes bfloat16), then its plot:
+#               $SHAPES_NAME.json, .log and .png under $OUT (default name: matmul_shapes).
+#               Not part of 'all'; runs split to fit a call merge with
+#               benchmarks/matmul_shapes.py --merge A.json B.json --json all.json
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -188,6 +193,16 @@ if [[ " ${stages[*]} " == *" rowwise "* ]]; then
       -o "$OUT/$name.png"
     exit $rc
   } 2>&1 | tee "$OUT/${ROWWISE_NAME:-rowwise}.log" || status=1
+fi
+if [[ " ${stages[*]} " == *" shapes "* ]]; then
+  {
+    name=${SHAPES_NAME:-matmul_shapes}
+    python3 benchmarks/matmul_shapes.py ${SHAPES_ARGS:-} --json "$OUT/$name.json"
+    rc=$?                               # the plot also shows a run that failed a check
+    [[ -s $OUT/$name.json ]] && python3 benchmarks/plot_matmul_shapes.py "$OUT/$name.json" \
+      -o "$OUT/$name.png"
+    exit $rc
+  } 2>&1 | tee "$OUT/${SHAPES_NAME:-matmul_shapes}.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status
