@@ -138,7 +138,7 @@ def test_merge_replaces_rows_and_sorts_them(tmp_path, capsys):
         return path
 
     host = [{"call": "matmul", "shape": [8, 1024, 1024], "dtype": "float16", "calls": 1000,
-             "moye_us": 12.5, "torch_us": 9.0}]
+             "moye_us": 12.5, "torch_us": 9.0, "moye_per_call_us": 20.5, "torch_per_call_us": 19.0}]
     a = run("a.json", [row("nn", "bfloat16", 1, 4096, 4096, moye=0.05, cublas=0.04),
                        row("nn", "bfloat16", 1, 4096, 4096, "fused", moye=0.05, torch=0.06,
                            addmm=0.04)], host=host)
@@ -155,7 +155,8 @@ def test_merge_replaces_rows_and_sorts_them(tmp_path, capsys):
     assert "seconds" not in merged
     printed = capsys.readouterr().out
     assert "| nn | bfloat16 | 1 | 4096 | 4096 | 0.8389 | 0.8389 | 1.000 |" in printed
-    assert "host time per call, 8x1024x1024 float16, mean of 1000 back-to-back calls" in printed
+    assert "host time per call, 8x1024x1024 float16, 1000 calls, median of 3 rounds" in printed
+    assert "| matmul | 12.5 | 9.0 | 20.5 | 19.0 |" in printed
     assert "| matmul | 12.5 | 9.0 |" in printed
     with pytest.raises(SystemExit, match="ran on G"):
         ms.merge([a, run("c.json", [], device="G")])
@@ -233,8 +234,9 @@ def test_host_only_measures_each_call(tmp_path, capsys, monkeypatch):
     data = json.loads(out.read_text())
     assert data["rows"] == []
     assert [h["call"] for h in data["host"]] == ["matmul", "linear", "matmul + bias + relu"]
-    assert all(h["moye_us"] > 0 and h["torch_us"] > 0 and h["calls"] == 3 for h in data["host"])
-    assert "4x32x64 float16, mean of 3 back-to-back calls, median of 2 rounds" in \
+    assert all(h[f"{who}{way}"] > 0 and h["calls"] == 3 for h in data["host"]
+               for who in ("moye", "torch") for way in ("_us", "_per_call_us"))
+    assert "4x32x64 float16, 3 calls, median of 2 rounds" in \
         capsys.readouterr().out
 
 

@@ -121,6 +121,20 @@ def test_default_configs_fit_the_shapes():
         assert gemm_sm90.config(*c) == c and c[4] == 1
 
 
+def test_the_tuning_charges_a_split_its_host_time(monkeypatch):
+    """A split config's time is its GPU time plus SPLIT_HOST_MS (its second
+    launch and partial sums, which the GPU's timing does not see): a split
+    5 us faster on the GPU loses to the unsplit one, one 15 us faster wins."""
+    from moye.compiler.autotune import Config
+    from moye.ops import matmul_op
+    gpu = {1: 0.035, 2: 0.030, 4: 0.020}
+    monkeypatch.setattr(matmul_op, "measure", lambda run, backend: gpu[run()])
+    times = {s: matmul_op._call_time(lambda s=s: s, Config(cfg=(64, 256, 5, 8, s)))
+             for s in gpu}
+    assert times[1] == 0.035 and math.isclose(times[2], 0.030 + matmul_op.SPLIT_HOST_MS)
+    assert min(times, key=times.get) == 4 and times[2] > times[1]
+
+
 def test_candidates():
     """Each tile (64-row ones alone for M <= 64) unsplit, and split where its
     tiles leave multiprocessors idle: into about one and two units a
