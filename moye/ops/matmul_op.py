@@ -13,8 +13,9 @@ never read), and an output whose are not is written through such a copy.
 
 float32 operands run on tf32 tensor cores (10 mantissa bits kept, float32
 accumulation), on request only (allow_tf32=True), into a float32 output;
-tf32 wgmma reads K-major tiles alone, so an M/N-major one (b given as a
-row-major (K, N): its kernel view b^T is N-major) is copied once K-major.
+tf32 wgmma (and gemm_sm80's ldmatrix) reads K-major tiles alone, so an
+M/N-major one (b given as a row-major (K, N): its kernel view b^T is
+N-major) is copied once K-major.
 """
 import numpy as np
 
@@ -72,7 +73,7 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
     if a.shape[-1] == 0:        # a product of zeros: the kernel on 8 zero columns
         a3, b3 = (_zeros(t, t.shape[:2] + (8,)) for t in (a3, b3))
     target = out3 if _tma_rows(out3) else _padded_rows(out3)
-    k_major = dtype == "float32"        # tf32 wgmma reads K-major tiles alone
+    k_major = dtype == "float32"        # tf32 wgmma and ldmatrix read K-major tiles alone
     _launch(_tma_ready(a3, k_major), _tma_ready(b3, k_major), target, bias, residual3,
             float(alpha), activation)
     if target is not out3:
@@ -242,12 +243,7 @@ def _itemsize(t):
 
 def _launch(a3, b3, out3, bias, residual3, alpha, activation):
     backend = None if rows.backend_of(out3) == "cuda" else "cpu"
-    kernel = _kernel_for(out3)
-    if kernel is gemm_sm80 and _itemsize(a3) == 4:
-        raise MoyeTypeError(
-            "matmul: float32 inputs with allow_tf32 run on compute capability 9.x devices (and "
-            "the CPU backend) alone; this device takes float16 or bfloat16 inputs")
-    if kernel is gemm_sm90:
+    if _kernel_for(out3) is gemm_sm90:
         sms = rows.multiprocessors(out3) if backend is None else gemm_sm90.SMS_H100
         cfg = _sm90_config(a3, b3, out3, bias, residual3, alpha, activation, sms, backend)
         for kernel, dims, args in gemm_sm90.launches(

@@ -431,13 +431,15 @@ def test_tf32_source_multiplies_tf32():
     assert "f16" not in source.split("wgmma.mma_async")[1][:60]
 
 
-def test_tf32_on_sm80_devices_is_refused(monkeypatch):
-    """gemm_sm80 (sm_80-89) takes 16-bit inputs alone: float32 with
-    allow_tf32 is a clear error there."""
+def test_tf32_on_sm80_devices(monkeypatch):
+    """gemm_sm80 (sm_80-89) multiplies float32 as tf32 with mma.sync
+    m16n8k8 on K-major tiles: b row-major is copied K-major first."""
     from moye.ops import gemm_sm80, matmul_op
     monkeypatch.setattr(matmul_op, "_kernel_for", lambda out: gemm_sm80)
-    with pytest.raises(MoyeError, match="compute capability 9.x"):
-        ops.matmul(torch.randn(40, 64), torch.randn(64, 72), allow_tf32=True)
+    a, b, bias = torch.randn(40, 64), torch.randn(64, 72), torch.randn(72)
+    y = ops.matmul(a, b, bias=bias, activation="relu", allow_tf32=True)
+    assert_close_tf32(y.numpy(), reference(a.numpy(), b.numpy(), bias.numpy(), "relu"),
+                      a.numpy(), b.numpy())
 
 
 def test_tf32_torch_every_element_and_replays():
