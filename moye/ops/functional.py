@@ -249,7 +249,7 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
 
 @replay.replayed(autograd=True)
 def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
-           out_dtype=None):
+           out_dtype=None, allow_tf32=False):
     """activation(alpha * a @ b + bias) + residual, the epilogue fused into
     the GEMM: a (M, K) or (B, M, K), b (K, N) or (B, K, N) (a 2-D one shared
     by the batches), row- or column-major (transposed views too); float16
@@ -258,27 +258,44 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
     activation None, "relu", "gelu", "gelu_tanh" or "silu". torch:
     `act(torch.addmm(bias, a, b, alpha=alpha)) + residual`.
 
+    float32 a and b run on tf32 tensor cores with float32 accumulation, on
+    request only: `allow_tf32=True` (torch:
+    `torch.backends.cuda.matmul.allow_tf32`), else a MoyeTypeError. tf32
+    keeps 10 of float32's 23 mantissa bits (the tensor cores ignore the low
+    13), so each product is good to about 2**-10 relative; the output is
+    float32. With float16 or bfloat16 inputs allow_tf32 changes nothing.
+
         >>> import numpy as np
         >>> a, b = np.ones((2, 3), np.float16), np.full((3, 4), 0.5, np.float16)
         >>> matmul(a, b, bias=np.array([0, 1, -2, -3], np.float16), activation="relu").tolist()
         [[1.5, 2.5, 0.0, 0.0], [1.5, 2.5, 0.0, 0.0]]
+        >>> x = np.full((1, 2), 1 + 2.0 ** -12, np.float32)     # below tf32's precision
+        >>> matmul(x, np.ones((2, 1), np.float32), allow_tf32=True).tolist()
+        [[2.0]]
     """
     alpha = _number(alpha, "alpha", "matmul")
+    allow_tf32 = _flag(allow_tf32, "allow_tf32", "matmul")
     if rows.uses_torch(a, b, bias, residual, out):
-        return rows.torch_ops().matmul(a, b, bias, activation, residual, alpha, out, out_dtype)
-    return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype)
+        return rows.torch_ops().matmul(a, b, bias, activation, residual, alpha, out, out_dtype,
+                                       allow_tf32)
+    return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype,
+                              allow_tf32)
 
 
 @replay.replayed(autograd=True)
-def linear(x, weight, bias=None, activation=None):
+def linear(x, weight, bias=None, activation=None, allow_tf32=False):
     """activation(x @ weight^T + bias), torch.nn.functional.linear's
-    convention: weight (N, K), x (..., K) with any leading dimensions.
-    torch: `act(F.linear(x, weight, bias))`.
+    convention: weight (N, K), x (..., K) with any leading dimensions;
+    float32 x and weight with `allow_tf32=True` on tf32 tensor cores (see
+    matmul). torch: `act(F.linear(x, weight, bias))`.
 
         >>> import numpy as np
         >>> y = linear(np.ones((2, 5, 3), np.float16), np.ones((4, 3), np.float16))
         >>> y.shape, float(y[0, 0, 0])
         ((2, 5, 4), 3.0)
+        >>> linear(np.ones((1, 3), np.float32), np.ones((2, 3), np.float32),
+        ...        allow_tf32=True).tolist()
+        [[3.0, 3.0]]
     """
     if getattr(weight, "ndim", None) != 2:
         raise ShapeError(f"linear: weight must be (N, K), got shape "
@@ -288,7 +305,7 @@ def linear(x, weight, bias=None, activation=None):
                          f"{tuple(weight.shape)}; x's last dimension must be weight's second")
     lead = tuple(x.shape[:-1])
     y = matmul(x.reshape(math.prod(lead), x.shape[-1]), weight.T, bias=bias,
-               activation=activation)
+               activation=activation, allow_tf32=allow_tf32)
     return y.reshape(lead + (weight.shape[0],))
 
 
@@ -296,6 +313,13 @@ def _number(v, what, opname):
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise MoyeTypeError(f"{opname}: {what} must be a number, got {type(v).__name__}")
     return float(v)
+
+
+def _flag(v, what, opname):
+    if not isinstance(v, (bool, np.bool_)):
+        raise MoyeTypeError(f"{opname}: {what} must be True or False, got {type(v).__name__} "
+                            f"{v!r}")
+    return bool(v)
 
 
 def _integer(v, what, opname):

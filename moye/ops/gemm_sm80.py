@@ -6,7 +6,9 @@ sgemm_sm80's cp.async + ldmatrix + mma.sync mainloop).
 
 a (M, K) or (Ba, M, K) and b (N, K) or (Bb, N, K) of float16 or bfloat16,
 each K-major or M/N-major (the transposed view of one), its contiguous
-extent a multiple of 8 (16-byte cp.async); a batch of 1 or batch stride 0
+extent a multiple of 8 (16-byte cp.async), or both float32, K-major (K a
+multiple of 4), multiplied as tf32 (mma.sync m16n8k8, the tiles' bK
+halved: the same bytes); a batch of 1 or batch stride 0
 is one matrix shared by every batch. out (M, N) or (B, M, N) row-major, of
 the inputs' type or float32; bias (N,) shared by the batches, of the inputs'
 type or float32; residual (M, N) or (Br, M, N) of out's type, any strides.
@@ -260,26 +262,38 @@ SMEM_SM80 = 163 * 1024          # shared memory a block may opt in to: A100 (sm_
 SMS_SM80 = 108                  # the A100's multiprocessors
 
 
-def smem_bytes(config):
-    """Bytes of shared memory the main loop of `config` takes (16-bit inputs).
+def smem_bytes(config, ebytes=2):
+    """Bytes of shared memory the main loop of `config` takes (inputs of
+    `ebytes` bytes: 16-bit, or 4 for tf32).
         >>> smem_bytes(TILE) // 1024
         144
     """
     c = {**TILE, **config}
-    return (c["bM"] + c["bN"]) * c["bK"] * c["stages"] * 2
+    return (c["bM"] + c["bN"]) * c["bK"] * c["stages"] * ebytes
 
 
-def default_config(M, N, K, batches=1, sms=SMS_SM80, smem=SMEM_SM80):
-    """The tile for an M x N x K problem of `batches` (gemm_sm90's signature):
-    the largest of CONFIGS within `smem` bytes of shared memory that still
-    gives each of `sms` multiprocessors a tile, else the smallest (K does not
-    matter yet). `device_limits` gives a device's sms and smem.
+def tf32_configs():
+    """CONFIGS for float32 (tf32) inputs: bK halved (the same bytes a stage),
+    where that leaves bK 32 or more (4 k-blocks of mma.sync's K = 8).
+        >>> [c["bK"] for c in tf32_configs()]
+        [32, 32, 32, 32, 32]
+    """
+    return tuple({**c, "bK": c["bK"] // 2} for c in CONFIGS if c["bK"] >= 64)
+
+
+def default_config(M, N, K, batches=1, sms=SMS_SM80, smem=SMEM_SM80, ebytes=2):
+    """The tile for an M x N x K problem of `batches` (gemm_sm90's signature)
+    with inputs of `ebytes` bytes: the largest of CONFIGS (tf32_configs for
+    4) within `smem` bytes of shared memory that still gives each of `sms`
+    multiprocessors a tile, else the smallest (K does not matter yet).
+    `device_limits` gives a device's sms and smem.
         >>> [default_config(n, n, 4096)["bM"] for n in (8192, 1536, 100)]
         [256, 128, 64]
         >>> default_config(8192, 8192, 8192, smem=99 * 1024)["bN"]     # sm_86, sm_89
         128
     """
-    fits = [c for c in CONFIGS if smem_bytes(c) <= smem]
+    configs = tf32_configs() if ebytes == 4 else CONFIGS
+    fits = [c for c in configs if smem_bytes(c, ebytes) <= smem]
     return next((c for c in fits if batches * -(-M // c["bM"]) * -(-N // c["bN"]) >= sms),
                 fits[-1])
 
@@ -304,24 +318,28 @@ def make_config(dtype, a_major="K", b_major="K", bM=TILE["bM"], bN=TILE["bN"], b
     written through shared memory in vectors of `d_vector` elements (16 bytes
     at most) where a pipeline buffer holds its tile, else from the registers."""
     from moye import LDSM_U16x8_T, LDSM_U32x4_N, MMAOP_16x8x16_F32BF16BF16F32_TN, \
-        MMAOP_16x8x16_F32F16F16F32_TN, CPOP_ASYNC_CACHEGLOBAL
+        MMAOP_16x8x16_F32F16F16F32_TN, MMAOP_16x8x8_F32TF32TF32F32_TN, CPOP_ASYNC_CACHEGLOBAL
     dtype = moye.as_element_type(dtype)
     out_dtype = moye.as_element_type(out_dtype or dtype)
     _check_tile(bM, bN, bK, stages, warps)
     op = {"Float16": MMAOP_16x8x16_F32F16F16F32_TN,
-          "BFloat16": MMAOP_16x8x16_F32BF16BF16F32_TN}[dtype.name]
+          "BFloat16": MMAOP_16x8x16_F32BF16BF16F32_TN,
+          "Float32": MMAOP_16x8x8_F32TF32TF32F32_TN}[dtype.name]
     threads = 32 * warps[0] * warps[1]
-    mma = make_tiled_mma(op, Layout((warps[0], warps[1], 1)), (16 * warps[0], 16 * warps[1], 16))
+    mma = make_tiled_mma(op, Layout((warps[0], warps[1], 1)),
+                         (16 * warps[0], 16 * warps[1], op.shape_mnk[2]))
     g2s = CopyAtom(CPOP_ASYNC_CACHEGLOBAL(UInt128), dtype)
+    vec = 128 // dtype.bits                 # values a 16-byte cp.async copies
+    shift = 4 - (dtype.bits // 8).bit_length() + 1      # log2(vec): 3, or 2 for 32 bits
 
     def operand(rows, major):
-        if major == "K":            # rows of bK contiguous halves; 8x64 swizzled atoms
-            kb = min(bK, 64)
-            atom = composition(Swizzle({16: 1, 32: 2, 64: 3}[kb], 3, 3),
+        if major == "K":            # rows of bK contiguous values; 8 x 128-byte swizzled atoms
+            kb = min(bK, 64 * 16 // dtype.bits)
+            atom = composition(Swizzle({2: 1, 4: 2, 8: 3}[kb // vec], shift, 3),
                                Layout((8, kb), (kb, 1)))
-            per_row = bK // 8
+            per_row = bK // vec
             thr = make_layout((threads // per_row, per_row), (per_row, 1))
-            copy = make_tiled_copy(g2s, thr, Layout((1, 8)))
+            copy = make_tiled_copy(g2s, thr, Layout((1, vec)))
             return tile_to_shape(atom, (rows, bK, stages)), copy, CopyAtom(LDSM_U32x4_N, dtype)
         atom = composition(Swizzle(3, 3, 3), Layout((64, 8), (1, 64)))
         per_col = rows // 8
@@ -367,7 +385,7 @@ def grid(M, N, bM=TILE["bM"], bN=TILE["bN"], group=TILE["group"], batch=1, **_):
 # -- the launch ------------------------------------------------------------------------
 
 NAMES = {"a": "a", "b": "b", "out": "out", "residual": "residual", "bias": "bias"}
-INPUT_TYPES = ("Float16", "BFloat16")
+INPUT_TYPES = ("Float16", "BFloat16", "Float32")      # Float32: as tf32, K-major
 
 
 class Plan(NamedTuple):
@@ -432,13 +450,18 @@ def _plan(arrays, config, names, device):
     if M == 0 or N == 0 or batch == 0:
         return Plan(None, (), ())
     sms, smem = device_limits(device)
-    config = {**(config or default_config(M, N, K, batch, sms=sms, smem=smem))}
+    ebytes = 4 if dtype == "Float32" else 2
+    if ebytes == 4 and "MN" in (a_major, b_major):
+        raise MoyeError(f"gemm: float32 (tf32) operands must be K-major (ldmatrix transposes "
+                        f"16-bit values alone); {names['a'] if a_major == 'MN' else names['b']} "
+                        "is not: copy it K-major")
+    config = {**(config or default_config(M, N, K, batch, sms=sms, smem=smem, ebytes=ebytes))}
     unknown = set(config) - set(TILE) - {"residue", "d_vector"}
     if unknown:
         raise MoyeError(f"gemm: unknown config keys {sorted(unknown)}; a config takes "
                         f"{', '.join(TILE)} (and residue, d_vector)")
-    if smem_bytes(config) > smem:
-        raise MoyeError(f"gemm: config {config} takes {smem_bytes(config)} bytes of shared "
+    if smem_bytes(config, ebytes) > smem:
+        raise MoyeError(f"gemm: config {config} takes {smem_bytes(config, ebytes)} bytes of shared "
                         f"memory and this device allows {smem}; take a smaller one "
                         f"(default_config(..., smem={smem}))")
     bM, bN, bK = (config.get(k, TILE[k]) for k in ("bM", "bN", "bK"))
@@ -514,7 +537,7 @@ def _check_dtypes(arrays, names):
     """(input type, output type) names, or a MoyeError naming the operand."""
     t = {k: v.dtype.name for k, v in arrays.items()}
     A, D = names["a"], names["out"]
-    rules = {"a": (INPUT_TYPES, "Float16 or BFloat16"),
+    rules = {"a": (INPUT_TYPES, "Float16, BFloat16 or Float32 (as tf32)"),
              "b": ((t["a"],), f"{A}'s type ({t['a']})"),
              "out": ((t["a"], "Float32"), f"{A}'s type ({t['a']}) or Float32"),
              "bias": ((t["a"], "Float32"), f"{A}'s type ({t['a']}) or Float32"),
@@ -528,28 +551,29 @@ def _check_dtypes(arrays, names):
 
 def _check_operand(arg, name, mn):
     """'K' or 'MN': which of operand `arg`'s last two modes is contiguous, or
-    a MoyeError where 16-byte cp.async cannot read it (8 contiguous elements
-    from a 16-byte aligned address)."""
+    a MoyeError where 16-byte cp.async cannot read it (8 contiguous 16-bit
+    elements, or 4 of 32 bits, from a 16-byte aligned address)."""
     (rows, k), (s_rows, s_k) = arg.shape[-2:], arg.strides[-2:]
+    vec = 128 // arg.dtype.bits
     where = f"({name} has shape {tuple(arg.shape)} and strides {tuple(arg.strides)})"
-    if s_k == 1 and (k % 8 == 0 or s_rows != 1):
+    if s_k == 1 and (k % vec == 0 or s_rows != 1):
         major, extent, other = "K", k, s_rows
     elif s_rows == 1:
         major, extent, other = "MN", rows, s_k
     else:
         raise MoyeError(f"gemm: {name} must be K-major (row-major) or {mn}-major (the "
                         f"transposed view of a row-major one) {where}")
-    if extent % 8:
+    if extent % vec:
         what, alt = ("K", mn) if major == "K" else (mn, "K")
         raise MoyeError(
-            f"gemm: {what} = {extent} must be a multiple of 8 because {name} is {what}-major: "
-            f"each 16-byte cp.async copies 8 contiguous {arg.dtype} elements of {name} "
-            f"{where}; pad {name} or pass it {alt}-major")
+            f"gemm: {what} = {extent} must be a multiple of {vec} because {name} is "
+            f"{what}-major: each 16-byte cp.async copies {vec} contiguous {arg.dtype} elements "
+            f"of {name} {where}; pad {name} or pass it {alt}-major")
     batch_stride = arg.strides[0] if len(arg.shape) == 3 and arg.shape[0] > 1 else 0
-    if other % 8 or batch_stride % 8 or arg.ptr % 16:
-        raise MoyeError(f"gemm: each 16-byte cp.async reads 8 contiguous elements of {name}, "
-                        f"so its address must be 16-byte aligned and its other strides "
-                        f"multiples of 8 {where}; copy {name} to a contiguous array")
+    if other % vec or batch_stride % vec or arg.ptr % 16:
+        raise MoyeError(f"gemm: each 16-byte cp.async reads {vec} contiguous elements of "
+                        f"{name}, so its address must be 16-byte aligned and its other strides "
+                        f"multiples of {vec} {where}; copy {name} to a contiguous array")
     return major
 
 

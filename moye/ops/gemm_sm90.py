@@ -6,16 +6,18 @@ kernels with an EVT epilogue).
 
 a (Ba, M, K) and b (Bb, N, K) of float16 or bfloat16, each K-major or
 M/N-major (the transposed view of one; wgmma reads both from shared
-memory), with Ba and Bb the batch count or 1 (shared by every batch); out
+memory), or both of float32, K-major, multiplied as tf32 (wgmma
+TFloat32, K = 8: the tensor cores ignore the low 13 mantissa bits), with
+Ba and Bb the batch count or 1 (shared by every batch); out
 (B, M, N) row-major, of the inputs' type or float32. Every global tile
 moves by TMA, so rows must be 16-byte aligned (matmul_op pads where not).
 
 One block of 128 * (1 + consumers) threads per multiprocessor walks the
 output tiles (bM x bN) of every batch in a grouped order (tile_coords):
 - warpgroup 0 is the producer: one thread TMA-loads A's and B's tiles into
-  a ring of `stages` 128-byte-swizzled stages (a K-major tile in one box,
-  an M/N-major one in boxes of 64 rows: a 128-byte swizzle spans 64
-  16-bit values);
+  a ring of `stages` 128-byte-swizzled stages, each one swizzle row of K
+  (bk: 64 16-bit values, 32 tf32) (a K-major tile in one box, an M/N-major
+  one in boxes of 64 rows: a 128-byte swizzle spans 64 16-bit values);
 - the consumer warpgroups each own 64 (or bM / consumers) rows of the tile
   and issue wgmma from the stages;
 - the epilogue: each consumer warpgroup applies epilogue.epilogue_value to
@@ -37,11 +39,23 @@ from ..errors import MoyeError
 from . import rows
 from .epilogue import epilogue_value, split_k_epilogue, split_k_launch
 
-BK = 64                     # 128 bytes of 16-bit values: one swizzle row
+SWIZZLE_BYTES = 128         # a swizzle row: a stage's K (BK), an M/N-major box's rows
+BK = 64                     # 128 bytes of 16-bit values: one swizzle row (bk(4) for tf32)
 EPI_ROWS = 64               # an epilogue box: 64 rows of 128 bytes
 EPI_SLOTS = 2               # boxes each consumer warpgroup has in flight
 SWIZZLE_ROW = 64            # 16-bit values in a 128-byte swizzle row (an M/N-major box's rows)
 SMS_H100 = 132              # the heuristic's multiprocessors where no device says (CPU backend)
+SMEM_SM90 = 227 * 1024      # shared memory a block may opt in to on sm_90
+IN_TYPES = ("Float16", "BFloat16", "Float32")   # Float32 runs as tf32 (wgmma: TFloat32)
+
+
+def bk(ebytes=2):
+    """A stage's K: the values of `ebytes` bytes in one 128-byte swizzle
+    row (64 of 16 bits; 32 of 32 bits, tf32).
+        >>> bk(2), bk(4)
+        (64, 32)
+    """
+    return SWIZZLE_BYTES // ebytes
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,17 +80,19 @@ CONFIGS = tuple(config(*c) for c in ((128, 256, 4), (128, 128, 6), (64, 256, 5),
                                      (128, 64, 8), (64, 64, 8)))      # the tiles, unsplit
 
 
-def candidates(M, N, K, batches=1, sms=SMS_H100):
-    """The configs worth timing for an (M, N, K) GEMM of `batches`: the tiles
-    of 64 rows for M <= 64 (wgmma's least), else of 64 and 128; each
+def candidates(M, N, K, batches=1, sms=SMS_H100, ebytes=2):
+    """The configs worth timing for an (M, N, K) GEMM of `batches` with
+    inputs of `ebytes` bytes (4: tf32, whose stages hold half the K): the
+    tiles of 64 rows for M <= 64 (wgmma's least), else of 64 and 128; each
     unsplit, and where its tiles leave multiprocessors idle, split along K
     into about one or two units a multiprocessor (at least 2 K-tiles a
-    split, at most MAX_SPLITS splits).
+    split, at most MAX_SPLITS splits). A stage takes (bM + bN) * 128 bytes
+    whatever the type, so every config fits shared memory (smem_bytes).
         >>> candidates(16, 4096, 4096)[:4]
         [(64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 256, 5, 8, 16), (64, 128, 8, 8, 1)]
     """
     out = []
-    k_tiles = -(-K // BK)
+    k_tiles = -(-K // bk(ebytes))
     for c in CONFIGS:
         bM, bN = c[:2]
         if M <= 64 and bM == 128:
@@ -87,21 +103,36 @@ def candidates(M, N, K, batches=1, sms=SMS_H100):
     return out
 
 
-def default_config(M, N, K, batches=1, sms=SMS_H100):
-    """The heuristic's config for an (M, N, K) GEMM of `batches` (the one
-    used untuned): 64-row tiles for M <= 64, else 128; the widest bN whose
+def default_config(M, N, K, batches=1, sms=SMS_H100, ebytes=2):
+    """The heuristic's config for an (M, N, K) GEMM of `batches` with inputs
+    of `ebytes` bytes (the one used untuned): 64-row tiles for M <= 64, else
+    128; the widest bN whose
     tiles still fill the `sms` multiprocessors; where even the narrowest
     leave some idle, the widest tiles split along K to fill them once.
         >>> default_config(4096, 4096, 4096), default_config(16, 4096, 4096)
         ((128, 256, 4, 8, 1), (64, 256, 5, 8, 8))
     """
     bM = 64 if M <= 64 else 128
-    mine = [c for c in candidates(M, N, K, batches, sms) if c[0] == bM]
+    mine = [c for c in candidates(M, N, K, batches, sms, ebytes) if c[0] == bM]
     for c in mine:
         if c[4] == 1 and batches * -(-M // bM) * -(-N // c[1]) >= sms:
             return c
     widest = [c for c in mine if c[1] == max(c[1] for c in mine)]
     return widest[min(1, len(widest) - 1)]      # split to fill the multiprocessors once
+
+
+def smem_bytes(cfg, out_bytes=2):
+    """Shared memory a block of `cfg` takes, whatever the inputs' type (a
+    stage is (bM + bN) rows of one 128-byte swizzle row: BK 16-bit or bk(4)
+    tf32 values), with an output of `out_bytes` bytes (its epilogue boxes
+    are 128-byte rows too), and its pipeline's barriers.
+        >>> smem_bytes(config(128, 256, 4)) <= SMEM_SM90
+        True
+    """
+    bM, bN, stages = cfg[:3]
+    barriers = 2 * 8 * stages
+    return (bM + bN) * SWIZZLE_BYTES * stages + \
+        bM // 64 * EPI_SLOTS * EPI_ROWS * SWIZZLE_BYTES + barriers
 
 
 def tile_coords(t, tiles_m, tiles_n, group):
@@ -160,6 +191,7 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
                      bM: moye.Constexpr, bN: moye.Constexpr, stages: moye.Constexpr,
                      group: moye.Constexpr, activation: moye.Constexpr):
     bK = load_a.tile[2]
+    ebytes = load_a.dtype.bits // 8                                 # 2, or 4 (tf32)
     consumers = bM // 64
     box_cols = store_c.tile[2]
     dtype = store_c.dtype
@@ -187,7 +219,7 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
                 m, n = tile_coords(tile % per_batch, tiles_m, tiles_n, group)
                 split = t - tile * splits
                 for k in range(split * k_tiles // splits, (split + 1) * k_tiles // splits):
-                    full = pipe.producer_acquire(stage, phase, (bM + bN) * bK * 2)
+                    full = pipe.producer_acquire(stage, phase, (bM + bN) * bK * ebytes)
                     load_tile(load_a, sA[:, :, stage], bt * a_step, m * bM, k * bK, bM, full)
                     load_tile(load_b, sB[:, :, stage], bt * b_step, n * bN, k * bK, bN, full)
                     stage, phase = pipe.advance(stage, phase)
@@ -255,21 +287,25 @@ def batched_tile(layout):
 
 
 def operand_tile(dtype, major, rows):
-    """The (rows, BK) shared-memory tile of an operand that wgmma reads and
-    TMA writes, 128-byte swizzled: K-major, one TMA box (CuTe:
-    GMMA::Layout_K_SW128_Atom tiled); M/N-major, 64-row boxes one after
-    another (each 64 x BK values, its BK rows of 128 bytes), and the box of
-    one TMA load.
+    """The (rows, bK) shared-memory tile of an operand that wgmma reads and
+    TMA writes, bK = bk(its bytes), 128-byte swizzled: K-major, one TMA box
+    (CuTe: GMMA::Layout_K_SW128_Atom tiled); M/N-major (16-bit types),
+    boxes of one 128-byte row's values (64) one after another (each its bK
+    rows of 128 bytes), and the box of one TMA load.
         >>> operand_tile(moye.Float16, "MN", 128)[0]
         Sw<3,3,3> o 0 o ((64,2),64):((1,4096),64)
+        >>> operand_tile(moye.TFloat32, "K", 64)[0]
+        Sw<3,2,3> o 0 o ((8,8),(32,1)):((32,256),(1,2048))
     """
+    ebytes = dtype.bits // 8
+    k = bk(ebytes)
     if major == "K":
-        tile = moye.gmma_smem_layout(dtype, "K", 128, (rows, BK))
+        tile = moye.gmma_smem_layout(dtype, "K", SWIZZLE_BYTES, (rows, k))
         return tile, tile
-    swizzle = Swizzle(3, 3, 3)
-    tile = composition(swizzle, Layout(((SWIZZLE_ROW, rows // SWIZZLE_ROW), BK),
-                                       ((1, SWIZZLE_ROW * BK), SWIZZLE_ROW)))
-    return tile, composition(swizzle, Layout((SWIZZLE_ROW, BK), (1, SWIZZLE_ROW)))
+    row = SWIZZLE_BYTES // ebytes           # SWIZZLE_ROW for 16-bit values
+    swizzle = Swizzle(3, 4 - (ebytes.bit_length() - 1), 3)
+    tile = composition(swizzle, Layout(((row, rows // row), k), ((1, row * k), row)))
+    return tile, composition(swizzle, Layout((row, k), (1, row)))
 
 
 def major(x, what):
@@ -288,7 +324,13 @@ def major(x, what):
 def static_plan(dtype, out_dtype, a_major, b_major, bM, bN, stages):
     """What the launch takes that depends on types, majors and tiles alone:
     the TMA boxes' layouts (A, B, C's) and the staged shared-memory layouts,
-    the MMAs and the epilogue's shared-memory store."""
+    the MMAs and the epilogue's shared-memory store. Float32 inputs run as
+    tf32: wgmma TFloat32 x TFloat32 -> Float32 (K = 8), on tiles of bk(4)
+    = 32 values that TMA fills with float32 (the same 32 bits; the tensor
+    cores ignore the low 13 mantissa bits)."""
+    if dtype.bits == 32:
+        dtype = moye.TFloat32
+    k = bk(dtype.bits // 8)
     a_tile, a_box = operand_tile(dtype, a_major, bM)
     b_tile, b_box = operand_tile(dtype, b_major, bN)
     ebytes = out_dtype.bits // 8
@@ -303,7 +345,7 @@ def static_plan(dtype, out_dtype, a_major, b_major, bM, bN, stages):
         CopyAtom(UniversalCopy(Float32), Float32)
     save_c = make_tiled_copy_C(atom, box_mma)
     return (batched_tile(a_box), batched_tile(b_box), batched_tile(box),
-            tile_to_shape(a_tile, (bM, BK, stages)), tile_to_shape(b_tile, (bN, BK, stages)),
+            tile_to_shape(a_tile, (bM, k, stages)), tile_to_shape(b_tile, (bN, k, stages)),
             tile_to_shape(box, (EPI_ROWS, box_cols, consumers * EPI_SLOTS)),
             mma, box_mma, save_c)
 
@@ -360,8 +402,10 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
     bM, bN, stages, group, splits = cfg
     (batches, M, N), K = out.shape, a.shape[2]
     batches //= splits
+    majors = major(a, "a"), major(b, "b")
+    check_operands(dtype, element_type(b), *majors)
     a_box, b_box, c_box, sA, sB, sC, mma, box_mma, save_c = static_plan(
-        dtype, out_dtype, major(a, "a"), major(b, "b"), bM, bN, stages)
+        dtype, out_dtype, *majors, bM, bN, stages)
     load_a = moye.make_tma_copy(moye.TMA_LOAD, a, a_box)
     load_b = moye.make_tma_copy(moye.TMA_LOAD, b, b_box)
     store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box)
@@ -372,6 +416,23 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
             batches, splits, int(a.shape[0] > 1), int(b.shape[0] > 1), float(alpha),
             float(beta), bM, bN, stages, group, activation)
     return max(1, min(blocks, units)), threads(cfg), args
+
+
+def check_operands(a_type, b_type, a_major, b_major):
+    """A MoyeError unless a and b are of one type of IN_TYPES, K-major where
+    float32 (tf32 wgmma reads K-major tiles alone).
+        >>> check_operands(moye.Float32, moye.Float32, "K", "MN")
+        Traceback (most recent call last):
+        ...
+        moye.errors.MoyeError: gemm_sm90: float32 (tf32) operands must be K-major; b is MN-major
+    """
+    if a_type.name not in IN_TYPES or b_type is not a_type:
+        raise MoyeError(f"gemm_sm90: a is {a_type} and b {b_type}; they must be of one type, "
+                        f"one of {', '.join(IN_TYPES)}")
+    for what, m in (("a", a_major), ("b", b_major)):
+        if a_type.bits == 32 and m != "K":
+            raise MoyeError(f"gemm_sm90: float32 (tf32) operands must be K-major; {what} is "
+                            f"{m}-major")
 
 
 def element_type(x):

@@ -10,6 +10,12 @@ row-major) and launches, by device:
 TMA reads rows whose strides are multiples of 16 bytes: an operand whose
 are not is copied once into rows padded to that (its extra columns are
 never read), and an output whose are not is written through such a copy.
+
+float32 operands run on tf32 tensor cores (10 mantissa bits kept, float32
+accumulation), on request only (allow_tf32=True), into a float32 output;
+tf32 wgmma (and gemm_sm80's ldmatrix) reads K-major tiles alone, so an
+M/N-major one (b given as a row-major (K, N): its kernel view b^T is
+N-major) is copied once K-major.
 """
 import numpy as np
 
@@ -19,29 +25,27 @@ from ..errors import MoyeTypeError, ShapeError
 from . import gemm_sm80, gemm_sm90, replay, rows
 from .epilogue import check_activation
 
-IN_TYPES = ("float16", "bfloat16")
+IN_TYPES = ("float16", "bfloat16", "float32")      # float32: as tf32, with allow_tf32
 OUT_TYPES = ("float16", "bfloat16", "float32")
 ALIGN_BYTES = 16
 
 
 def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
-           out_dtype=None):
+           out_dtype=None, allow_tf32=False):
     """activation(alpha * a @ b + bias) + residual (see moye.ops.matmul),
     as a new array, or written into `out`."""
     opname = "matmul"
     check_activation(activation, opname)
+    check_allow_tf32(allow_tf32, opname)
     shape, batch = output_shape(a, b, opname)
-    dtype = rows.dtype_name(a, "a", opname)
-    if dtype not in IN_TYPES:
-        raise MoyeTypeError(f"{opname}: a is {dtype}; matmul takes float16 or bfloat16")
-    if rows.dtype_name(b, "b", opname) != dtype:
-        raise MoyeTypeError(f"{opname}: a is {dtype} but b is {rows.dtype_name(b, 'b', opname)}; "
-                            "they must be of one type")
+    dtype = input_type(a, b, allow_tf32, opname)
     out_type = type_name(out_dtype, opname) if out_dtype is not None else \
         rows.dtype_name(out, "out", opname) if out is not None else dtype
     if out_type not in (dtype, "float32"):
         raise MoyeTypeError(f"{opname}: out_dtype {out_type}; the output is {dtype} (a's type) or "
-                            "float32")
+                            "float32" if dtype != "float32" else
+                            f"{opname}: out_dtype {out_type}; float32 (tf32) inputs give a "
+                            "float32 output")
     for what, t in (("b", b), ("bias", bias), ("residual", residual), ("out", out)):
         if t is not None and not rows.same_place(a, t):
             raise MoyeTypeError(f"{opname}: {what} and a are not in one place (both NumPy arrays, "
@@ -69,11 +73,47 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
     if a.shape[-1] == 0:        # a product of zeros: the kernel on 8 zero columns
         a3, b3 = (_zeros(t, t.shape[:2] + (8,)) for t in (a3, b3))
     target = out3 if _tma_rows(out3) else _padded_rows(out3)
-    _launch(_tma_ready(a3), _tma_ready(b3), target, bias, residual3, float(alpha), activation)
+    k_major = dtype == "float32"        # tf32 wgmma and ldmatrix read K-major tiles alone
+    _launch(_tma_ready(a3, k_major), _tma_ready(b3, k_major), target, bias, residual3,
+            float(alpha), activation)
     if target is not out3:
         replay.host_work()
         out3[...] = target
     return result
+
+
+def check_allow_tf32(allow_tf32, opname):
+    """`allow_tf32`, or a MoyeTypeError unless it is True or False.
+        >>> check_allow_tf32(1, "matmul")
+        Traceback (most recent call last):
+        ...
+        moye.errors.MoyeTypeError: matmul: allow_tf32 must be True or False, got int 1
+    """
+    if not isinstance(allow_tf32, (bool, np.bool_)):
+        raise MoyeTypeError(f"{opname}: allow_tf32 must be True or False, got "
+                            f"{type(allow_tf32).__name__} {allow_tf32!r}")
+    return bool(allow_tf32)
+
+
+def input_type(a, b, allow_tf32, opname="matmul"):
+    """The type name of a and b, which must be one of IN_TYPES: float32 only
+    with `allow_tf32` (the product on tf32 tensor cores, whose inputs keep
+    10 of float32's 23 mantissa bits).
+        >>> input_type(np.zeros(1, np.float32), np.zeros(1, np.float32), True)
+        'float32'
+    """
+    dtype = rows.dtype_name(a, "a", opname)
+    if dtype not in IN_TYPES:
+        raise MoyeTypeError(f"{opname}: a is {dtype}; matmul takes float16 or bfloat16 (or "
+                            "float32 with allow_tf32=True)")
+    b_type = rows.dtype_name(b, "b", opname)
+    if b_type != dtype:
+        raise MoyeTypeError(f"{opname}: a is {dtype} but b is {b_type}; they must be of one type")
+    if dtype == "float32" and not allow_tf32:
+        raise MoyeTypeError(f"{opname}: a and b are float32, which runs on tf32 tensor cores "
+                            "(10 mantissa bits kept, float32 accumulation) on request only: "
+                            "pass allow_tf32=True, or cast them to float16 or bfloat16")
+    return dtype
 
 
 def output_shape(a, b, opname="matmul"):
@@ -90,12 +130,12 @@ def output_shape(a, b, opname="matmul"):
     if a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"{opname}: a {tuple(a.shape)} and b {tuple(b.shape)}: a's last "
                          "dimension (K) must be b's second to last")
-    batches = {t.shape[0] for t in (a, b) if t.ndim == 3}
-    if len(batches) > 1:
+    batches = [t.shape[0] for t in (a, b) if t.ndim == 3]      # a list: sizes may be symbolic
+    if len(batches) == 2 and batches[0] != batches[1]:
         raise ShapeError(f"{opname}: a {tuple(a.shape)} and b {tuple(b.shape)} have different "
                          "batch counts")
     M, N = a.shape[-2], b.shape[-1]
-    batch = batches.pop() if batches else None
+    batch = batches[0] if batches else None
     return ((M, N) if batch is None else (batch, M, N)), batch
 
 
@@ -170,9 +210,10 @@ def _tma_rows(t):
         arg.ptr % ALIGN_BYTES == 0
 
 
-def _tma_ready(t):
-    """3-D `t`, or a copy of it that TMA addresses (rows padded to 16 bytes)."""
-    if _tma_rows(t):
+def _tma_ready(t, k_major=False):
+    """3-D `t`, or a copy of it that TMA addresses (rows padded to 16 bytes);
+    with `k_major`, a K-major copy of an M/N-major `t` (tf32 wgmma's)."""
+    if _tma_rows(t) and not (k_major and _strides(t)[2] != 1):
         return t
     padded = _padded_rows(t)
     padded[...] = t
@@ -223,7 +264,7 @@ def _sm90_config(a3, b3, out3, bias, residual3, alpha, activation, sms, backend)
     default on the CPU backend and while a CUDA graph is captured."""
     (batches, M, N), K = out3.shape, a3.shape[2]
     if backend is not None or _capturing():
-        return gemm_sm90.default_config(M, N, K, batches, sms)
+        return gemm_sm90.default_config(M, N, K, batches, sms, _itemsize(a3))
     problem = (M, N, K, batches, sms, str(a3.dtype), str(out3.dtype), gemm_sm90.major(a3, "a"),
                gemm_sm90.major(b3, "b"), bias is not None, residual3 is not None, activation)
     chosen = _timed_sm90.best_config(a3, b3, out3, bias, residual3, alpha, activation, problem)
@@ -253,12 +294,20 @@ def _capturing():
 def _problem_configs(configs, problem):
     """autotune's prune: the configs gemm_sm90.candidates gives `problem`."""
     M, N, K, batches, sms = problem[:5]
-    mine = set(gemm_sm90.candidates(M, N, K, batches, sms))
+    mine = set(gemm_sm90.candidates(M, N, K, batches, sms, _problem_ebytes(problem)))
     return [c for c in configs if c.cfg in mine]
 
 
 def _problem_default(problem):
-    return Config(cfg=gemm_sm90.default_config(*problem[:5]))
+    return Config(cfg=gemm_sm90.default_config(*problem[:5], _problem_ebytes(problem)))
+
+
+def _problem_ebytes(problem):
+    """The bytes of a tuned problem's input type (its torch dtype's name).
+        >>> [_problem_ebytes((1, 1, 1, 1, 132, t)) for t in ("torch.float32", "torch.half")]
+        [4, 2]
+    """
+    return 4 if problem[5] == "torch.float32" else 2
 
 
 # What a replayed call split along K pays on the host beyond an unsplit one (its partial

@@ -64,7 +64,8 @@ def run(name, *args):
         t = type(a)
         if t is torch.Tensor or t is torch.nn.Parameter:
             grad = grad or a.requires_grad
-        elif not (a is None or t is int or t is float or t is str or t is torch.dtype):
+        elif not (a is None or t is int or t is float or t is str or t is bool or
+                  t is torch.dtype):
             return op(name)(*args)
     if torch.compiler.is_compiling():
         return op(name)(*args)
@@ -418,52 +419,58 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index):
     return run("cross_entropy_backward", dloss, logits, target, lse, ignore_index)
 
 
-# -- matmul: (a, b, bias?, residual?, activation?, alpha, out_dtype?) -> out ---------------------
+# -- matmul: (a, b, bias?, residual?, activation?, alpha, out_dtype?, allow_tf32) -> out ----------
 # One custom op, whose backward GEMMs are calls of the op itself. With an
 # activation, the backward recomputes the product before it (one GEMM more)
 # rather than the forward keeping it.
 
 MATMUL_SCHEMA = ("(Tensor a, Tensor b, Tensor? bias, Tensor? residual, str? activation, "
-                 "float alpha, ScalarType? out_dtype) -> Tensor")
+                 "float alpha, ScalarType? out_dtype, bool allow_tf32=False) -> Tensor")
 
 
-def _matmul_impl(a, b, bias, residual, activation, alpha, out_dtype):
-    return rows.raw("matmul")(a, b, bias, activation, residual, alpha, None, out_dtype)
+def _matmul_impl(a, b, bias, residual, activation, alpha, out_dtype, allow_tf32=False):
+    return rows.raw("matmul")(a, b, bias, activation, residual, alpha, None, out_dtype,
+                              allow_tf32)
 
 
-def _matmul_fake(a, b, bias, residual, activation, alpha, out_dtype):
+def _matmul_fake(a, b, bias, residual, activation, alpha, out_dtype, allow_tf32=False):
     shape, _ = rows.raw("output_shape")(a, b)
+    rows.raw("input_type")(a, b, allow_tf32)
     return a.new_empty(shape, dtype=out_dtype or a.dtype)
 
 
 def _matmul_save(ctx, inputs, output):
-    a, b, bias, residual, activation, alpha, _ = inputs
+    a, b, bias, residual, activation, alpha = inputs[:6]
     ctx.save_for_backward(a, b, bias)
     ctx.activation, ctx.alpha = activation, alpha
+    ctx.allow_tf32 = inputs[7] if len(inputs) > 7 else False
     ctx.residual_dtype = None if residual is None else residual.dtype
 
 
 def _matmul_grad(ctx, dy):
+    """The gradients of the op's inputs: GEMMs of the op itself, with the
+    forward's allow_tf32 (float32 operands: tf32 backward GEMMs too)."""
     a, b, bias = ctx.saved_tensors
+    tf32 = ctx.allow_tf32
     g = dy
     if ctx.activation is not None:
-        pre = run("matmul", a, b, bias, None, None, ctx.alpha, torch.float32)
+        pre = run("matmul", a, b, bias, None, None, ctx.alpha, torch.float32, tf32)
         g = _activation_backward(dy.float(), pre, ctx.activation)
     g = g.to(a.dtype)
     da = db = None
     if ctx.needs_input_grad[0]:
-        da = run("matmul", g, b.mT, None, None, None, ctx.alpha, None)
+        da = run("matmul", g, b.mT, None, None, None, ctx.alpha, None, tf32)
         da = da.sum(0) if a.dim() == 2 and da.dim() == 3 else da
     if ctx.needs_input_grad[1]:
         if b.dim() == 2 and a.dim() == 3:      # b shared by the batches: their sum, folded
             db = run("matmul", a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]), None,
-                     None, None, ctx.alpha, None)
+                     None, None, ctx.alpha, None, tf32)
         else:
-            db = run("matmul", a.mT, g, None, None, None, ctx.alpha, None)
+            db = run("matmul", a.mT, g, None, None, None, ctx.alpha, None, tf32)
     dbias = None if bias is None else g.reshape(-1, g.shape[-1]).sum(0, dtype=torch.float32) \
         .to(bias.dtype)
     dresidual = None if ctx.residual_dtype is None else dy.to(ctx.residual_dtype)
-    return da, db, dbias, dresidual, None, None, None
+    return da, db, dbias, dresidual, None, None, None, None
 
 
 def _activation_backward(dy, pre, activation):
@@ -492,7 +499,7 @@ def _register_matmul():
 _register_matmul()
 
 
-def matmul(a, b, bias, activation, residual, alpha, out, out_dtype):
+def matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32=False):
     """The public matmul on torch tensors: the custom op, or with `out`
     (which autograd and torch.compile do not take) the raw function."""
     check_devices("matmul", a=a, b=b, bias=bias, residual=residual, out=out)
@@ -503,5 +510,6 @@ def matmul(a, b, bias, activation, residual, alpha, out, out_dtype):
                                            for t in (a, b, bias, residual)):
             raise MoyeTypeError("matmul: out= takes no tensors that require grad (as torch's "
                                 "out= functions)")
-        return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype)
-    return run("matmul", a, b, bias, residual, activation, float(alpha), out_dtype)
+        return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype,
+                                  allow_tf32)
+    return run("matmul", a, b, bias, residual, activation, float(alpha), out_dtype, allow_tf32)

@@ -60,6 +60,58 @@ def test_matmul_every_element(torch, hopper_only, dtype, shape, ta, tb, activati
     torch.testing.assert_close(y, out, atol=0, rtol=0)
 
 
+def check_tf32(torch, y, a, b, bias=None, activation=None, residual=None, alpha=1.0):
+    """Every element within tf32's error: each input keeps 10 mantissa bits."""
+    ref = alpha * (a.double() @ b.double())
+    if bias is not None:
+        ref = ref + bias.double()
+    ref = act64(torch, activation)(ref)
+    if residual is not None:
+        ref = ref + residual.double()
+    scale = a.double().abs() @ b.double().abs()
+    bound = 2.0 ** -10 * scale + 2e-6 * ref.abs() + 1e-5 * scale + 1e-6
+    bad = ~((y.double() - ref).abs() <= bound)
+    assert not bad.any(), f"{int(bad.sum())} of {bad.numel()} elements off"
+
+
+@pytest.mark.parametrize("shape, ta, tb, activation", [
+    ((4096, 4096, 4096), False, False, None),           # b N-major: copied K-major
+    ((4096, 4096, 4096), False, True, "relu"),          # b K-major (a weight's transpose)
+    ((1000, 1000, 1000), True, True, "gelu"),           # a M-major: copied K-major
+    ((1000, 1000, 1000), False, True, None),
+    ((16, 4096, 4096), False, True, "silu"),            # split along K
+])
+def test_tf32_every_element(torch, hopper_only, shape, ta, tb, activation):
+    M, N, K = shape
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a = torch.randn(M, K, device="cuda", generator=g)
+    a = a.mT.contiguous().mT if ta else a
+    b = torch.randn(N, K, device="cuda", generator=g).T if tb else \
+        torch.randn(K, N, device="cuda", generator=g)
+    bias = torch.randn(N, device="cuda", generator=g)
+    residual = torch.randn(M, N, device="cuda", generator=g)
+    out = torch.full((M, N), math.nan, device="cuda")
+    ops.matmul(a, b, bias=bias, activation=activation, residual=residual, out=out,
+               allow_tf32=True)
+    check_tf32(torch, out, a, b, bias, activation, residual)
+    y = ops.matmul(a, b, bias=bias, activation=activation, residual=residual, allow_tf32=True)
+    torch.testing.assert_close(y, out, atol=0, rtol=0)
+
+
+def test_tf32_linear_autograd(torch, hopper_only):
+    x = torch.randn(4, 64, 256, device="cuda").requires_grad_()
+    w = torch.randn(512, 256, device="cuda").requires_grad_()
+    bias = torch.randn(512, device="cuda").requires_grad_()
+    y = ops.linear(x, w, bias, activation="gelu", allow_tf32=True)
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, bias)]
+    ref = torch.nn.functional.gelu(torch.nn.functional.linear(*leaves))
+    dy = torch.randn_like(ref)
+    (y.double() * dy).sum().backward()
+    (ref * dy).sum().backward()
+    for t, t64 in zip((x, w, bias), leaves):
+        assert (t.grad.double() - t64.grad).abs().max() / t64.grad.abs().max() < 4e-3
+
+
 def test_repeat_calls_take_their_own_tensors(torch, hopper_only):
     """Repeat calls of one signature replay the first (its launch with the
     tensor maps moved to the new tensors); a view of the same signature
@@ -74,14 +126,14 @@ def test_repeat_calls_take_their_own_tensors(torch, hopper_only):
         residual = torch.randn(256, 384, device="cuda", generator=g).half()
         y = ops.matmul(a, b, bias=bias, activation="gelu", residual=residual)
         check(torch, y, a, b, bias, "gelu", residual)
-        key = replay.signature((a, b, bias, "gelu", residual, 1.0, None, None), True)
+        key = replay.signature((a, b, bias, "gelu", residual, 1.0, None, None, False), True)
         assert type(ops.matmul.recipes[key]) is replay.Recipe
         x = torch.randn(2, 64, 512, device="cuda", generator=g).bfloat16()
         w = torch.randn(384, 512, device="cuda", generator=g).bfloat16()
         b16 = bias.bfloat16()
         y = ops.linear(x, w, b16, activation="relu")
         check(torch, y.reshape(128, 384), x.reshape(128, 512), w.T, b16, "relu")
-        key = replay.signature((x, w, b16, "relu"), True)
+        key = replay.signature((x, w, b16, "relu", False), True)
         assert type(ops.linear.recipes[key]) is replay.Recipe
     misaligned = base[:, 1:513]                   # a's signature, 2 bytes past 16
     assert misaligned.stride() == a.stride() and misaligned.data_ptr() % 16

@@ -220,8 +220,16 @@ BAD = {
     "batch counts": (dict(a=h(2, 64, 32), b=h(3, 48, 32), out=h(3, 64, 48)),
                      r"a has 2 batches and another operand 3"),
     "rank": (dict(a=h(64), b=h(48, 32), out=h(64, 48)), r"a has shape \(64,\); it must have 2"),
-    "a type": (dict(a=h(64, 32, dtype=np.float32), b=h(48, 32), out=h(64, 48)),
-               r"a is Float32; it must be Float16 or BFloat16"),
+    "a type": (dict(a=h(64, 32, dtype=np.float64), b=h(48, 32), out=h(64, 48)),
+               r"a is Float64; it must be Float16, BFloat16 or Float32 \(as tf32\)"),
+    "tf32 b type": (dict(a=h(64, 32, dtype=np.float32), b=h(48, 32), out=h(64, 48)),
+                    r"b is Float16; it must be a's type \(Float32\)"),
+    "tf32 mn-major": (dict(a=h(64, 32, dtype=np.float32), b=h(32, 48, dtype=np.float32).T,
+                           out=h(64, 48, dtype=np.float32)),
+                      r"float32 \(tf32\) operands must be K-major.*b is not"),
+    "tf32 k extent": (dict(a=h(64, 38, dtype=np.float32), b=h(48, 38, dtype=np.float32),
+                           out=h(64, 48, dtype=np.float32)),
+                      r"K = 38 must be a multiple of 4 because a is K-major"),
     "b type": (dict(a=h(64, 32), b=h(48, 32, dtype=BF16), out=h(64, 48)),
                r"b is BFloat16; it must be a's type \(Float16\)"),
     "out type": (dict(a=h(64, 32), b=h(48, 32), out=h(64, 48, dtype=BF16)),
@@ -277,6 +285,37 @@ def test_bad_config(monkeypatch):
         G.launch(h(64, 32), h(48, 32), h(64, 48), config={**SMALL, "tile": 96})
 
 
+# -- float32 inputs as tf32 (mma.sync m16n8k8) ------------------------------------------
+
+def tf32(x):
+    """float32 values as the tensor cores read tf32: the low 13 mantissa bits
+    dropped."""
+    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@pytest.mark.parametrize("M, N, K, activation", [(72, 40, 56, None), (130, 136, 200, "gelu"),
+                                                 (64, 64, 64, "relu")])
+def test_tf32_every_element(M, N, K, activation):
+    """Against float64 of the inputs as tf32 reads them (the CPU backend's
+    mma.sync drops their low 13 bits as the hardware does), so the bound is
+    float32 accumulation's; bK 32 (tf32_configs)."""
+    a, b = operand(M, K, "K", np.float32), operand(N, K, "K", np.float32)
+    bias, residual = rng.standard_normal(N).astype(np.float32), poisoned((M, N), np.float32)
+    residual[...] = rng.standard_normal((M, N))
+    out = poisoned((M, N), np.float32)
+    config = {**SMALL, "bK": 32}
+    G.launch(a, b, out, bias=bias, residual=residual, alpha=0.5, activation=activation,
+             config=config)
+    check(tf32(a), tf32(b), out, bias=bias, residual=residual, alpha=0.5, activation=activation)
+    assert G.default_config(M, N, K, ebytes=4)["bK"] == 32
+
+
+def test_tf32_configs_fit_as_the_16_bit_ones():
+    assert [G.smem_bytes(c, 4) for c in G.tf32_configs()] == \
+        [G.smem_bytes(c) for c in G.CONFIGS if c["bK"] >= 64]
+    assert G.default_config(8192, 8192, 8192, ebytes=4) == {**G.TILE, "bK": 32}
+
+
 # -- NVRTC, no GPU ---------------------------------------------------------------------
 
 def test_fused_kernel_compiles_for_sm80():
@@ -288,5 +327,20 @@ def test_fused_kernel_compiles_for_sm80():
     out = h(2, 200, 136, dtype=np.float32)
     kernel = G.gemm_kernel.trace(a, b, out, out, 1.0, 0.5, *args, h(136, dtype=np.float32),
                                  "gelu", block=threads)[0]
+    module = BACKENDS["cuda"].compile_only(kernel, (threads, 1, 1), "sm_80")
+    assert module.cubin[:4] == b"\x7fELF"
+
+
+def test_tf32_kernel_compiles_for_sm80():
+    """float32 inputs (tf32 mma.sync), the default tile's bK halved, fused."""
+    from moye.compiler.frontend import BACKENDS
+    args, threads = G.make_config("Float32", "K", "K", **{**G.TILE, "bK": 32}, residue=True,
+                                  d_vector=4, out_dtype="Float32")
+    f32 = dict(dtype=np.float32)
+    a, b, out = h(2, 300, 72, **f32), h(2, 136, 72, **f32), h(2, 300, 136, **f32)
+    kernel = G.gemm_kernel.trace(a, b, out, out, 1.0, 0.5, *args, h(136, **f32), "silu",
+                                 block=threads)[0]
+    source = BACKENDS["cuda"].source(kernel, (threads, 1, 1))
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in source
     module = BACKENDS["cuda"].compile_only(kernel, (threads, 1, 1), "sm_80")
     assert module.cubin[:4] == b"\x7fELF"

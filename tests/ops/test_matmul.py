@@ -190,7 +190,9 @@ def test_the_public_call_splits_k_where_tiles_are_few():
     (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((4, 3), np.float16)),
      "a's last dimension"),
     (lambda: ops.matmul(np.zeros((4, 3), np.float32), np.zeros((3, 4), np.float32)),
-     "float16 or bfloat16"),
+     "pass allow_tf32=True"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float64), np.zeros((3, 4), np.float64),
+                        allow_tf32=True), "float16 or bfloat16 (or float32 with allow_tf32"),
     (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), BF16)), "of one type"),
     (lambda: ops.matmul(np.zeros(3, np.float16), np.zeros((3, 4), np.float16)), "2-D"),
     (lambda: ops.matmul(np.zeros((2, 4, 3), np.float16), np.zeros((5, 3, 4), np.float16)),
@@ -211,6 +213,124 @@ def test_the_public_call_splits_k_where_tiles_are_few():
 ])
 def test_bad_inputs(call, message):
     with pytest.raises(MoyeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        call()
+
+
+# -- float32 inputs on tf32 tensor cores (allow_tf32) ------------------------------------------
+
+def assert_close_tf32(out, ref, a, b):
+    """Every element within tf32's error: each input keeps 10 mantissa bits
+    (|error| < 2**-10 of it), plus float32 accumulation's and rounding's."""
+    out = np.asarray(out)
+    assert out.dtype == np.float32
+    scale = np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
+    bound = 2.0 ** -10 * scale + 2e-6 * np.abs(ref) + 1e-5 * scale + 1e-6
+    bad = ~(np.abs(out.astype(np.float64) - ref) <= bound)
+    assert not bad.any(), (f"{bad.sum()} of {bad.size} elements off, e.g. at "
+                           f"{np.argwhere(bad)[0]}: {out[tuple(np.argwhere(bad)[0])]} vs "
+                           f"{ref[tuple(np.argwhere(bad)[0])]}")
+
+
+def tf32(x):
+    """float32 values as the tensor cores read them as tf32: the low 13
+    mantissa bits dropped (truncated toward zero), in float64."""
+    bits = np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return bits.view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("M, N, K, ta, tb", [
+    (64, 64, 64, False, False),
+    (70, 45, 37, False, False),         # no row 16-byte aligned: padded copies; b N-major
+    (130, 72, 136, True, False),        # a M-major: both copied K-major
+    (96, 200, 80, False, True),         # b K-major (linear's weight): no copy
+    (1, 130, 200, True, True),
+])
+def test_tf32_every_element(M, N, K, ta, tb):
+    a, b = operand((M, K), np.float32, ta), operand((K, N), np.float32, tb)
+    out = np.full((M, N), np.nan, np.float32)
+    assert ops.matmul(a, b, out=out, allow_tf32=True) is out
+    assert_close_tf32(out, reference(a, b), a, b)
+
+
+@pytest.mark.parametrize("sa, sb", [((3, 40, 24), (24, 72)), ((3, 40, 24), (3, 24, 72)),
+                                    ((40, 24), (3, 24, 72))])
+def test_tf32_fused_epilogue_and_batches(sa, sb):
+    a, b = operand(sa, np.float32, True), operand(sb, np.float32)
+    bias, residual = operand((72,), np.float32), operand((3, 40, 72), np.float32)
+    out = np.full((3, 40, 72), np.nan, np.float32)
+    ops.matmul(a, b, bias=bias, activation="gelu", residual=residual, alpha=0.75, out=out,
+               allow_tf32=True)
+    assert_close_tf32(out, reference(a, b, bias, "gelu", residual, 0.75), a, b)
+
+
+def test_tf32_drops_the_low_13_bits_as_the_tensor_cores_do():
+    """The CPU backend's wgmma reads tf32 as the hardware does: the float32
+    bits with the low 13 mantissa bits zeroed (truncation toward zero, for
+    negative values too; rounding to nearest would give 48 * (1 + 2**-10)
+    below), so the result is the product of the truncated inputs, with
+    float32 accumulation."""
+    a = operand((64, 48), np.float32)
+    a[0, :], a[1, :] = 1 + 2.0 ** -11 + 2.0 ** -12, -(1 + 2.0 ** -11 + 2.0 ** -12)
+    b = operand((48, 40), np.float32, True)
+    b[:, 0] = 1.0
+    y = ops.matmul(a, b, allow_tf32=True)
+    assert (y[0, 0], y[1, 0]) == (48.0, -48.0)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert (np.abs(y - tf32(a) @ tf32(b)) <= 1e-6 * scale + 1e-7).all()
+    assert np.abs(y - reference(a, b)).max() > 1e-3     # not float32's precision
+
+
+def test_tf32_with_16_bit_inputs_changes_nothing():
+    a, b = operand((40, 24), np.float16), operand((24, 72), np.float16)
+    np.testing.assert_array_equal(ops.matmul(a, b, allow_tf32=True), ops.matmul(a, b))
+
+
+def test_tf32_linear():
+    x, w = operand((2, 5, 24), np.float32), operand((40, 24), np.float32)
+    bias = operand((40,), np.float32)
+    with pytest.raises(MoyeError, match="allow_tf32=True"):
+        ops.linear(x, w, bias)
+    y = ops.linear(x, w, bias, activation="silu", allow_tf32=True)
+    assert y.shape == (2, 5, 40) and y.dtype == np.float32
+    assert_close_tf32(y, reference(x, w.T, bias, "silu"), x, w.T)
+
+
+def test_tf32_configs_fit_shared_memory():
+    """A stage is (bM + bN) rows of 128 bytes (BK = 64 16-bit values or 32
+    tf32): every config fits sm_90's 227 KB with its epilogue boxes, and
+    tf32's K-tiles (half as deep) count for the K splits."""
+    assert gemm_sm90.bk(4) == 32 and gemm_sm90.bk(2) == gemm_sm90.BK
+    for c in gemm_sm90.CONFIGS:
+        for out_bytes in (2, 4):
+            assert gemm_sm90.smem_bytes(c, out_bytes) <= gemm_sm90.SMEM_SM90, c
+    assert max(c[4] for c in gemm_sm90.candidates(1, 64, 256)) == 2          # 4 K-tiles
+    assert max(c[4] for c in gemm_sm90.candidates(1, 64, 256, ebytes=4)) == 4  # 8 K-tiles
+    assert gemm_sm90.default_config(16, 64, 256, ebytes=4) == (64, 256, 5, 8, 4)
+
+
+def test_tf32_operands_must_be_k_major_in_gemm_sm90():
+    a, b = np.zeros((1, 64, 32), np.float32), np.zeros((1, 32, 64), np.float32)
+    with pytest.raises(MoyeError, match="tf32.*must be K-major; b is MN-major"):
+        gemm_sm90.launch(a, b.transpose(0, 2, 1), np.zeros((1, 64, 64), np.float32),
+                         cfg=gemm_sm90.config(64, 64), blocks=1, backend="cpu")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ops.matmul(np.zeros((4, 3), np.float32), np.zeros((3, 4), np.float32),
+                        allow_tf32="yes"), "allow_tf32 must be True or False, got str"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float32), np.zeros((3, 4), np.float32),
+                        allow_tf32=1), "allow_tf32 must be True or False, got int"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float32), np.zeros((3, 4), np.float16),
+                        allow_tf32=True), "a is float32 but b is float16; they must be of one"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float32),
+                        allow_tf32=True), "a is float16 but b is float32"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float32), np.zeros((3, 4), np.float32),
+                        allow_tf32=True, out_dtype="float16"), "give a float32 output"),
+    (lambda: ops.linear(np.zeros((4, 3), np.float32), np.zeros((5, 3), np.float32),
+                        allow_tf32=None), "allow_tf32 must be True or False, got NoneType"),
+])
+def test_tf32_bad_inputs(call, message):
+    with pytest.raises(MoyeError, match=message):
         call()
 
 
@@ -267,14 +387,15 @@ def test_torch_compile_fullgraph():
     np.testing.assert_allclose(f(a, b).double().numpy(), ref, rtol=2e-3, atol=2e-3)
 
 
-def _compiled(cfg, a_major, b_major, out_dtype, epilogue):
-    """NVRTC's ptxas log of gemm_sm90's kernel for sm_90a."""
+def _compiled(cfg, a_major, b_major, out_dtype, epilogue, dtype=np.float16):
+    """NVRTC's ptxas log of gemm_sm90's kernel for sm_90a (inputs of `dtype`:
+    float32 is tf32)."""
     from moye import ir
     from moye.backend.cuda import nvrtc
     from moye.compiler.frontend import BACKENDS
     M, N, K = 136, 200, 72
-    a = np.zeros((1, M, K) if a_major == "K" else (1, K, M), np.float16)
-    b = np.zeros((1, N, K) if b_major == "K" else (1, K, N), np.float16)
+    a = np.zeros((1, M, K) if a_major == "K" else (1, K, M), dtype)
+    b = np.zeros((1, N, K) if b_major == "K" else (1, K, N), dtype)
     a, b = (x if m == "K" else x.transpose(0, 2, 1) for x, m in ((a, a_major), (b, b_major)))
     bias, residual = (np.zeros(N, np.float32), np.zeros((1, M, N), out_dtype)) if epilogue else \
         (None, None)
@@ -296,6 +417,90 @@ def test_every_config_compiles_for_sm90a_without_spills(cfg, a_major, b_major, o
     log = _compiled(cfg, a_major, b_major, out_dtype, epilogue)
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
     assert "C7508" not in log, log                       # setmaxnreg was not ignored
+
+
+@pytest.mark.parametrize("cfg, epilogue", [(gemm_sm90.CONFIGS[0], True),
+                                           (gemm_sm90.CONFIGS[2], False),
+                                           (gemm_sm90.CONFIGS[3], True),
+                                           (gemm_sm90.CONFIGS[5], False)])
+def test_tf32_configs_compile_for_sm90a_without_spills(cfg, epilogue):
+    """float32 inputs: wgmma m64nNk8.f32.tf32.tf32 on 32-value K stages.
+    (64 x 256 with the gelu epilogue into float32 spills 24 bytes, as with
+    16-bit inputs: left out.)"""
+    log = _compiled(cfg, "K", "K", np.float32, epilogue, np.float32)
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    assert "C7508" not in log, log
+
+
+def test_tf32_source_multiplies_tf32():
+    from moye.compiler.frontend import BACKENDS
+    a, b = np.zeros((1, 64, 40), np.float32), np.zeros((1, 64, 40), np.float32)
+    grid, block, args = gemm_sm90.arguments(
+        a, b, np.zeros((1, 64, 64), np.float32), bias=None, residual=None, alpha=1.0, beta=1.0,
+        activation=None, cfg=gemm_sm90.config(64, 64), blocks=1, backend="cpu")
+    assert args[0].tile[2] == 32
+    kernel, _, _ = gemm_sm90.sm90_gemm_kernel.trace(*args, block=block)
+    source = BACKENDS["cuda"].source(kernel, (block, 1, 1))
+    assert "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32" in source
+    assert "f16" not in source.split("wgmma.mma_async")[1][:60]
+
+
+def test_tf32_on_sm80_devices(monkeypatch):
+    """gemm_sm80 (sm_80-89) multiplies float32 as tf32 with mma.sync
+    m16n8k8 on K-major tiles: b row-major is copied K-major first."""
+    from moye.ops import gemm_sm80, matmul_op
+    monkeypatch.setattr(matmul_op, "_kernel_for", lambda out: gemm_sm80)
+    a, b, bias = torch.randn(40, 64), torch.randn(64, 72), torch.randn(72)
+    y = ops.matmul(a, b, bias=bias, activation="relu", allow_tf32=True)
+    assert_close_tf32(y.numpy(), reference(a.numpy(), b.numpy(), bias.numpy(), "relu"),
+                      a.numpy(), b.numpy())
+
+
+def test_tf32_torch_every_element_and_replays():
+    """CPU tensors, b row-major (copied K-major each call) and a transposed
+    weight (read in place, replayed)."""
+    for _ in range(2):
+        a, b = torch.randn(3, 20, 24), torch.randn(24, 16)
+        bias, residual = torch.randn(16), torch.randn(3, 20, 16)
+        y = ops.matmul(a, b, bias=bias, activation="relu", residual=residual, allow_tf32=True)
+        assert y.dtype == torch.float32
+        assert_close_tf32(y.numpy(), reference(a.numpy(), b.numpy(), bias.numpy(), "relu",
+                                               residual.numpy()), a.numpy(), b.numpy())
+        x, w = torch.randn(5, 24), torch.randn(16, 24)
+        y = ops.linear(x, w, allow_tf32=True)
+        assert_close_tf32(y.numpy(), reference(x.numpy(), w.numpy().T), x.numpy(), w.numpy().T)
+    with pytest.raises(MoyeError, match="pass allow_tf32=True"):
+        ops.matmul(a, b)
+
+
+def test_tf32_autograd_against_float64():
+    """The backward GEMMs run with the forward's allow_tf32 (tf32 too)."""
+    a = torch.randn(3, 20, 24).requires_grad_()
+    b = torch.randn(24, 16).requires_grad_()
+    bias, residual = torch.randn(16).requires_grad_(), torch.randn(3, 20, 16).requires_grad_()
+    y = ops.matmul(a, b, bias=bias, activation="gelu", residual=residual, alpha=0.5,
+                   allow_tf32=True)
+    leaves64 = [t.detach().double().requires_grad_() for t in (a, b, bias, residual)]
+    a64, b64, bias64, res64 = leaves64
+    ref = torch.nn.functional.gelu(0.5 * a64 @ b64 + bias64) + res64
+    g = torch.randn_like(ref)
+    (y.double() * g).sum().backward()
+    (ref * g).sum().backward()
+    for t, t64 in zip((a, b, bias, residual), leaves64):
+        err = (t.grad.double() - t64.grad).abs().max() / t64.grad.abs().max()
+        assert err < 4e-3, (t.shape, float(err))
+
+
+def test_tf32_opcheck_and_compile():
+    """The custom op's schema takes allow_tf32 (opcheck: fake tensors,
+    autograd registration, dynamic shapes); torch.compile keeps it whole."""
+    from moye.ops import torch_ops
+    a, b = torch.randn(2, 12, 20).requires_grad_(), torch.randn(20, 8).requires_grad_()
+    torch.library.opcheck(torch_ops.op("matmul"), (a, b, None, None, "relu", 1.0, None, True))
+    a, b = a.detach(), b.detach()
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: ops.matmul(a, b, allow_tf32=True) * 2, fullgraph=True)
+    torch.testing.assert_close(f(a, b), 2 * ops.matmul(a, b, allow_tf32=True), atol=0, rtol=0)
 
 
 def test_replayed_calls_of_the_sm80_kernel_launch_it(monkeypatch):
