@@ -274,7 +274,7 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
         [[2.0]]
     """
     alpha = _number(alpha, "alpha", "matmul")
-    allow_tf32 = _flag(allow_tf32, "allow_tf32", "matmul")
+    allow_tf32 = rows.flag(allow_tf32, "allow_tf32", "matmul")
     if rows.uses_torch(a, b, bias, residual, out):
         return rows.torch_ops().matmul(a, b, bias, activation, residual, alpha, out, out_dtype,
                                        allow_tf32)
@@ -313,13 +313,6 @@ def _number(v, what, opname):
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise MoyeTypeError(f"{opname}: {what} must be a number, got {type(v).__name__}")
     return float(v)
-
-
-def _flag(v, what, opname):
-    if not isinstance(v, (bool, np.bool_)):
-        raise MoyeTypeError(f"{opname}: {what} must be True or False, got {type(v).__name__} "
-                            f"{v!r}")
-    return bool(v)
 
 
 def _integer(v, what, opname):

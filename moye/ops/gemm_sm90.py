@@ -67,17 +67,20 @@ def config(bM=128, bN=256, stages=4, group=8, splits=1):
         >>> config(128, 128)
         (128, 128, 4, 8, 1)
     """
-    if bM not in (64, 128) or bN % 64 or not 64 <= bN <= 256 or not 2 <= stages <= 8 or \
+    if bM not in (64, 128) or bN % 64 or not 64 <= bN <= 256 or not 2 <= stages <= MAX_STAGES or \
             group < 1 or not 1 <= splits <= MAX_SPLITS:
         raise MoyeError(f"gemm_sm90.config: bM={bM!r} bN={bN!r} stages={stages!r} "
                         f"group={group!r} splits={splits!r}; need bM 64 or 128, bN 64..256 by "
-                        f"64, 2..8 stages, 1..{MAX_SPLITS} splits")
+                        f"64, 2..{MAX_STAGES} stages, 1..{MAX_SPLITS} splits")
     return bM, bN, stages, group, splits
 
 
 MAX_SPLITS = 16
+MAX_STAGES = 16
+# the tiles, unsplit, each with the stages that fit (smem_bytes): the narrow 64 x 64 tile,
+# which the few-row GEMMs stream their weights through, keeps the most bytes in flight
 CONFIGS = tuple(config(*c) for c in ((128, 256, 4), (128, 128, 6), (64, 256, 5), (64, 128, 8),
-                                     (128, 64, 8), (64, 64, 8)))      # the tiles, unsplit
+                                     (128, 64, 8), (64, 64, 12)))
 
 
 def candidates(M, N, K, batches=1, sms=SMS_H100, ebytes=2):

@@ -36,7 +36,7 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
     as a new array, or written into `out`."""
     opname = "matmul"
     check_activation(activation, opname)
-    check_allow_tf32(allow_tf32, opname)
+    rows.flag(allow_tf32, "allow_tf32", opname)
     shape, batch = output_shape(a, b, opname)
     dtype = input_type(a, b, allow_tf32, opname)
     out_type = type_name(out_dtype, opname) if out_dtype is not None else \
@@ -80,19 +80,6 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
         replay.host_work()
         out3[...] = target
     return result
-
-
-def check_allow_tf32(allow_tf32, opname):
-    """`allow_tf32`, or a MoyeTypeError unless it is True or False.
-        >>> check_allow_tf32(1, "matmul")
-        Traceback (most recent call last):
-        ...
-        moye.errors.MoyeTypeError: matmul: allow_tf32 must be True or False, got int 1
-    """
-    if not isinstance(allow_tf32, (bool, np.bool_)):
-        raise MoyeTypeError(f"{opname}: allow_tf32 must be True or False, got "
-                            f"{type(allow_tf32).__name__} {allow_tf32!r}")
-    return bool(allow_tf32)
 
 
 def input_type(a, b, allow_tf32, opname="matmul"):

@@ -54,6 +54,18 @@ def is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
+def flag(v, what, op):
+    """`v` as a bool, or a MoyeTypeError unless it is True or False.
+        >>> flag(1, "allow_tf32", "matmul")
+        Traceback (most recent call last):
+        ...
+        moye.errors.MoyeTypeError: matmul: allow_tf32 must be True or False, got int 1
+    """
+    if not isinstance(v, (bool, np.bool_)):
+        raise MoyeTypeError(f"{op}: {what} must be True or False, got {type(v).__name__} {v!r}")
+    return bool(v)
+
+
 def dtype_name(x, what, op):
     """'float32', 'float16', 'bfloat16' or 'float64' for `x`, else a MoyeTypeError."""
     if is_torch(x):

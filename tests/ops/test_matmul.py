@@ -143,20 +143,20 @@ def test_candidates():
     assert gemm_sm90.candidates(256, 8192, 28672) == [
         (128, 256, 4, 8, 1), (128, 256, 4, 8, 2), (128, 256, 4, 8, 4), (128, 128, 6, 8, 1),
         (128, 128, 6, 8, 2), (64, 256, 5, 8, 1), (64, 256, 5, 8, 2), (64, 128, 8, 8, 1),
-        (128, 64, 8, 8, 1), (64, 64, 8, 8, 1)]
+        (128, 64, 8, 8, 1), (64, 64, 12, 8, 1)]
     assert gemm_sm90.candidates(1, 4096, 14336) == [
         (64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 256, 5, 8, 16), (64, 128, 8, 8, 1),
-        (64, 128, 8, 8, 4), (64, 128, 8, 8, 8), (64, 64, 8, 8, 1), (64, 64, 8, 8, 2),
-        (64, 64, 8, 8, 4)]
+        (64, 128, 8, 8, 4), (64, 128, 8, 8, 8), (64, 64, 12, 8, 1), (64, 64, 12, 8, 2),
+        (64, 64, 12, 8, 4)]
     assert all(c[0] == 64 for c in gemm_sm90.candidates(64, 4096, 4096))
     assert gemm_sm90.candidates(1, 64, 512) == [          # 8 K-tiles: 4 splits at most
         (64, 256, 5, 8, 1), (64, 256, 5, 8, 4), (64, 128, 8, 8, 1), (64, 128, 8, 8, 4),
-        (64, 64, 8, 8, 1), (64, 64, 8, 8, 4)]
+        (64, 64, 12, 8, 1), (64, 64, 12, 8, 4)]
     assert gemm_sm90.candidates(4096, 4096, 4096) == list(gemm_sm90.CONFIGS)    # 128+ tiles
 
 
 @pytest.mark.parametrize("bad", [dict(splits=0), dict(splits=17), dict(bM=96), dict(bN=320),
-                                 dict(stages=1)])
+                                 dict(stages=1), dict(stages=17)])
 def test_config_refuses(bad):
     with pytest.raises(MoyeError, match="gemm_sm90.config"):
         gemm_sm90.config(**bad)
