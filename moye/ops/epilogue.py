@@ -35,13 +35,17 @@ def activate(x, activation):
     "tanh"), F.silu. On the host, numbers:
         >>> activate(-1.0, "relu"), round(activate(1.0, "gelu"), 6), round(activate(1.0, "silu"), 6)
         (0.0, 0.841345, 0.731059)
+        >>> round(activate(1.0, "gelu_tanh"), 6), round(activate(-3.0, "gelu_tanh"), 6)
+        (0.841192, -0.003637)
     """
     if activation == "relu":
         return moye.maximum(x, 0.0)
     if activation == "gelu":
         return 0.5 * x * (1.0 + moye.erf(x * SQRT_HALF))
     if activation == "gelu_tanh":
-        return 0.5 * x * (1.0 + moye.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)))
+        # 0.5 x (1 + tanh u) written as x sigmoid(2u): one exp, and no cancellation in
+        # 1 + tanh u where u is very negative
+        return x / (1.0 + moye.exp(-2.0 * SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)))
     if activation == "silu":
         return x / (1.0 + moye.exp(-x))
     return x
