@@ -43,9 +43,7 @@ def activate(x, activation):
     if activation == "gelu":
         return 0.5 * x * (1.0 + moye.erf(x * SQRT_HALF))
     if activation == "gelu_tanh":
-        # 0.5 x (1 + tanh u) written as x sigmoid(2u): one exp, and no cancellation in
-        # 1 + tanh u where u is very negative
-        return x / (1.0 + moye.exp(-2.0 * SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)))
+        return 0.5 * x * (1.0 + moye.tanh(SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)))
     if activation == "silu":
         return x / (1.0 + moye.exp(-x))
     return x
