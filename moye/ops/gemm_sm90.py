@@ -46,6 +46,7 @@ EPI_SLOTS = 2               # boxes each consumer warpgroup has in flight
 SWIZZLE_ROW = 64            # 16-bit values in a 128-byte swizzle row (an M/N-major box's rows)
 SMS_H100 = 132              # the heuristic's multiprocessors where no device says (CPU backend)
 SMEM_SM90 = 227 * 1024      # shared memory a block may opt in to on sm_90
+TMA_ALIGN = 16              # bytes: a TMA tensor's address and strides are multiples of it
 IN_TYPES = ("Float16", "BFloat16", "Float32")   # Float32 runs as tf32 (wgmma: TFloat32)
 
 
@@ -196,7 +197,8 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
     bK = load_a.tile[2]
     ebytes = load_a.dtype.bits // 8                                 # 2, or 4 (tf32)
     consumers = bM // 64
-    box_cols = store_c.tile[2]
+    direct = isinstance(store_c, MoYeArray)     # an output TMA cannot address: stored from registers
+    box_cols = size(sC_layout, 1)
     dtype = store_c.dtype
     sA = moye.shared_array(load_a.dtype, sA_layout, align=1024)     # (bM, bK, stages)
     sB = moye.shared_array(load_b.dtype, sB_layout, align=1024)     # (bN, bK, stages)
@@ -253,28 +255,48 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
             # the epilogue: this warpgroup's 64 rows, one box of box_cols columns at a time
             per_box = size(acc) // (bN // box_cols)
             for j in range(bN // box_cols):
-                slot = sC[:, :, wg * EPI_SLOTS + j % EPI_SLOTS]
-                if storer:
-                    moye.tma_store_wait(EPI_SLOTS - 1)      # the slot's last store has read it
-                moye.named_barrier_sync(1 + wg, 128)
-                for i in range(per_box):
-                    row, col = coords[j * per_box + i]
-                    # clamped: values outside out are computed on some element, then clipped
-                    row = moye.minimum(m * bM + row, M - 1)
-                    col = moye.minimum(n * bN + col, N - 1)
-                    box_acc[i] = moye.cast(epilogue_value(acc[j * per_box + i], row, col, alpha,
-                                                          bias, res, beta, activation), dtype)
-                copyto(save_c, r2s.partition_D(slot), r2s.retile_S(box_acc))
-                moye.fence_proxy_async()
-                moye.named_barrier_sync(1 + wg, 128)
-                if storer:
-                    moye.tma_store(store_c, (bt * splits + split, m * bM + wg * EPI_ROWS,
-                                             n * bN + j * box_cols),
-                                   MoYeArray.view_of(slot.engine, store_c.smem_layout))
-                    moye.tma_store_commit()
+                if direct:
+                    store_values(store_c, acc, coords, j * per_box, per_box, bt * splits + split,
+                                 m * bM, n * bN, M, N, alpha, bias, res, beta, activation)
+                else:
+                    slot = sC[:, :, wg * EPI_SLOTS + j % EPI_SLOTS]
+                    if storer:
+                        moye.tma_store_wait(EPI_SLOTS - 1)      # the slot's last store read it
+                    moye.named_barrier_sync(1 + wg, 128)
+                    for i in range(per_box):
+                        row, col = coords[j * per_box + i]
+                        # clamped: values outside out are computed on some element, then clipped
+                        row = moye.minimum(m * bM + row, M - 1)
+                        col = moye.minimum(n * bN + col, N - 1)
+                        box_acc[i] = moye.cast(epilogue_value(acc[j * per_box + i], row, col,
+                                                              alpha, bias, res, beta, activation),
+                                               dtype)
+                    copyto(save_c, r2s.partition_D(slot), r2s.retile_S(box_acc))
+                    moye.fence_proxy_async()
+                    moye.named_barrier_sync(1 + wg, 128)
+                    if storer:
+                        moye.tma_store(store_c, (bt * splits + split, m * bM + wg * EPI_ROWS,
+                                                 n * bN + j * box_cols),
+                                       MoYeArray.view_of(slot.engine, store_c.smem_layout))
+                        moye.tma_store_commit()
             t += moye.grid_dim.x
-        if storer:
+        if storer and not direct:
             moye.tma_store_wait(0)
+
+
+@moye.func
+def store_values(out, acc, coords, first, count, batch, row0, col0, M, N, alpha, bias, residual,
+                 beta, activation):
+    """out[batch, row, col] = the epilogue of acc[first + i] for i < count,
+    at (row0, col0) + coords[first + i], each from its register where it
+    lies inside the (M, N) output: the epilogue of an output whose rows TMA
+    cannot address (not 16-byte aligned), instead of a padded copy."""
+    for i in range(count):
+        row, col = coords[first + i]
+        row, col = row0 + row, col0 + col
+        if row < M and col < N:
+            out[batch, row, col] = moye.cast(epilogue_value(acc[first + i], row, col, alpha, bias,
+                                                            residual, beta, activation), out.dtype)
 
 
 # -- the host side ------------------------------------------------------------------------
@@ -411,7 +433,7 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
         dtype, out_dtype, *majors, bM, bN, stages)
     load_a = moye.make_tma_copy(moye.TMA_LOAD, a, a_box)
     load_b = moye.make_tma_copy(moye.TMA_LOAD, b, b_box)
-    store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box)
+    store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box) if tma_addressable(out) else out
     units = batches * -(-M // bM) * -(-N // bN) * splits
     if blocks is None:
         blocks = rows.multiprocessors(out) if backend is None else 2
@@ -436,6 +458,24 @@ def check_operands(a_type, b_type, a_major, b_major):
         if a_type.bits == 32 and m != "K":
             raise MoyeError(f"gemm_sm90: float32 (tf32) operands must be K-major; {what} is "
                             f"{m}-major")
+
+
+def tma_addressable(t):
+    """Whether TMA addresses 3-D `t`: one of its last two modes contiguous,
+    the other's stride (and the batch stride, if more than one) a multiple
+    of 16 bytes, its address 16-byte aligned.
+        >>> import numpy as np
+        >>> tma_addressable(np.zeros((1, 4, 8), np.float16)), tma_addressable(np.zeros((1, 4, 7), np.float16))
+        (True, False)
+    """
+    arg = as_array_arg(t)
+    s, ebytes = arg.strides, arg.dtype.bits // 8
+    inner = 2 if s[2] == 1 or t.shape[2] == 1 else 1 if s[1] == 1 or t.shape[1] == 1 else None
+    if inner is None:
+        return False
+    outer = [3 - inner] + ([0] if t.shape[0] > 1 else [])
+    return all(s[k] > 0 and s[k] * ebytes % TMA_ALIGN == 0 for k in outer) and \
+        arg.ptr % TMA_ALIGN == 0
 
 
 def element_type(x):

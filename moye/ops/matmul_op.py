@@ -9,7 +9,8 @@ row-major) and launches, by device:
 - NumPy arrays and CPU torch tensors: gemm_sm90 on the CPU backend.
 TMA reads rows whose strides are multiples of 16 bytes: an operand whose
 are not is copied once into rows padded to that (its extra columns are
-never read), and an output whose are not is written through such a copy.
+never read); gemm_sm90 stores such an output from its registers instead
+of by TMA (gemm_sm80 writes it through a padded copy).
 
 float32 operands run on tf32 tensor cores (10 mantissa bits kept, float32
 accumulation), on request only (allow_tf32=True), into a float32 output;
@@ -27,7 +28,6 @@ from .epilogue import check_activation
 
 IN_TYPES = ("float16", "bfloat16", "float32")      # float32: as tf32, with allow_tf32
 OUT_TYPES = ("float16", "bfloat16", "float32")
-ALIGN_BYTES = 16
 
 
 def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
@@ -72,7 +72,10 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
     a3, b3, out3, residual3 = _kernel_views(a, b, result, residual, batch)
     if a.shape[-1] == 0:        # a product of zeros: the kernel on 8 zero columns
         a3, b3 = (_zeros(t, t.shape[:2] + (8,)) for t in (a3, b3))
-    target = out3 if _tma_rows(out3) else _padded_rows(out3)
+    # gemm_sm90 stores an output TMA cannot address from its registers; gemm_sm80 gets rows
+    # padded to 16 bytes
+    direct = _kernel_for(out3) is gemm_sm90 or gemm_sm90.tma_addressable(out3)
+    target = out3 if direct else _padded_rows(out3)
     k_major = dtype == "float32"        # tf32 wgmma and ldmatrix read K-major tiles alone
     _launch(_tma_ready(a3, k_major), _tma_ready(b3, k_major), target, bias, residual3,
             float(alpha), activation)
@@ -167,7 +170,7 @@ def _as3(t):
     if t.ndim == 3:
         return t
     strides = _strides(t)
-    per = ALIGN_BYTES // _itemsize(t)
+    per = gemm_sm90.TMA_ALIGN // _itemsize(t)
     step = -(-max(n * d for n, d in zip(t.shape, strides)) // per) * per or per
     if rows.is_torch(t):
         return t.as_strided((1,) + tuple(t.shape), (step,) + strides)
@@ -183,24 +186,10 @@ def _strides(t):
     return as_array_arg(t).strides
 
 
-def _tma_rows(t):
-    """Whether TMA addresses 3-D `t`: one of its last two modes contiguous, the
-    other's stride (and the batch stride, if more than one) a multiple of 16
-    bytes, its address 16-byte aligned."""
-    arg = as_array_arg(t)
-    s, ebytes = arg.strides, arg.dtype.bits // 8
-    inner = 2 if s[2] == 1 or t.shape[2] == 1 else 1 if s[1] == 1 or t.shape[1] == 1 else None
-    if inner is None:
-        return False
-    outer = [3 - inner] + ([0] if t.shape[0] > 1 else [])
-    return all(s[k] > 0 and s[k] * ebytes % ALIGN_BYTES == 0 for k in outer) and \
-        arg.ptr % ALIGN_BYTES == 0
-
-
 def _tma_ready(t, k_major=False):
     """3-D `t`, or a copy of it that TMA addresses (rows padded to 16 bytes);
     with `k_major`, a K-major copy of an M/N-major `t` (tf32 wgmma's)."""
-    if _tma_rows(t) and not (k_major and _strides(t)[2] != 1):
+    if gemm_sm90.tma_addressable(t) and not (k_major and _strides(t)[2] != 1):
         return t
     padded = _padded_rows(t)
     padded[...] = t
@@ -213,7 +202,7 @@ def _padded_rows(t):
     the raw call makes on the host's array library (so it is not replayed)."""
     replay.host_work()
     B, R, C = t.shape
-    per = ALIGN_BYTES // _itemsize(t)
+    per = gemm_sm90.TMA_ALIGN // _itemsize(t)
     return rows.empty(t, (B, R, -(-C // per) * per))[..., :C]
 
 

@@ -52,7 +52,7 @@ def operand(shape, dtype, transposed=False):
 @pytest.mark.parametrize("dtype", [np.float16, BF16])
 @pytest.mark.parametrize("M, N, K, ta, tb", [
     (64, 64, 64, False, False),
-    (70, 45, 37, False, False),         # no row 16-byte aligned: padded copies
+    (70, 45, 37, False, False),         # no row 16-byte aligned: padded operands, direct stores
     (130, 72, 136, True, False),        # a column-major
     (96, 200, 80, False, True),         # b column-major (linear's weight)
     (1, 130, 200, True, True),
@@ -240,7 +240,7 @@ def tf32(x):
 
 @pytest.mark.parametrize("M, N, K, ta, tb", [
     (64, 64, 64, False, False),
-    (70, 45, 37, False, False),         # no row 16-byte aligned: padded copies; b N-major
+    (70, 45, 37, False, False),         # no row 16-byte aligned: padded operands, direct stores; b N-major
     (130, 72, 136, True, False),        # a M-major: both copied K-major
     (96, 200, 80, False, True),         # b K-major (linear's weight): no copy
     (1, 130, 200, True, True),
@@ -387,13 +387,49 @@ def test_torch_compile_fullgraph():
     np.testing.assert_allclose(f(a, b).double().numpy(), ref, rtol=2e-3, atol=2e-3)
 
 
-def _compiled(cfg, a_major, b_major, out_dtype, epilogue, dtype=np.float16):
-    """NVRTC's ptxas log of gemm_sm90's kernel for sm_90a (inputs of `dtype`:
-    float32 is tf32)."""
-    from moye import ir
-    from moye.backend.cuda import nvrtc
+@pytest.mark.parametrize("dtype, out_dtype", [(np.float16, None), (BF16, "float32")])
+def test_an_output_tma_cannot_address_is_stored_from_registers(monkeypatch, dtype, out_dtype):
+    """N = 45 16-bit (90-byte rows) or an out= view with 47-element rows:
+    no padded copy of the output (gemm_sm90 stores each value from its
+    register where it lies inside out), every element of it right, the
+    rest of a poisoned out= untouched; batches, the epilogue, alpha."""
+    from moye.ops import matmul_op
+    padded = []
+    real = matmul_op._padded_rows
+    monkeypatch.setattr(matmul_op, "_padded_rows", lambda t: padded.append(t.shape) or real(t))
+    B, M, N, K = 2, 70, 45, 64
+    a, w = operand((B, M, K), dtype), operand((N, K), dtype)
+    bias, residual = operand((N,), dtype), operand((B, M, N), out_dtype or dtype)
+    y = ops.matmul(a, w.T, bias=bias, activation="silu", residual=residual, alpha=0.5,
+                   out_dtype=out_dtype)
+    assert padded == [] and y.dtype == (out_dtype or dtype)
+    assert_close(y, reference(a, w.T, bias, "silu", residual, 0.5), a, w.T)
+    big = np.full((B, M, 47), np.nan, y.dtype)          # rows of 47 elements: not 16-byte aligned
+    out = big[:, :, 1:46]
+    ops.matmul(a, w.T, bias=bias, activation="silu", residual=residual, alpha=0.5, out=out)
+    assert padded == [] and np.isnan(big[:, :, 0].astype(np.float32)).all() and \
+        np.isnan(big[:, :, 46].astype(np.float32)).all()
+    assert_close(out, reference(a, w.T, bias, "silu", residual, 0.5), a, w.T)
+
+
+def test_tma_addressable():
+    """TMA's rule: one of the last two modes contiguous, the other's stride
+    and the batch stride (where more than one batch) in whole 16 bytes, the
+    address 16-byte aligned."""
+    x = np.zeros((2, 8, 16), np.float16)
+    assert gemm_sm90.tma_addressable(x) and gemm_sm90.tma_addressable(x.transpose(0, 2, 1))
+    assert not gemm_sm90.tma_addressable(np.zeros((2, 8, 12), np.float16))  # 24-byte rows
+    assert not gemm_sm90.tma_addressable(x[:, :, 1:])                      # address + 2 bytes
+    assert not gemm_sm90.tma_addressable(x[:, ::2, ::2])                   # no unit stride
+    assert gemm_sm90.tma_addressable(np.zeros((1, 8, 12), np.float32))     # 48-byte rows
+    assert not gemm_sm90.tma_addressable(np.zeros((3, 4, 8), np.float16)[:, :, :6].copy())
+
+
+def _source(cfg, a_major, b_major, out_dtype, epilogue, dtype=np.float16, N=200):
+    """(gemm_sm90's kernel, its CUDA source) for an (136, N, 72) problem
+    (inputs of `dtype`: float32 is tf32)."""
     from moye.compiler.frontend import BACKENDS
-    M, N, K = 136, 200, 72
+    M, K = 136, 72
     a = np.zeros((1, M, K) if a_major == "K" else (1, K, M), dtype)
     b = np.zeros((1, N, K) if b_major == "K" else (1, K, N), dtype)
     a, b = (x if m == "K" else x.transpose(0, 2, 1) for x, m in ((a, a_major), (b, b_major)))
@@ -403,7 +439,14 @@ def _compiled(cfg, a_major, b_major, out_dtype, epilogue, dtype=np.float16):
         a, b, np.zeros((1, M, N), out_dtype), bias=bias, residual=residual, alpha=1.0, beta=1.0,
         activation="gelu" if epilogue else None, cfg=cfg, blocks=132, backend="cpu")
     kernel, _, _ = gemm_sm90.sm90_gemm_kernel.trace(*args, block=block)
-    source = BACKENDS["cuda"].source(kernel, (block, 1, 1))
+    return kernel, BACKENDS["cuda"].source(kernel, (block, 1, 1))
+
+
+def _compiled(*args, **kwargs):
+    """NVRTC's ptxas log of _source's kernel for sm_90a."""
+    from moye import ir
+    from moye.backend.cuda import nvrtc
+    kernel, source = _source(*args, **kwargs)
     return nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], "sm_90a",
                               options=("--ptxas-options=-v",)).log or ""
 
@@ -417,6 +460,18 @@ def test_every_config_compiles_for_sm90a_without_spills(cfg, a_major, b_major, o
     log = _compiled(cfg, a_major, b_major, out_dtype, epilogue)
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
     assert "C7508" not in log, log                       # setmaxnreg was not ignored
+
+
+@pytest.mark.parametrize("cfg, out_dtype", [(gemm_sm90.CONFIGS[0], np.float16),
+                                            (gemm_sm90.CONFIGS[5], np.float32)])
+def test_direct_stores_compile_for_sm90a_without_spills(cfg, out_dtype):
+    """An output of 45 columns (rows TMA cannot address): the epilogue
+    stores from the registers, with no TMA store left in the kernel."""
+    log = _compiled(cfg, "K", "K", out_dtype, True, N=45)
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    stores = [_source(cfg, "K", "K", out_dtype, True, N=n)[1].count(".global.shared::cta")
+              for n in (45, 48)]
+    assert stores[0] == 0 and stores[1] > 0, stores          # 48 columns: 96-byte rows, by TMA
 
 
 @pytest.mark.parametrize("cfg, epilogue", [(gemm_sm90.CONFIGS[0], True),
