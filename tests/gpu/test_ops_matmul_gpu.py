@@ -18,14 +18,19 @@ def act64(torch, name):
             "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[name]
 
 
-def check(torch, y, a, b, bias=None, activation=None, residual=None, alpha=1.0):
+def reference(torch, a, b, bias, activation, residual, alpha):
+    """(the epilogue of the float64 product, |a| @ |b|)."""
     ref = alpha * (a.double() @ b.double())
     if bias is not None:
         ref = ref + bias.double()
     ref = act64(torch, activation)(ref)
     if residual is not None:
         ref = ref + residual.double()
-    scale = a.double().abs() @ b.double().abs()
+    return ref, a.double().abs() @ b.double().abs()
+
+
+def check(torch, y, a, b, bias=None, activation=None, residual=None, alpha=1.0):
+    ref, scale = reference(torch, a, b, bias, activation, residual, alpha)
     bound = EPS[str(y.dtype)[6:]] * ref.abs() + 1e-5 * scale + 1e-6
     bad = ~((y.double() - ref).abs() <= bound)
     assert not bad.any(), f"{int(bad.sum())} of {bad.numel()} elements off"
@@ -62,13 +67,7 @@ def test_matmul_every_element(torch, hopper_only, dtype, shape, ta, tb, activati
 
 def check_tf32(torch, y, a, b, bias=None, activation=None, residual=None, alpha=1.0):
     """Every element within tf32's error: each input keeps 10 mantissa bits."""
-    ref = alpha * (a.double() @ b.double())
-    if bias is not None:
-        ref = ref + bias.double()
-    ref = act64(torch, activation)(ref)
-    if residual is not None:
-        ref = ref + residual.double()
-    scale = a.double().abs() @ b.double().abs()
+    ref, scale = reference(torch, a, b, bias, activation, residual, alpha)
     bound = 2.0 ** -10 * scale + 2e-6 * ref.abs() + 1e-5 * scale + 1e-6
     bad = ~((y.double() - ref).abs() <= bound)
     assert not bad.any(), f"{int(bad.sum())} of {bad.numel()} elements off"
