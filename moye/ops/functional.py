@@ -247,7 +247,6 @@ def cross_entropy_backward(dloss, logits, target, lse, ignore_index=-100):
     return rows.raw("cross_entropy_backward")(dloss, logits, target, lse, ignore_index)
 
 
-@replay.replayed(autograd=True)
 def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
            out_dtype=None, allow_tf32=False):
     """activation(alpha * a @ b + bias) + residual, the epilogue fused into
@@ -273,6 +272,22 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
         >>> matmul(x, np.ones((2, 1), np.float32), allow_tf32=True).tolist()
         [[2.0]]
     """
+    if out is not None and rows.raw("overwrites_operand")(out, a, b, bias, residual):
+        # later tiles still read what out would overwrite: computed apart, then copied (a
+        # replayed call would not look at where its out lies)
+        y = _matmul(a, b, bias, activation, residual, alpha, None,
+                    out.dtype if out_dtype is None else out_dtype, allow_tf32)
+        if tuple(y.shape) != tuple(out.shape) or y.dtype != out.dtype:
+            raise ShapeError(f"matmul: out has shape {tuple(out.shape)} and dtype {out.dtype}; "
+                             f"the result has shape {tuple(y.shape)} and dtype {y.dtype}")
+        out[...] = y
+        return out
+    return _matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32)
+
+
+@replay.replayed(autograd=True)
+def _matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32):
+    """matmul on arrays whose out, if any, shares memory with no operand."""
     alpha = _number(alpha, "alpha", "matmul")
     allow_tf32 = rows.flag(allow_tf32, "allow_tf32", "matmul")
     if rows.uses_torch(a, b, bias, residual, out):

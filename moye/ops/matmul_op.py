@@ -66,6 +66,12 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
         if out_dtype is not None and rows.dtype_name(out, "out", opname) != out_type:
             raise MoyeTypeError(f"{opname}: out is {rows.dtype_name(out, 'out', opname)} but "
                                 f"out_dtype is {out_type}")
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise MoyeTypeError(f"{opname}: out is a read-only array")
+    if out is not None and overwrites_operand(out, a, b, bias, residual):
+        replay.host_work()      # other tiles still read what out would overwrite: apart, then copied
+        out[...] = matmul(a, b, bias, activation, residual, alpha, None, out_type, allow_tf32)
+        return out
     result = out if out is not None else rows.empty(a, shape, out_type)
     if 0 in shape:
         return result
@@ -83,6 +89,24 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
         replay.host_work()
         out3[...] = target
     return result
+
+
+def overwrites_operand(out, a, b, bias, residual):
+    """Whether `out` may share memory with a, b or bias, or with a residual
+    that is not out itself (the epilogue reads each residual element just
+    before it writes the output element at the same place, in one thread:
+    out=residual is an in-place residual add). Such an out is written after
+    the product is computed apart.
+        >>> x, a, b = np.zeros((4, 4), np.float16), np.zeros((4, 2), np.float16), np.zeros((2, 4), np.float16)
+        >>> overwrites_operand(x, x[:, :2], b, None, None), overwrites_operand(x, a, b, None, x)
+        (True, False)
+    """
+    if any(rows.overlaps(out, t) for t in (a, b, bias)):
+        return True
+    if residual is None or not rows.overlaps(out, residual):
+        return False
+    o, r = as_array_arg(out), as_array_arg(residual)
+    return (o.ptr, tuple(o.shape), tuple(o.strides)) != (r.ptr, tuple(r.shape), tuple(r.strides))
 
 
 def input_type(a, b, allow_tf32, opname="matmul"):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError, MoyeTypeError, ShapeError
 from . import replay
 from .row_kernels import COLUMN_LANES, COLUMNS, column_sum
@@ -164,6 +165,30 @@ def same_place(a, b):
     tensors on one device (two CUDA tensors on different GPUs do not)."""
     ta = is_torch(a)
     return ta == is_torch(b) and (not ta or a.device == b.device)
+
+
+def overlaps(a, b):
+    """Whether arrays `a` and `b` (NumPy, torch) may share memory: their
+    byte ranges meet (conservative, as np.may_share_memory).
+        >>> x = np.zeros((4, 6), np.float16)
+        >>> overlaps(x[:, :3], x[:, 3:]), overlaps(x[:2], x[2:])
+        (True, False)
+    """
+    if a is None or b is None:
+        return False
+    ranges = []
+    for t in (a, b):
+        arg = as_array_arg(t)
+        if arg is None:                 # not an array: the op's own checks name it
+            return False
+        size = arg.dtype.bits // 8
+        span = [(n - 1) * s * size for n, s in zip(arg.shape, arg.strides)]
+        if 0 in arg.shape:
+            return False
+        ranges.append((arg.ptr + sum(min(0, d) for d in span),
+                       arg.ptr + sum(max(0, d) for d in span) + size))
+    (lo_a, hi_a), (lo_b, hi_b) = ranges
+    return lo_a < hi_b and lo_b < hi_a
 
 
 def stats_dtype(name):
@@ -502,7 +527,7 @@ def run(p, kernel, grid, threads, *args, cluster=1):
 # the same kind out) and the module of moye.ops that holds them.
 RAW_MODULES = {
     "matmul": "matmul_op", "output_shape": "matmul_op", "type_name": "matmul_op",
-    "input_type": "matmul_op",
+    "input_type": "matmul_op", "overwrites_operand": "matmul_op",
     "softmax": "softmax_op", "softmax_backward": "softmax_op",
     "log_softmax": "log_softmax_op", "log_softmax_backward": "log_softmax_op",
     "rms_norm_forward": "rms_norm_op", "rms_norm_backward": "rms_norm_op",

@@ -140,6 +140,21 @@ def test_repeat_calls_take_their_own_tensors(torch, hopper_only):
     check(torch, y, misaligned, b, bias, "gelu", residual)
 
 
+def test_a_replayed_signature_whose_out_overlaps_b(torch, hopper_only):
+    """A call of a recorded signature (out apart from b) whose out now lies
+    in b's rows: computed apart, then copied, not replayed in place."""
+    M, N, K = 1024, 2048, 4096
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    first, second = (torch.randn(M + K, N, device="cuda", dtype=torch.bfloat16)
+                     for _ in range(2))
+    for _ in range(2):
+        ops.matmul(a, first[M:], out=first[:M])
+    b = second[M:].clone()
+    out = second[M:2 * M]
+    ops.matmul(a, second[M:], out=out)
+    check(torch, out, a, b)
+
+
 def test_tensor_maps_move_as_the_driver_moves_them(torch, hopper_only):
     import dataclasses
 

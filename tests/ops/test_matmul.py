@@ -210,10 +210,62 @@ def test_the_public_call_splits_k_where_tiles_are_few():
     (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float16),
                         alpha="2"), "alpha must be a number"),
     (lambda: ops.linear(np.zeros((4, 3), np.float16), np.zeros(3, np.float16)), "weight"),
+    (lambda: ops.matmul(np.zeros((4, 3), np.float16), np.zeros((3, 4), np.float16),
+                        out=np.broadcast_to(np.zeros(4, np.float16), (4, 4))),
+     "out is a read-only array"),
 ])
 def test_bad_inputs(call, message):
     with pytest.raises(MoyeError, match=message.replace("(", r"\(").replace(")", r"\)")):
         call()
+
+
+@pytest.mark.parametrize("alias", ["a", "b", "bias", "residual shifted"])
+def test_an_out_that_overlaps_an_operand_is_written_after(alias):
+    """out= sharing memory with a, b, bias or a shifted view of the residual
+    (which later tiles or boxes still read after the kernel wrote there)
+    gets the product computed apart, then copied: every element as with
+    separate arrays. (136 x 300 x 520: 4 tiles of 128 x 256. Written in
+    place on the CPU backend, the bias and shifted-residual cases read what
+    an earlier tile or box overwrote; a and b would on a GPU, whose tiles
+    run at once, where the CPU backend's producer has read them first.)"""
+    M, N, K = 136, 300, 520
+    buf = operand((M + K + 1, K + 1), np.float16)
+    a, b = buf[:M, :K].copy(), buf[M:M + K, :N].copy()
+    bias, residual = operand((N,), np.float16), operand((M, N), np.float16)
+    out = buf[:M, :N]
+    if alias == "a":
+        a = buf[:M, :K]
+    elif alias == "b":
+        b, out = buf[M:M + K, :N], buf[M:2 * M, :N]
+    elif alias == "bias":
+        bias = buf[0, :N]
+    else:
+        residual, out = buf[:M, :N], buf[:M, 1:N + 1]
+    want = reference(a.copy(), b.copy(), bias.copy(), "relu", residual.copy())
+    inputs = a.copy(), b.copy()
+    assert ops.matmul(a, b, bias=bias, activation="relu", residual=residual, out=out) is out
+    assert_close(out, want, *inputs)
+
+
+def test_a_call_like_an_earlier_one_but_for_an_overlapping_out():
+    """The same kinds of arguments as a first call (which a later call may
+    replay), but out now shares memory with b: still every element right."""
+    M, N, K = 136, 300, 520
+    first, second = (operand((M + K, N), np.float16) for _ in range(2))
+    a = operand((M, K), np.float16)
+    ops.matmul(a, first[M:], out=first[:M])
+    b = second[M:].copy()
+    out = second[M:2 * M]                   # rows of b
+    ops.matmul(a, second[M:], out=out)
+    assert_close(out, reference(a, b), a, b)
+
+
+def test_out_may_be_the_residual():
+    a, b = operand((70, 64), np.float16), operand((64, 136), np.float16)
+    residual = operand((70, 136), np.float16)
+    want = reference(a, b, None, "silu", residual.copy())
+    assert ops.matmul(a, b, activation="silu", residual=residual, out=residual) is residual
+    assert_close(residual, want, a, b)
 
 
 # -- float32 inputs on tf32 tensor cores (allow_tf32) ------------------------------------------
