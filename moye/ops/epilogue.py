@@ -22,7 +22,7 @@ GELU_CUBIC = 0.044715           # tanh's approximation of gelu (Hendrycks and Gi
 
 def check_activation(activation, opname):
     """`activation`, or a MoyeTypeError naming the ones there are."""
-    if activation not in ACTIVATIONS:
+    if not (activation is None or isinstance(activation, str)) or activation not in ACTIVATIONS:
         raise MoyeTypeError(f"{opname}: activation must be one of "
                             f"{', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
     return activation

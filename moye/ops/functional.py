@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..errors import MoyeTypeError, ShapeError
+from ..errors import BoundsError, MoyeTypeError, ShapeError
 from . import replay, rows
 
 REDUCTIONS = ("none", "sum", "mean")
@@ -272,6 +272,11 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
         >>> matmul(x, np.ones((2, 1), np.float32), allow_tf32=True).tolist()
         [[2.0]]
     """
+    if out is not None:     # out checked before where it lies is (a meta tensor lies nowhere)
+        if rows.uses_torch(a, b, bias, residual, out):
+            rows.torch_ops().check_devices("matmul", a=a, b=b, bias=bias, residual=residual,
+                                           out=out)
+        rows.raw("writable_out")(out)
     if out is not None and rows.raw("overwrites_operand")(out, a, b, bias, residual):
         # later tiles still read what out would overwrite: computed apart, then copied (a
         # replayed call would not look at where its out lies)
@@ -327,10 +332,17 @@ def linear(x, weight, bias=None, activation=None, allow_tf32=False):
 def _number(v, what, opname):
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise MoyeTypeError(f"{opname}: {what} must be a number, got {type(v).__name__}")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:       # an int past float's range (about 1.8e308)
+        raise MoyeTypeError(f"{opname}: {what} must be a number a float holds, got an int of "
+                            f"{len(str(abs(v)))} digits") from None
 
 
 def _integer(v, what, opname):
+    """`v` as an int of int64's range (what the kernels and torch's schemas take)."""
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise MoyeTypeError(f"{opname}: {what} must be an int, got {type(v).__name__}")
+    if not -2**63 <= int(v) < 2**63:
+        raise BoundsError(f"{opname}: {what} {int(v)} is outside int64 [-2**63, 2**63)")
     return int(v)

@@ -433,7 +433,7 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
         dtype, out_dtype, *majors, bM, bN, stages)
     load_a = moye.make_tma_copy(moye.TMA_LOAD, a, a_box)
     load_b = moye.make_tma_copy(moye.TMA_LOAD, b, b_box)
-    store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box) if tma_addressable(out) else out
+    store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box) if tma_storable(out) else out
     units = batches * -(-M // bM) * -(-N // bN) * splits
     if blocks is None:
         blocks = rows.multiprocessors(out) if backend is None else 2
@@ -476,6 +476,19 @@ def tma_addressable(t):
     outer = [3 - inner] + ([0] if t.shape[0] > 1 else [])
     return all(s[k] > 0 and s[k] * ebytes % TMA_ALIGN == 0 for k in outer) and \
         arg.ptr % TMA_ALIGN == 0
+
+
+def tma_storable(out):
+    """Whether the GEMM stores its (B, M, N) `out` by TMA: TMA addresses it
+    (tma_addressable) and its rows are contiguous, as the epilogue's boxes
+    in shared memory are (static_plan's c_box); else (a column-major out,
+    a transposed view) it stores from its registers.
+        >>> import numpy as np
+        >>> out = np.zeros((1, 16, 8), np.float16)
+        >>> tma_storable(out), tma_storable(np.zeros((1, 8, 16), np.float16).transpose(0, 2, 1))
+        (True, False)
+    """
+    return tma_addressable(out) and (as_array_arg(out).strides[2] == 1 or out.shape[2] == 1)
 
 
 def element_type(x):

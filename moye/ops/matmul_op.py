@@ -46,28 +46,26 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
                             "float32" if dtype != "float32" else
                             f"{opname}: out_dtype {out_type}; float32 (tf32) inputs give a "
                             "float32 output")
+    for what, t in (("bias", bias), ("residual", residual)):
+        if t is not None:
+            rows.dtype_name(t, what, opname)        # an array, before its shape is read
+    writable_out(out, opname)
     for what, t in (("b", b), ("bias", bias), ("residual", residual), ("out", out)):
         if t is not None and not rows.same_place(a, t):
             raise MoyeTypeError(f"{opname}: {what} and a are not in one place (both NumPy arrays, "
                                 "or torch tensors on one device)")
     M, N = shape[-2:]
-    if bias is not None:
-        if tuple(bias.shape) != (N,):
-            raise ShapeError(f"{opname}: bias has shape {tuple(bias.shape)}; it must be ({N},)")
-        rows.dtype_name(bias, "bias", opname)
-    if residual is not None:
-        if tuple(residual.shape) != shape:
-            raise ShapeError(f"{opname}: residual has shape {tuple(residual.shape)}; it must be "
-                             f"the output's, {shape}")
-        rows.dtype_name(residual, "residual", opname)
+    if bias is not None and tuple(bias.shape) != (N,):
+        raise ShapeError(f"{opname}: bias has shape {tuple(bias.shape)}; it must be ({N},)")
+    if residual is not None and tuple(residual.shape) != shape:
+        raise ShapeError(f"{opname}: residual has shape {tuple(residual.shape)}; it must be "
+                         f"the output's, {shape}")
     if out is not None:
         if tuple(out.shape) != shape:
             raise ShapeError(f"{opname}: out has shape {tuple(out.shape)}; it must be {shape}")
         if out_dtype is not None and rows.dtype_name(out, "out", opname) != out_type:
             raise MoyeTypeError(f"{opname}: out is {rows.dtype_name(out, 'out', opname)} but "
                                 f"out_dtype is {out_type}")
-    if isinstance(out, np.ndarray) and not out.flags.writeable:
-        raise MoyeTypeError(f"{opname}: out is a read-only array")
     if out is not None and overwrites_operand(out, a, b, bias, residual):
         replay.host_work()      # other tiles still read what out would overwrite: apart, then copied
         out[...] = matmul(a, b, bias, activation, residual, alpha, None, out_type, allow_tf32)
@@ -89,6 +87,36 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
         replay.host_work()
         out3[...] = target
     return result
+
+
+def writable_out(out, opname="matmul"):
+    """A MoyeError unless the kernels can write each element of `out` (None:
+    no out) in place, once: an array that is writable, of non-negative
+    strides (the CPU backend's), whose elements share no memory (not an
+    expanded or overlapping view, whose last write would win).
+        >>> writable_out(np.zeros((4, 8), np.float16)[:, ::2])
+        >>> writable_out(np.lib.stride_tricks.as_strided(np.zeros(9, np.float16), (4, 4), (4, 2)))
+        Traceback (most recent call last):
+        ...
+        moye.errors.ShapeError: matmul: out has elements that share memory (shape (4, 4), strides (4, 2) bytes); pass an out of distinct elements
+    """
+    if out is None:
+        return
+    rows.dtype_name(out, "out", opname)
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise MoyeTypeError(f"{opname}: out is a read-only array")
+    shape = tuple(out.shape)
+    strides = (tuple(out.stride()), "elements") if rows.is_torch(out) else (out.strides, "bytes")
+    if any(s < 0 for n, s in zip(shape, strides[0]) if n > 1):
+        raise ShapeError(f"{opname}: out has negative strides {strides[0]} {strides[1]}, which "
+                         "the CPU backend does not write; pass an out of non-negative strides")
+    reach = 0           # the farthest element, past the start, of the dimensions of smaller strides
+    for s, n in sorted((abs(s), n) for n, s in zip(shape, strides[0]) if n > 1):
+        if s <= reach and 0 not in shape:
+            raise ShapeError(f"{opname}: out has elements that share memory (shape {shape}, "
+                             f"strides {strides[0]} {strides[1]}); pass an out of distinct "
+                             "elements")
+        reach += s * (n - 1)
 
 
 def overwrites_operand(out, a, b, bias, residual):

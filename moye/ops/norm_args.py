@@ -26,8 +26,8 @@ def check_param(p, what, x, name, n, op):
         return None
     pname = rows.dtype_name(p, what, op)
     if pname not in (name, "float32"):
-        raise MoyeTypeError(f"{op}: {what} is {pname} but x is {name}; {what} must be {name} "
-                            "or float32")
+        allowed = name if name == "float32" else f"{name} or float32"
+        raise MoyeTypeError(f"{op}: {what} is {pname} but x is {name}; {what} must be {allowed}")
     if tuple(p.shape) != (n,):
         raise ShapeError(f"{op}: {what} has shape {tuple(p.shape)}; rows of x have {n} "
                          f"elements, so it must have shape ({n},)")

@@ -527,7 +527,7 @@ def run(p, kernel, grid, threads, *args, cluster=1):
 # the same kind out) and the module of moye.ops that holds them.
 RAW_MODULES = {
     "matmul": "matmul_op", "output_shape": "matmul_op", "type_name": "matmul_op",
-    "input_type": "matmul_op", "overwrites_operand": "matmul_op",
+    "input_type": "matmul_op", "overwrites_operand": "matmul_op", "writable_out": "matmul_op",
     "softmax": "softmax_op", "softmax_backward": "softmax_op",
     "log_softmax": "log_softmax_op", "log_softmax_backward": "log_softmax_op",
     "rms_norm_forward": "rms_norm_op", "rms_norm_backward": "rms_norm_op",

@@ -24,6 +24,7 @@ import torch
 from ..errors import MoyeTypeError, ShapeError
 from . import rows
 from .cross_entropy_op import check_target
+from .epilogue import check_activation
 
 NAMESPACE = "moye"
 
@@ -335,8 +336,9 @@ for _spec in OPS.values():
 # -- the public ops on torch tensors (moye.ops.functional calls these) -------------------------
 
 def check_devices(opname, **tensors):
-    """Refuse arguments that are not all torch tensors on one device (None
-    ones skipped)."""
+    """Refuse arguments that are not all torch tensors on one CPU or CUDA
+    device (None ones skipped): the kernels run on those alone (a meta
+    tensor has no memory to read)."""
     device = None
     for what, t in tensors.items():
         if t is None:
@@ -350,6 +352,8 @@ def check_devices(opname, **tensors):
         elif t.device != device:
             raise MoyeTypeError(f"{opname}: {what} is on {t.device} but {first} is on {device}; "
                                 "they must be on the same device")
+    if device is not None and device.type not in ("cpu", "cuda"):
+        raise MoyeTypeError(f"{opname}: {first} is on {device}; moye takes CPU and CUDA tensors")
 
 
 def softmax(x, dim):
@@ -503,11 +507,12 @@ def matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32=F
     """The public matmul on torch tensors: the custom op, or with `out`
     (which autograd and torch.compile do not take) the raw function."""
     check_devices("matmul", a=a, b=b, bias=bias, residual=residual, out=out)
+    check_activation(activation, "matmul")      # before the custom op's schema sees it
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):   # a name, NumPy's
         out_dtype = getattr(torch, rows.raw("type_name")(out_dtype, "matmul"))
     if out is not None:
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                           for t in (a, b, bias, residual)):
+                                           for t in (a, b, bias, residual, out)):
             raise MoyeTypeError("matmul: out= takes no tensors that require grad (as torch's "
                                 "out= functions)")
         return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype,
