@@ -38,8 +38,10 @@ script exit 1; torch's results are checked the same way, their errors recorded
 TFLOP/s count 2 M N K. Times: CUDA events around back-to-back public calls
 (kernels.cuda_time: the host's time counts wherever it exceeds the GPU's),
 iterations sized to about 25 ms a figure (5 to 200), the contenders alternated
-in --rounds rounds, the median. Then the host time of each moye call and of
-torch's on an 8 x 1024 x 1024 float16 problem: the mean of 200 calls enqueued
+in --rounds rounds (at least 7 where every contender's call takes under
+0.1 ms: those move most between runs), the median. Then the host time of
+each moye call and of torch's on an 8 x 1024 x 1024 float16 problem: the
+mean of 200 calls enqueued
 while the GPU is held busy (torch.cuda._sleep, so no call waits for the GPU;
 target: 10 us), and of 200 back-to-back calls synchronized once at the end
 (the GPU's time where it is longer), the two alternated in 3 rounds, the
@@ -75,6 +77,7 @@ QUICK = {"dtypes": ["bfloat16"], "ms": [1, 128, 4096], "nks": [(4096, 4096), (81
 CONTENDERS = {"plain": ("moye", "cublas"), "fused": ("moye", "torch", "addmm")}
 TARGETS = {"geomean": 1.0, "floor": 0.9, "fused": 1.1, "cube": 1.0}
 PEAK_FLOPS, PEAK_BYTES, FIGURE_S = 600e12, 3e12, 25e-3    # to size the iterations
+SHORT_MS, SHORT_ROUNDS = 0.1, 7          # rows whose calls take under 0.1 ms get 7 rounds
 HOST_SHAPE = (8, 1024, 1024)                               # M, N, K, float16
 HOST_CALLS = 200              # 2 launches each stay within the launch queue
 HOST_SLEEP_CYCLES = 200_000_000   # about 0.1 s of GPU: longer than HOST_CALLS calls' host time
@@ -264,7 +267,7 @@ def run_shape(torch, args, dtype, M, N, K, kinds):
                 torch, y, prod, scale, eps, refs["addmm" if who == "addmm" else kind]), dev)
             row["configs"] = [list(c) for k, c in tuned_configs().items() if k not in tuned]
             times = {who: [] for who in fns if who not in row["n/a"]}
-            for _ in range(args.rounds):
+            for _ in range(rounds_for(args.rounds, times, timer, fns, iters)):
                 for who in times:
                     times[who].append(timer(fns[who], iters))
             for who, ts in times.items():
@@ -280,6 +283,16 @@ def tuned_configs():
     from its disk cache (a row records the ones its calls added)."""
     from moye.ops import matmul_op
     return {slot: tuple(c.cfg) for slot, c in matmul_op._timed_sm90.cache.items()}
+
+
+def rounds_for(rounds, times, timer, fns, iters):
+    """The timing rounds of a row: `rounds`, or SHORT_ROUNDS where a first
+    round (kept in `times`) finds every contender's call under SHORT_MS
+    (calls that short move most between runs: the host's share)."""
+    for who in times:
+        times[who].append(timer(fns[who], iters))
+    short = times and all(ts[0] < SHORT_MS for ts in times.values())
+    return max(rounds, SHORT_ROUNDS if short else 0) - 1
 
 
 def check_row(torch, row, fns, into, measure, device):

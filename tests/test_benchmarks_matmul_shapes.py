@@ -257,3 +257,16 @@ def test_plot_draws_a_png(tmp_path):
     plot_matmul_shapes.plot({"device": "H", "rows": [
         row("nn", "bfloat16", m, 4096, 4096, moye=1.0, cublas=1.1) for m in (1, 16)]}, png)
     assert png.stat().st_size > 0
+
+
+@pytest.mark.parametrize("first_ms, rounds, expected", [
+    ((0.05, 0.09), 3, 7),          # every call under 0.1 ms: 7 rounds in all
+    ((0.05, 0.2), 3, 3),           # one contender's over: --rounds
+    ((0.05, 0.09), 9, 9)])         # more asked than 7
+def test_short_rows_get_more_rounds(first_ms, rounds, expected):
+    """rounds_for times one round itself, then says how many more."""
+    fns = {"moye": 0, "cublas": 1}
+    times = {who: [] for who in fns}
+    more = ms.rounds_for(rounds, times, lambda fn, iters: first_ms[fn], fns, 5)
+    assert times == {"moye": [first_ms[0]], "cublas": [first_ms[1]]}
+    assert more + 1 == expected
