@@ -277,22 +277,17 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
             rows.torch_ops().check_devices("matmul", a=a, b=b, bias=bias, residual=residual,
                                            out=out)
         rows.raw("writable_out")(out)
-    if out is not None and rows.raw("overwrites_operand")(out, a, b, bias, residual):
-        # later tiles still read what out would overwrite: computed apart, then copied (a
-        # replayed call would not look at where its out lies)
-        y = _matmul(a, b, bias, activation, residual, alpha, None,
-                    out.dtype if out_dtype is None else out_dtype, allow_tf32)
-        if tuple(y.shape) != tuple(out.shape) or y.dtype != out.dtype:
-            raise ShapeError(f"matmul: out has shape {tuple(out.shape)} and dtype {out.dtype}; "
-                             f"the result has shape {tuple(y.shape)} and dtype {y.dtype}")
-        out[...] = y
-        return out
+        if rows.raw("overwrites_operand")(out, a, b, bias, residual):
+            # a replayed call would not look at where its out lies: this one runs in full, and
+            # the raw call computes the product apart, then copies it
+            return _matmul_call(a, b, bias, activation, residual, alpha, out, out_dtype,
+                                allow_tf32)
     return _matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32)
 
 
-@replay.replayed(autograd=True)
-def _matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32):
-    """matmul on arrays whose out, if any, shares memory with no operand."""
+def _matmul_call(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32):
+    """matmul's call of the torch op or the raw function (`_matmul`, replayed,
+    where out, if any, shares memory with no operand)."""
     alpha = _number(alpha, "alpha", "matmul")
     allow_tf32 = rows.flag(allow_tf32, "allow_tf32", "matmul")
     if rows.uses_torch(a, b, bias, residual, out):
@@ -300,6 +295,9 @@ def _matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32)
                                        allow_tf32)
     return rows.raw("matmul")(a, b, bias, activation, residual, alpha, out, out_dtype,
                               allow_tf32)
+
+
+_matmul = replay.replayed(_matmul_call, autograd=True)
 
 
 @replay.replayed(autograd=True)

@@ -39,11 +39,9 @@ from ..errors import MoyeError
 from . import rows
 from .epilogue import epilogue_value, split_k_epilogue, split_k_launch
 
-SWIZZLE_BYTES = 128         # a swizzle row: a stage's K (BK), an M/N-major box's rows
-BK = 64                     # 128 bytes of 16-bit values: one swizzle row (bk(4) for tf32)
+SWIZZLE_BYTES = 128         # a swizzle row: a stage's K (bk), an M/N-major box's rows
 EPI_ROWS = 64               # an epilogue box: 64 rows of 128 bytes
 EPI_SLOTS = 2               # boxes each consumer warpgroup has in flight
-SWIZZLE_ROW = 64            # 16-bit values in a 128-byte swizzle row (an M/N-major box's rows)
 SMS_H100 = 132              # the heuristic's multiprocessors where no device says (CPU backend)
 SMEM_SM90 = 227 * 1024      # shared memory a block may opt in to on sm_90
 TMA_ALIGN = 16              # bytes: a TMA tensor's address and strides are multiples of it
@@ -125,11 +123,11 @@ def default_config(M, N, K, batches=1, sms=SMS_H100, ebytes=2):
     return widest[min(1, len(widest) - 1)]      # split to fill the multiprocessors once
 
 
-def smem_bytes(cfg, out_bytes=2):
-    """Shared memory a block of `cfg` takes, whatever the inputs' type (a
-    stage is (bM + bN) rows of one 128-byte swizzle row: BK 16-bit or bk(4)
-    tf32 values), with an output of `out_bytes` bytes (its epilogue boxes
-    are 128-byte rows too), and its pipeline's barriers.
+def smem_bytes(cfg):
+    """Shared memory a block of `cfg` takes, whatever the inputs' and the
+    output's types (a stage is (bM + bN) rows of one 128-byte swizzle row:
+    bk(2) 16-bit or bk(4) tf32 values; the epilogue's boxes are 128-byte
+    rows of 16- or 32-bit values), and its pipeline's barriers.
         >>> smem_bytes(config(128, 256, 4)) <= SMEM_SM90
         True
     """
@@ -327,7 +325,7 @@ def operand_tile(dtype, major, rows):
     if major == "K":
         tile = moye.gmma_smem_layout(dtype, "K", SWIZZLE_BYTES, (rows, k))
         return tile, tile
-    row = SWIZZLE_BYTES // ebytes           # SWIZZLE_ROW for 16-bit values
+    row = SWIZZLE_BYTES // ebytes           # values in a 128-byte swizzle row
     swizzle = Swizzle(3, 4 - (ebytes.bit_length() - 1), 3)
     tile = composition(swizzle, Layout(((row, rows // row), k), ((1, row * k), row)))
     return tile, composition(swizzle, Layout((row, k), (1, row)))

@@ -348,13 +348,13 @@ def test_tf32_linear():
 
 
 def test_tf32_configs_fit_shared_memory():
-    """A stage is (bM + bN) rows of 128 bytes (BK = 64 16-bit values or 32
-    tf32): every config fits sm_90's 227 KB with its epilogue boxes, and
-    tf32's K-tiles (half as deep) count for the K splits."""
-    assert gemm_sm90.bk(4) == 32 and gemm_sm90.bk(2) == gemm_sm90.BK
+    """A stage is (bM + bN) rows of 128 bytes (64 16-bit values or 32 tf32):
+    every config fits sm_90's 227 KB with its epilogue boxes (128-byte rows
+    of any output type), and tf32's K-tiles (half as deep) count for the K
+    splits."""
+    assert gemm_sm90.bk(4) == 32 and gemm_sm90.bk(2) == 64
     for c in gemm_sm90.CONFIGS:
-        for out_bytes in (2, 4):
-            assert gemm_sm90.smem_bytes(c, out_bytes) <= gemm_sm90.SMEM_SM90, c
+        assert gemm_sm90.smem_bytes(c) <= gemm_sm90.SMEM_SM90, c
     assert max(c[4] for c in gemm_sm90.candidates(1, 64, 256)) == 2          # 4 K-tiles
     assert max(c[4] for c in gemm_sm90.candidates(1, 64, 256, ebytes=4)) == 4  # 8 K-tiles
     assert gemm_sm90.default_config(16, 64, 256, ebytes=4) == (64, 256, 5, 8, 4)
