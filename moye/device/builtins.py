@@ -13,7 +13,7 @@ from .. import ir
 from ..compiler.memory import PointerEngine, copy_elements, vector_split
 from ..compiler.tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
                                tracing, user_location)
-from .fastmath import FAST_FORMS
+from .fastmath import FAST_FORMS, overflow_to_inf
 
 
 class Dim3:
@@ -178,8 +178,8 @@ def _math(fn, pyfn, cuda):
     return f
 
 
-exp = _math("exp", math.exp, "expf")
-exp2 = _math("exp2", lambda x: 2.0 ** x, "exp2f")
+exp = _math("exp", overflow_to_inf(math.exp), "expf")
+exp2 = _math("exp2", overflow_to_inf(lambda x: 2.0 ** x), "exp2f")
 log = _math("log", math.log, "logf")
 log2 = _math("log2", math.log2, "log2f")
 sqrt = _math("sqrt", math.sqrt, "sqrtf")

@@ -21,6 +21,20 @@ from ..compiler.tracer import Sym, coerce, current
 LOG2_E = 1.4426950408889634     # exp(x) = 2^(x log2(e))
 
 
+def overflow_to_inf(pyfn):
+    """`pyfn` on host numbers, inf where Python's float overflows (as CUDA's
+    float math does).
+        >>> overflow_to_inf(math.exp)(1000.0)
+        inf
+    """
+    def f(*args):
+        try:
+            return pyfn(*args)
+        except OverflowError:
+            return math.inf
+    return f
+
+
 def _operand(name, arg, x):
     """`x` as a Float32 operand of `name`, or None for a static number."""
     if isinstance(x, Sym):
@@ -48,7 +62,7 @@ def _unary(name, fn, python, doc):
     return f
 
 
-exp2_approx = _unary("exp2_approx", "ex2", lambda x: 2.0 ** x, """\
+exp2_approx = _unary("exp2_approx", "ex2", overflow_to_inf(lambda x: 2.0 ** x), """\
 2^x, approximately: within 2 ulp over the whole range. PTX: ex2.approx.f32.
     >>> import moye
     >>> @moye.kernel
@@ -93,7 +107,7 @@ def exp_approx(x):
     """
     v = _operand("exp_approx", "x", x)
     if v is None:
-        return math.exp(float(x))
+        return overflow_to_inf(math.exp)(float(x))
     b = current()
     t = b.instr("mul", (v, LOG2_E), T.Float32)
     return Sym(b.instr("approx", (t,), T.Float32, fn="ex2"), T.Float32)

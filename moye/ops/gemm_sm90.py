@@ -34,10 +34,11 @@ from moye import (CopyAtom, Float32, Layout, MoYeArray, Swizzle, UniversalCopy,
                   composition, copyto, gemm, make_fragment_like, make_identity_array,
                   make_layout, make_tiled_copy_C, make_tiled_mma, size, tile_to_shape)
 
+from ..compiler import range_constexpr
 from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError
 from . import rows
-from .epilogue import epilogue_value, split_k_epilogue, split_k_launch
+from .epilogue import epilogue_of, epilogue_value, split_k_epilogue, split_k_launch
 
 SWIZZLE_BYTES = 128         # a swizzle row: a stage's K (bk), an M/N-major box's rows
 EPI_ROWS = 64               # an epilogue box: 64 rows of 128 bytes
@@ -241,6 +242,13 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
         r2s = save_c.get_slice(ctid % 128)
         box_acc = make_fragment_like(box_mma.get_slice(ctid % 128).partition_fragment_C(
             make_layout((EPI_ROWS, box_cols))), dtype)
+        boxes = bN // box_cols
+        per_box = size(acc) // boxes
+        # a residual stored through the boxes is read a box ahead into registers (res_box):
+        # read as each box is stored, its latency would stall the epilogue box after box
+        early = residual is not None and not direct
+        if early:
+            res_box = make_fragment_like(box_acc, residual.dtype)
         t = moye.block_idx.x
         while t < units:
             tile = t // splits
@@ -248,11 +256,13 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
             m, n = tile_coords(tile % per_batch, tiles_m, tiles_n, group)
             split = t - tile * splits
             k_split = (split + 1) * k_tiles // splits - split * k_tiles // splits
-            stage, phase = consume_tile(pipe, mma, acc, tCsA, tCsB, k_split, stage, phase, lane0)
             res = residual[bt, :, :] if residual is not None else None
+            stage, phase = consume_tile(pipe, mma, acc, tCsA, tCsB, k_split, stage, phase, lane0)
+            if early:
+                for i in range(per_box):
+                    res_box[i] = clamped_value(res, coords[i], m * bM, n * bN, M, N)
             # the epilogue: this warpgroup's 64 rows, one box of box_cols columns at a time
-            per_box = size(acc) // (bN // box_cols)
-            for j in range(bN // box_cols):
+            for j in range_constexpr(boxes):
                 if direct:
                     store_values(store_c, acc, coords, j * per_box, per_box, bt * splits + split,
                                  m * bM, n * bN, M, N, alpha, bias, res, beta, activation)
@@ -266,9 +276,12 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
                         # clamped: values outside out are computed on some element, then clipped
                         row = moye.minimum(m * bM + row, M - 1)
                         col = moye.minimum(n * bN + col, N - 1)
-                        box_acc[i] = moye.cast(epilogue_value(acc[j * per_box + i], row, col,
-                                                              alpha, bias, res, beta, activation),
-                                               dtype)
+                        r = res_box[i] if early else None if res is None else res[row, col]
+                        if early and j + 1 < boxes:     # the next box's, in the register read
+                            res_box[i] = clamped_value(res, coords[(j + 1) * per_box + i],
+                                                       m * bM, n * bN, M, N)
+                        box_acc[i] = moye.cast(epilogue_of(acc[j * per_box + i], col, alpha, bias,
+                                                           r, beta, activation), dtype)
                     copyto(save_c, r2s.partition_D(slot), r2s.retile_S(box_acc))
                     moye.fence_proxy_async()
                     moye.named_barrier_sync(1 + wg, 128)
@@ -280,6 +293,15 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
             t += moye.grid_dim.x
         if storer and not direct:
             moye.tma_store_wait(0)
+
+
+@moye.func
+def clamped_value(src, coord, row0, col0, M, N):
+    """src[row, col] at (row0, col0) + coord, clamped into the (M, N) array
+    `src` (a value outside it is read from its edge; the TMA store clips
+    what it becomes)."""
+    row, col = coord
+    return src[moye.minimum(row0 + row, M - 1), moye.minimum(col0 + col, N - 1)]
 
 
 @moye.func

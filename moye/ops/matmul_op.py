@@ -18,6 +18,8 @@ tf32 wgmma (and gemm_sm80's ldmatrix) reads K-major tiles alone, so an
 M/N-major one (b given as a row-major (K, N): its kernel view b^T is
 N-major) is copied once K-major.
 """
+import time
+
 import numpy as np
 
 from ..compiler.arguments import as_array_arg
@@ -338,18 +340,32 @@ def _problem_ebytes(problem):
     return 4 if problem[5] == "torch.float32" else 2
 
 
-# What a replayed call split along K pays on the host beyond an unsplit one (its partial
-# sums' allocation and the second launch), which the tuning's GPU timing does not see:
-# measured 13.4 us a call unsplit against 37.7 split (1 x 14336 x 4096 on the H200 machine).
-SPLIT_HOST_MS = 0.010
+# What a replayed call costs the host (measured on the H200 machine, 1 x 14336 x 4096: 13.4 us
+# unsplit, 37.7 split along K, whose partial sums' allocation and second launch add to it). In a
+# stream of calls the GPU cannot run a call faster than the host issues it.
+HOST_MS = {False: 0.0134, True: 0.0377}
+HOLD_CYCLES_PER_MS = 2_000_000     # GPU cycles a millisecond (H100, H200: below 2 GHz)
 
 
 def _call_time(run, config):
     """autotune's timer (tuning runs on CUDA alone): the GPU's milliseconds
-    for `run` by moye.autotune's own measure, plus SPLIT_HOST_MS for a
-    config split along K, so that a split wins only where it saves more
-    than it costs the host."""
-    return measure(run, "cuda") + (SPLIT_HOST_MS if config.cfg[4] > 1 else 0.0)
+    for `run`, by moye.autotune's measure while torch.cuda._sleep keeps the
+    GPU busy until every timed launch is queued (a launch's host time,
+    tens of microseconds for the tuner's checked launches, would otherwise
+    be timed as the GPU's), or the host's time of the replayed call
+    (HOST_MS) where that is longer, so that a split config wins only where
+    it saves the GPU more than it costs the host."""
+    import torch
+    run()                       # the first run plans (gemm_sm90.launches) and compiles
+    start = time.perf_counter()
+    run()
+    host_ms = (time.perf_counter() - start) * 1e3
+    torch.cuda._sleep(int(HOLD_CYCLES_PER_MS * (2 * host_ms * (TIMED_RUNS + 2) + 0.05)))
+    gpu_ms = measure(run, "cuda", warmup=0, repeat=TIMED_RUNS)
+    return max(gpu_ms, HOST_MS[config.cfg[4] > 1])
+
+
+TIMED_RUNS = 10
 
 
 @autotune(configs=[Config(cfg=gemm_sm90.config(*c[:4], s)) for c in gemm_sm90.CONFIGS

@@ -121,18 +121,33 @@ def test_default_configs_fit_the_shapes():
         assert gemm_sm90.config(*c) == c and c[4] == 1
 
 
-def test_the_tuning_charges_a_split_its_host_time(monkeypatch):
-    """A split config's time is its GPU time plus SPLIT_HOST_MS (its second
-    launch and partial sums, which the GPU's timing does not see): a split
-    5 us faster on the GPU loses to the unsplit one, one 15 us faster wins."""
+def test_the_tuning_times_the_gpu_held_busy_and_bounds_a_call_by_its_host_time(monkeypatch):
+    """The tuner's timer queues the timed runs behind torch.cuda._sleep (so
+    their launches' host time is not timed as the GPU's) and scores a
+    config by the longer of its GPU time and its replayed call's host time
+    (HOST_MS: more for a split config's two launches): a split faster on
+    the GPU than the host issues it loses to an unsplit config the host
+    keeps up with."""
+    torch = pytest.importorskip("torch")
     from moye.compiler.autotune import Config
     from moye.ops import matmul_op
-    gpu = {1: 0.035, 2: 0.030, 4: 0.020}
-    monkeypatch.setattr(matmul_op, "measure", lambda run, backend: gpu[run()])
+    events = []
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: events.append(("sleep", cycles)))
+
+    def measure(run, backend, warmup, repeat):
+        events.append(("measure", warmup, repeat))
+        return gpu[run()]
+    monkeypatch.setattr(matmul_op, "measure", measure)
+    gpu = {1: 0.030, 2: 0.020, 4: 0.060}
     times = {s: matmul_op._call_time(lambda s=s: s, Config(cfg=(64, 256, 5, 8, s)))
              for s in gpu}
-    assert times[1] == 0.035 and math.isclose(times[2], 0.030 + matmul_op.SPLIT_HOST_MS)
-    assert min(times, key=times.get) == 4 and times[2] > times[1]
+    assert times == {1: 0.030, 2: matmul_op.HOST_MS[True], 4: 0.060}
+    assert min(times, key=times.get) == 1
+    for (sleep, cycles), timed in zip(events[::2], events[1::2]):
+        assert sleep == "sleep" and cycles >= 0.05 * matmul_op.HOLD_CYCLES_PER_MS
+        assert timed == ("measure", 0, matmul_op.TIMED_RUNS)
+    gpu[1] = 0.045          # the unsplit config slower than the split one's host: the split wins
+    assert matmul_op._call_time(lambda: 1, Config(cfg=(64, 256, 5, 8, 1))) > times[2]
 
 
 def test_candidates():
