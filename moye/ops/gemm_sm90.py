@@ -244,9 +244,10 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
             make_layout((EPI_ROWS, box_cols))), dtype)
         boxes = bN // box_cols
         per_box = size(acc) // boxes
-        # a residual stored through the boxes is read a box ahead into registers (res_box):
-        # read as each box is stored, its latency would stall the epilogue box after box
-        early = residual is not None and not direct
+        # a residual stored through 16-bit boxes is read a box ahead into registers (res_box;
+        # a float32 output's epilogue has no registers to spare): read as each box is stored,
+        # DRAM's latency would stall the epilogue box after box
+        early = residual is not None and not direct and dtype.bits == 16
         if early:
             res_box = make_fragment_like(box_acc, residual.dtype)
         t = moye.block_idx.x

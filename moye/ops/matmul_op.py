@@ -340,10 +340,11 @@ def _problem_ebytes(problem):
     return 4 if problem[5] == "torch.float32" else 2
 
 
-# What a replayed call costs the host (measured on the H200 machine, 1 x 14336 x 4096: 13.4 us
-# unsplit, 37.7 split along K, whose partial sums' allocation and second launch add to it). In a
-# stream of calls the GPU cannot run a call faster than the host issues it.
-HOST_MS = {False: 0.0134, True: 0.0377}
+# What a replayed call costs the host, unsplit and split along K (whose partial sums' allocation
+# and second launch add to it): benchmarks/matmul_shapes.py's host rows on the H200 machine,
+# 12.7 us a matmul and 24.2 one at 8 x 1024 x 1024 with an epilogue, whose tiles the tuner split.
+# In a stream of calls the GPU cannot run a call faster than the host issues it.
+HOST_MS = {False: 0.0127, True: 0.0242}
 HOLD_CYCLES_PER_MS = 2_000_000     # GPU cycles a millisecond (H100, H200: below 2 GHz)
 
 

@@ -138,15 +138,16 @@ def test_the_tuning_times_the_gpu_held_busy_and_bounds_a_call_by_its_host_time(m
         events.append(("measure", warmup, repeat))
         return gpu[run()]
     monkeypatch.setattr(matmul_op, "measure", measure)
-    gpu = {1: 0.030, 2: 0.020, 4: 0.060}
+    split_host = matmul_op.HOST_MS[True]
+    gpu = {1: split_host - 0.002, 2: split_host - 0.010, 4: split_host + 0.020}
     times = {s: matmul_op._call_time(lambda s=s: s, Config(cfg=(64, 256, 5, 8, s)))
              for s in gpu}
-    assert times == {1: 0.030, 2: matmul_op.HOST_MS[True], 4: 0.060}
+    assert times == {1: gpu[1], 2: split_host, 4: gpu[4]}
     assert min(times, key=times.get) == 1
     for (sleep, cycles), timed in zip(events[::2], events[1::2]):
         assert sleep == "sleep" and cycles >= 0.05 * matmul_op.HOLD_CYCLES_PER_MS
         assert timed == ("measure", 0, matmul_op.TIMED_RUNS)
-    gpu[1] = 0.045          # the unsplit config slower than the split one's host: the split wins
+    gpu[1] = split_host + 0.010     # unsplit slower than the split one's host: the split wins
     assert matmul_op._call_time(lambda: 1, Config(cfg=(64, 256, 5, 8, 1))) > times[2]
 
 
