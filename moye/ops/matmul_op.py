@@ -341,10 +341,11 @@ def _problem_ebytes(problem):
 
 
 # What a replayed call costs the host, unsplit and split along K (whose partial sums' allocation
-# and second launch add to it), profiled on the H200 machine at 1 x 14336 x 4096. A split call
-# measured call by call (CUDA events around each, as benchmarks/matmul_shapes.py times) ran
-# 7-9 us slower than its GPU time: its host time, near the GPU's, shows through.
-# In a stream of calls the GPU cannot run a call faster than the host issues it.
+# and second launch add to it), profiled on the H200 machine at 1 x 14336 x 4096. Timed call by
+# call (CUDA events around each, as benchmarks/matmul_shapes.py does), a split call runs up to
+# 9 us slower than its GPU time (benchmarks/results/matmul_call_timing_s19_h200.txt): its host
+# time, near the GPU's, shows through. In a stream of calls the GPU cannot run a call faster
+# than the host issues it.
 HOST_MS = {False: 0.0134, True: 0.0377}
 HOLD_CYCLES_PER_MS = 2_000_000     # GPU cycles a millisecond (H100, H200: below 2 GHz)
 
