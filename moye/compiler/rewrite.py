@@ -233,6 +233,11 @@ class _Rewriter(ast.NodeTransformer):
     def visit_For(self, node):
         following = self.live
         in_loop = self._live_in_loop(node, following)   # before node.iter is rewritten
+        # read from the body as written: rewritten, its inner loops are `try` statements,
+        # whose reads all count as reads before assignments
+        assigned = [n for n in _names_stored(node.body)
+                    if n not in _names_stored([node.target])]
+        early = _read_first(node.body, self.summaries)
         node.iter = self.visit(node.iter)
         if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) \
                 and node.iter.func.id == "range":
@@ -242,9 +247,6 @@ class _Rewriter(ast.NodeTransformer):
         node.orelse = self._visit_body(node.orelse, following)
         if node.orelse:
             raise self.where(node, "`for ... else` is not supported in a kernel")
-        assigned = [n for n in _names_stored(node.body)
-                    if n not in _names_stored([node.target])]
-        early = _read_first(node.body)
         carried = [n for n in assigned if n in early or n in self.live]
         loop = self._fresh("for")
         live = [n for n in carried if n in self.live]
@@ -276,12 +278,12 @@ class _Rewriter(ast.NodeTransformer):
         return [ast.copy_location(s, node) for s in out]
 
     def visit_While(self, node):
+        assigned = _names_stored(node.body)         # as written (visit_For says why)
+        early = _read_first(node.body, self.summaries) | _names_loaded([node.test])
         node.body = self._visit_body(node.body, self._live_in_loop(node, self.live))
         if node.orelse:
             raise self.where(node, "`while ... else` is not supported in a kernel")
         node.test = self.visit(node.test)
-        assigned = _names_stored(node.body)
-        early = _read_first(node.body) | _names_loaded([node.test])
         carried = [n for n in assigned if n in early or n in self.live]
         w = self._fresh("while")
         wl = ast.Name(w, ast.Load())
@@ -299,15 +301,15 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_If(self, node):
         following = self.live
-        node.test = self.visit(node.test)
-        node.body = self._visit_body(node.body, following)
-        node.orelse = self._visit_body(node.orelse, following)
-        assigned = _names_stored(node.body + node.orelse)
+        assigned = _names_stored(node.body + node.orelse)      # as written (visit_For says why)
         merged = self._live_after(assigned)
         # names the then-branch assigns and the else-branch reads first: at trace time
         # both branches run, so the else-branch must see them as they were before the if
         seen = [n for n in _names_stored(node.body) if n not in merged]
-        reread = _read_first(node.orelse)
+        reread = _read_first(node.orelse, self.summaries)
+        node.test = self.visit(node.test)
+        node.body = self._visit_body(node.body, following)
+        node.orelse = self._visit_body(node.orelse, following)
         restored = merged + [n for n in seen if n in reread]
         b = self._fresh("if")
         bl = ast.Name(b, ast.Load())

@@ -76,3 +76,37 @@ def test_rewrite_time_grows_linearly_with_the_kernel(tmp_path):
     small, large = seconds(20), seconds(80)
     # quadratic would be 16x; linear 4x (with room for a noisy shared machine)
     assert large < 8 * small, (small, large)
+
+
+@moye.kernel
+def counted(out, x, n: int):
+    """`row` is assigned before it is read in both loops; the second loop
+    sits inside a run-time one, which must not carry it (it would
+    declare a variable from the first loop's body, out of its scope)."""
+    acc = moye.make_fragment_like(moye.MoYeArray(out, moye.make_layout(8)))
+    for i in range(8):
+        row = i % 4
+        acc[i] = 0.0
+        if row < n:
+            acc[i] = x[i]
+    for s in range(n):
+        for i in range(8):
+            row = i % 4
+            if row < n:
+                acc[i] = acc[i] + x[i]
+    for i in range(8):
+        out[i] = acc[i]
+
+
+def test_a_name_assigned_first_in_an_inner_loop_is_not_carried_by_the_run_time_loop_around():
+    """The names a loop or branch carries are read from its body as
+    written: rewritten, an inner loop is a `try` statement whose reads all
+    looked like reads before assignment."""
+    x = rand(8)
+    out = np.full(8, np.nan, np.float32)
+    counted[1, 1](out, x, 3)
+    want = np.where(np.arange(8) % 4 < 3, 4 * x, 0).astype(np.float32)
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+    loops = list(fors(counted.trace(out, x, 3, block=1)[0].body))
+    assert [f.unroll for f in loops] == ["full", None, "full", "full"]
+    assert "$row" not in counted.ir(out, x, 3, block=1)       # carried by no loop
