@@ -237,5 +237,34 @@ red_max.__doc__ = """`array[index]` = max(it, `value`) atomically, returning not
         array([8])
     """
 
+
+
+def threadfence():
+    """Order this thread's writes for the whole device: a thread that sees a
+    write of this one made after the fence sees those made before it.
+    The pattern: write a result, fence, then take a ticket with
+    atomic_add; the thread that takes the last ticket fences and reads
+    every result. CUDA: __threadfence() (PTX fence.sc.gpu).
+        >>> import moye
+        >>> @moye.kernel
+        ... def total(out, partial, tickets, x):
+        ...     b, t = moye.block_idx.x, moye.thread_idx.x
+        ...     if t == 0:
+        ...         partial[b] = x[2 * b] + x[2 * b + 1]
+        ...         moye.threadfence()
+        ...         if moye.atomic_add(tickets, 0, 1) == moye.grid_dim.x - 1:
+        ...             moye.threadfence()
+        ...             s = 0.0
+        ...             for i in range(moye.grid_dim.x):
+        ...                 s += partial[i]
+        ...             out[0] = s
+        >>> out, partial = np.zeros(1, np.float32), np.zeros(4, np.float32)
+        >>> total[4, 32](out, partial, np.zeros(1, np.int32), np.arange(8, dtype=np.float32))
+        >>> out
+        array([28.], dtype=float32)
+    """
+    current().instr("threadfence", ())
+
+
 __all__ = ["atomic_add", "atomic_min", "atomic_max", "atomic_exch", "atomic_cas", "red_add",
-           "red_min", "red_max"]
+           "red_min", "red_max", "threadfence"]

@@ -100,6 +100,23 @@ class AtomicCas(Atomic):
     TYPES = _INTS + _FLOATS
 
 
+class ThreadFence(Instr):
+    """__threadfence(): whichever thread of the device sees one of this
+    thread's writes after the fence sees its writes before it too (PTX
+    fence.sc.gpu)."""
+    op = "threadfence"
+
+
+@lowering("cuda", ThreadFence)
+def _emit_threadfence(w, s, ind, decl):
+    w.emit(ind, "__threadfence();")
+
+
+@lowering("cpu", ThreadFence)
+def _run_threadfence(b, s, mask):
+    """Nothing: the CPU backend makes each write seen at once, in program order."""
+
+
 class Red(ReadModifyWrite):
     """PTX red.{kind}: the atomic `kind` ("add", "min", "max") without a
     result, which the memory system may complete later (fire and forget)."""

@@ -461,3 +461,32 @@ def test_every_atomic_compiles_with_nvrtc(arch, dtype, pair):
     if not pair and dtype in INTS:
         assert "atomicMin(" in src and "atomicCAS(" in src and "red.relaxed.gpu.shared.add" in src
     BACKENDS["cuda"].compile_only(kernel, (64, 1, 1), arch)
+
+
+@moye.kernel
+def last_block_sums(out, partial, tickets, x):
+    """Each block writes its sum, fences and takes a ticket; the block with
+    the last ticket fences and adds up every block's sum."""
+    b, t = moye.block_idx.x, moye.thread_idx.x
+    if t == 0:
+        partial[b] = x[2 * b] + x[2 * b + 1]
+        moye.threadfence()
+        if moye.atomic_add(tickets, 0, 1) == moye.grid_dim.x - 1:
+            moye.threadfence()
+            s = 0.0
+            for i in range(moye.grid_dim.x):
+                s += partial[i]
+            out[0] = s
+
+
+def test_threadfence_orders_a_last_block_reduction():
+    x = np.random.default_rng(11).standard_normal(16).astype(np.float32)
+    out, tickets = np.full(1, np.nan, np.float32), np.zeros(1, np.int32)
+    last_block_sums[8, 32](out, np.zeros(8, np.float32), tickets, x)
+    assert tickets[0] == 8
+    np.testing.assert_allclose(out[0], x.astype(np.float64).sum(), rtol=1e-5)
+    kernel = last_block_sums.trace(out, np.zeros(8, np.float32), tickets, x, block=32)[0]
+    src = BACKENDS["cuda"].source(kernel, (32, 1, 1))
+    assert src.count("__threadfence();") == 2
+    for arch in ("sm_80", "sm_90a"):
+        BACKENDS["cuda"].compile_only(kernel, (32, 1, 1), arch)
