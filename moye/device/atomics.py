@@ -238,7 +238,6 @@ red_max.__doc__ = """`array[index]` = max(it, `value`) atomically, returning not
     """
 
 
-
 def threadfence():
     """Order this thread's writes for the whole device: a thread that sees a
     write of this one made after the fence sees those made before it.
