@@ -103,7 +103,7 @@ def epilogue_value(acc, row, col, alpha, bias, residual, beta, activation):
 def epilogue_of(acc, col, alpha, bias, residual_value, beta, activation):
     """epilogue_value with the residual's element already read (a kernel
     that loads it early, to hide its latency), or None.
-        >>> epilogue_of(2.0, 0, 1.0, None, 0.25, 2.0, None)
+        >>> float(epilogue_of(2.0, 0, 1.0, None, 0.25, 2.0, None))
         2.5
     """
     v = acc * alpha
