@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
 #   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention|compile|
-#                         hopper|cutlass|cutedsl|rowwise|shapes]...               (default: all)
+#                         hopper|cutlass|cutedsl|rowwise|shapes|calltiming]...    (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
@@ -40,6 +40,8 @@
 #               $SHAPES_NAME.json, .log and .png under $OUT (default name: matmul_shapes).
 #               Not part of 'all'; runs split to fit a call merge with
 #               benchmarks/matmul_shapes.py --merge A.json B.json --json all.json
+#     calltiming benchmarks/matmul_call_timing.py: moye.ops.matmul and torch.mm on small-M
+#               shapes, in a loop of calls and call by call (CALLTIMING_ARGS); not part of 'all'
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -203,6 +205,10 @@ if [[ " ${stages[*]} " == *" shapes "* ]]; then
       -o "$OUT/$name.png"
     exit $rc
   } 2>&1 | tee "$OUT/${SHAPES_NAME:-matmul_shapes}.log" || status=1
+fi
+if [[ " ${stages[*]} " == *" calltiming "* ]]; then
+  python3 benchmarks/matmul_call_timing.py ${CALLTIMING_ARGS:-} \
+    --json "$OUT/matmul_call_timing.json" 2>&1 | tee "$OUT/matmul_call_timing.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status
