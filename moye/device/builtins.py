@@ -13,7 +13,7 @@ from .. import ir
 from ..compiler.memory import PointerEngine, copy_elements, vector_split
 from ..compiler.tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
                                tracing, user_location)
-from .fastmath import FAST_FORMS, overflow_to_inf
+from .fastmath import FAST_FORMS, exp_host, overflow_to_inf
 
 
 class Dim3:
@@ -178,7 +178,7 @@ def _math(fn, pyfn, cuda):
     return f
 
 
-exp = _math("exp", overflow_to_inf(math.exp), "expf")
+exp = _math("exp", exp_host, "expf")
 exp2 = _math("exp2", overflow_to_inf(lambda x: 2.0 ** x), "exp2f")
 log = _math("log", math.log, "logf")
 log2 = _math("log2", math.log2, "log2f")

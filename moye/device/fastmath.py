@@ -35,6 +35,9 @@ def overflow_to_inf(pyfn):
     return f
 
 
+exp_host = overflow_to_inf(math.exp)     # e^x of host numbers, inf past float's range
+
+
 def _operand(name, arg, x):
     """`x` as a Float32 operand of `name`, or None for a static number."""
     if isinstance(x, Sym):
@@ -107,7 +110,7 @@ def exp_approx(x):
     """
     v = _operand("exp_approx", "x", x)
     if v is None:
-        return overflow_to_inf(math.exp)(float(x))
+        return exp_host(float(x))
     b = current()
     t = b.instr("mul", (v, LOG2_E), T.Float32)
     return Sym(b.instr("approx", (t,), T.Float32, fn="ex2"), T.Float32)

@@ -261,7 +261,7 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
             stage, phase = consume_tile(pipe, mma, acc, tCsA, tCsB, k_split, stage, phase, lane0)
             if early:
                 for i in range(per_box):
-                    res_box[i] = clamped_value(res, coords[i], m * bM, n * bN, M, N)
+                    res_box[i] = res[clamped(coords[i], m * bM, n * bN, M, N)]
             # the epilogue: this warpgroup's 64 rows, one box of box_cols columns at a time
             for j in range_constexpr(boxes):
                 if direct:
@@ -273,14 +273,11 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
                         moye.tma_store_wait(EPI_SLOTS - 1)      # the slot's last store read it
                     moye.named_barrier_sync(1 + wg, 128)
                     for i in range(per_box):
-                        row, col = coords[j * per_box + i]
-                        # clamped: values outside out are computed on some element, then clipped
-                        row = moye.minimum(m * bM + row, M - 1)
-                        col = moye.minimum(n * bN + col, N - 1)
+                        row, col = clamped(coords[j * per_box + i], m * bM, n * bN, M, N)
                         r = res_box[i] if early else None if res is None else res[row, col]
                         if early and j + 1 < boxes:     # the next box's, in the register read
-                            res_box[i] = clamped_value(res, coords[(j + 1) * per_box + i],
-                                                       m * bM, n * bN, M, N)
+                            res_box[i] = res[clamped(coords[(j + 1) * per_box + i], m * bM,
+                                                     n * bN, M, N)]
                         box_acc[i] = moye.cast(epilogue_of(acc[j * per_box + i], col, alpha, bias,
                                                            r, beta, activation), dtype)
                     copyto(save_c, r2s.partition_D(slot), r2s.retile_S(box_acc))
@@ -297,12 +294,12 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
 
 
 @moye.func
-def clamped_value(src, coord, row0, col0, M, N):
-    """src[row, col] at (row0, col0) + coord, clamped into the (M, N) array
-    `src` (a value outside it is read from its edge; the TMA store clips
-    what it becomes)."""
+def clamped(coord, row0, col0, M, N):
+    """(row0, col0) + coord, clamped into an (M, N) output: the epilogue
+    computes a value outside out on an edge element (its bias, its
+    residual), which the TMA store then clips."""
     row, col = coord
-    return src[moye.minimum(row0 + row, M - 1), moye.minimum(col0 + col, N - 1)]
+    return moye.minimum(row0 + row, M - 1), moye.minimum(col0 + col, N - 1)
 
 
 @moye.func
