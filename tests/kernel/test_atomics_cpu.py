@@ -490,3 +490,8 @@ def test_threadfence_orders_a_last_block_reduction():
     assert src.count("__threadfence();") == 2
     for arch in ("sm_80", "sm_90a"):
         BACKENDS["cuda"].compile_only(kernel, (32, 1, 1), arch)
+
+
+def test_threadfence_outside_a_kernel_is_refused():
+    with pytest.raises(moye.MoyeError, match="only exists inside a @moye.kernel"):
+        moye.threadfence()
