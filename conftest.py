@@ -18,14 +18,16 @@ def _moye_doctest_namespace(doctest_namespace):
 def poisoned_ops_outputs(monkeypatch):
     """Every output moye.ops allocates (replay.output: results, statistics,
     partials, in full calls and replayed ones) starts as NaN (integers:
-    -2**62), so an element a kernel does not write fails the comparison.
-    NumPy arrays and torch tensors alike."""
+    -2**62), so an element a kernel does not write fails the comparison;
+    but those made zero-filled (a kernel counts on their zeros). NumPy
+    arrays and torch tensors alike."""
     from moye.ops import replay
     note = replay.output
 
-    def poisoned(out):
-        out[...] = float("nan") if "float" in str(out.dtype) else -(2**62)
-        return note(out)
+    def poisoned(out, zeroed=False):
+        if not zeroed:
+            out[...] = float("nan") if "float" in str(out.dtype) else -(2**62)
+        return note(out, zeroed)
     monkeypatch.setattr(replay, "output", poisoned)
 
 

@@ -113,35 +113,3 @@ def epilogue_of(acc, col, alpha, bias, residual_value, beta, activation):
     if residual_value is not None:
         v = v + beta * moye.cast(residual_value, moye.Float32)
     return v
-
-
-SPLIT_K_THREADS = 256
-
-
-@moye.kernel
-def split_k_epilogue(out, partial, bias, residual, alpha, beta, M, N, splits, elements,
-                     activation: moye.Constexpr):
-    """out[b, r, c] = epilogue_value(sum over s < splits of partial[b *
-    splits + s, r, c]): the second half of a GEMM split along K, whose
-    splits wrote float32 partial sums (out, residual (B, M, N); partial
-    (B * splits, M, N); `elements` B * M * N). One thread per output
-    element (CUTLASS: the
-    split-K reduction with the epilogue applied after it)."""
-    i = moye.block_idx.x * SPLIT_K_THREADS + moye.thread_idx.x
-    if i < elements:
-        col = i % N
-        row = i // N % M
-        bt = i // N // M
-        acc = partial[bt * splits, row, col]
-        for s in range(1, splits):
-            acc = acc + partial[bt * splits + s, row, col]
-        res = residual[bt, :, :] if residual is not None else None
-        out[bt, row, col] = moye.cast(epilogue_value(acc, row, col, alpha, bias, res, beta,
-                                                     activation), out.dtype)
-
-
-def split_k_launch(out, partial, bias, residual, alpha, beta, splits, activation):
-    """(config, args) of split_k_epilogue's launch for these arrays."""
-    B, M, N = out.shape
-    return ((-(-B * M * N // SPLIT_K_THREADS), SPLIT_K_THREADS),
-            (out, partial, bias, residual, alpha, beta, M, N, splits, B * M * N, activation))

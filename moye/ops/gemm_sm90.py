@@ -25,7 +25,12 @@ output tiles (bM x bN) of every batch in a grouped order (tile_coords):
   like them), writes one box of 64 rows by 128 bytes at a time to shared
   memory (stmatrix for 16-bit outputs), which one of its threads
   TMA-stores (TMA clips what lies outside out), while the producer already
-  loads the next tile.
+  loads the next tile; an output TMA cannot store is stored from the
+  registers (store_values);
+- split along K (a config's `splits`), a tile's K is shared among that many
+  (tile, split) units: each writes its float32 partial sums to a workspace
+  and takes a ticket of its tile, and the last to take one adds up the
+  others' and runs the epilogue (settle_split), all in one launch.
 """
 import functools
 
@@ -38,11 +43,12 @@ from ..compiler import range_constexpr
 from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError
 from . import rows
-from .epilogue import epilogue_of, epilogue_value, split_k_epilogue, split_k_launch
+from .epilogue import epilogue_of, epilogue_value
 
 SWIZZLE_BYTES = 128         # a swizzle row: a stage's K (bk), an M/N-major box's rows
 EPI_ROWS = 64               # an epilogue box: 64 rows of 128 bytes
 EPI_SLOTS = 2               # boxes each consumer warpgroup has in flight
+SPLIT_BARRIER = 3           # the named barrier of the consumers' split-K settling (1, 2: theirs)
 SMS_H100 = 132              # the heuristic's multiprocessors where no device says (CPU backend)
 SMEM_SM90 = 227 * 1024      # shared memory a block may opt in to on sm_90
 TMA_ALIGN = 16              # bytes: a TMA tensor's address and strides are multiples of it
@@ -62,8 +68,8 @@ def bk(ebytes=2):
 def config(bM=128, bN=256, stages=4, group=8, splits=1):
     """A configuration: (bM, bN, stages, group, splits), checked. bM is 64
     (one consumer warpgroup) or 128 (two); bN a multiple of 64 up to 256;
-    `splits` > 1 splits K among that many blocks per tile, which add up
-    their float32 partial sums in a second kernel (split-K).
+    `splits` > 1 splits K among that many blocks per tile, the last of which
+    to finish adds up their float32 partial sums (split-K, in one launch).
         >>> config(128, 128)
         (128, 128, 4, 8, 1)
     """
@@ -189,8 +195,9 @@ def load_tile(load, stage_tile, batch, row0, k0, rows, bar):
 
 
 @moye.kernel
-def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layout, sC_layout,
-                     mma, box_mma, save_c, M, N, K, batches, splits, a_step, b_step, alpha, beta,
+def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, partial, tickets, sA_layout,
+                     sB_layout, sC_layout, mma, box_mma, save_c, M, N, K, batches, splits, a_step,
+                     b_step, alpha, beta,
                      bM: moye.Constexpr, bN: moye.Constexpr, stages: moye.Constexpr,
                      group: moye.Constexpr, activation: moye.Constexpr):
     bK = load_a.tile[2]
@@ -245,11 +252,11 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
         boxes = bN // box_cols
         per_box = size(acc) // boxes
         # a residual stored through 16-bit boxes is read a box ahead into registers (res_box;
-        # a float32 output's epilogue has no registers to spare): read as each box is stored,
-        # DRAM's latency would stall the epilogue box after box
-        early = residual is not None and not direct and dtype.bits == 16
-        if early:
-            res_box = make_fragment_like(box_acc, residual.dtype)
+        # a float32 output's epilogue, and a split one's, have no registers to spare): read as
+        # each box is stored, DRAM's latency would stall the epilogue box after box
+        early = residual is not None and not direct and dtype.bits == 16 and partial is None
+        if partial is not None:     # split along K: the block that adds up a tile's splits
+            settled = moye.shared_array(moye.Int32, 1)
         t = moye.block_idx.x
         while t < units:
             tile = t // splits
@@ -259,38 +266,83 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, sA_layout, sB_layo
             k_split = (split + 1) * k_tiles // splits - split * k_tiles // splits
             res = residual[bt, :, :] if residual is not None else None
             stage, phase = consume_tile(pipe, mma, acc, tCsA, tCsB, k_split, stage, phase, lane0)
-            if early:
-                for i in range(per_box):
-                    res_box[i] = res[clamped(coords[i], m * bM, n * bN, M, N)]
-            # the epilogue: this warpgroup's 64 rows, one box of box_cols columns at a time
-            for j in range_constexpr(boxes):
-                if direct:
-                    store_values(store_c, acc, coords, j * per_box, per_box, bt * splits + split,
-                                 m * bM, n * bN, M, N, alpha, bias, res, beta, activation)
-                else:
-                    slot = sC[:, :, wg * EPI_SLOTS + j % EPI_SLOTS]
-                    if storer:
-                        moye.tma_store_wait(EPI_SLOTS - 1)      # the slot's last store read it
-                    moye.named_barrier_sync(1 + wg, 128)
-                    for i in range(per_box):
-                        row, col = clamped(coords[j * per_box + i], m * bM, n * bN, M, N)
-                        r = res_box[i] if early else None if res is None else res[row, col]
-                        if early and j + 1 < boxes:     # the next box's, in the register read
-                            res_box[i] = res[clamped(coords[(j + 1) * per_box + i], m * bM,
-                                                     n * bN, M, N)]
-                        box_acc[i] = moye.cast(epilogue_of(acc[j * per_box + i], col, alpha, bias,
-                                                           r, beta, activation), dtype)
-                    copyto(save_c, r2s.partition_D(slot), r2s.retile_S(box_acc))
-                    moye.fence_proxy_async()
-                    moye.named_barrier_sync(1 + wg, 128)
-                    if storer:
-                        moye.tma_store(store_c, (bt * splits + split, m * bM + wg * EPI_ROWS,
-                                                 n * bN + j * box_cols),
-                                       MoYeArray.view_of(slot.engine, store_c.smem_layout))
-                        moye.tma_store_commit()
+            last = True
+            if partial is not None:
+                last = settle_split(partial, tickets, settled, acc, coords, tile, split, splits,
+                                    m * bM, M, ctid, 128 * consumers)
+            if last:
+                epilogue(store_c, sC, save_c, r2s, acc, box_acc, coords, bias, res, bt,
+                         m * bM, n * bN, M, N, alpha, beta, wg, storer, boxes, per_box, box_cols,
+                         direct, early, activation)
             t += moye.grid_dim.x
         if storer and not direct:
             moye.tma_store_wait(0)
+
+
+@moye.func
+def epilogue(store_c, sC, save_c, r2s, acc, box_acc, coords, bias, res, batch, row0, col0, M, N,
+             alpha, beta, wg, storer, boxes, per_box, box_cols, direct, early, activation):
+    """Warpgroup `wg`'s epilogue of the tile at (row0, col0) of `batch`: its
+    64 rows, one box of box_cols columns at a time, through shared memory
+    and a TMA store, or from the registers (`direct`); with `early`, the
+    residual read a box ahead."""
+    if early:
+        res_box = make_fragment_like(box_acc, res.dtype)
+        for i in range(per_box):
+            res_box[i] = res[clamped(coords[i], row0, col0, M, N)]
+    for j in range_constexpr(boxes):
+        if direct:
+            store_values(store_c, acc, coords, j * per_box, per_box, batch, row0, col0, M, N,
+                         alpha, bias, res, beta, activation)
+        else:
+            slot = sC[:, :, wg * EPI_SLOTS + j % EPI_SLOTS]
+            if storer:
+                moye.tma_store_wait(EPI_SLOTS - 1)      # the slot's last store read it
+            moye.named_barrier_sync(1 + wg, 128)
+            for i in range(per_box):
+                row, col = clamped(coords[j * per_box + i], row0, col0, M, N)
+                r = res_box[i] if early else None if res is None else res[row, col]
+                if early and j + 1 < boxes:     # the next box's, in the register read
+                    res_box[i] = res[clamped(coords[(j + 1) * per_box + i], row0, col0, M, N)]
+                box_acc[i] = moye.cast(epilogue_of(acc[j * per_box + i], col, alpha, bias, r,
+                                                   beta, activation), box_acc.dtype)
+            copyto(save_c, r2s.partition_D(slot), r2s.retile_S(box_acc))
+            moye.fence_proxy_async()
+            moye.named_barrier_sync(1 + wg, 128)
+            if storer:
+                moye.tma_store(store_c, (batch, row0 + wg * EPI_ROWS, col0 + j * box_cols),
+                               MoYeArray.view_of(slot.engine, store_c.smem_layout))
+                moye.tma_store_commit()
+
+
+@moye.func
+def settle_split(partial, tickets, settled, acc, coords, tile, split, splits, row0, M, thread,
+                 threads):
+    """Split-K in one launch: each of a tile's `splits` blocks writes its
+    partial sum `acc` (its rows inside the M rows) to partial[tile * splits
+    + split] (one value per thread and accumulator: (i, thread), so that a
+    warp's writes are adjacent), fences, and takes a ticket (tickets[tile],
+    zero before the launch); the block that takes the last one fences, adds
+    the other splits' sums into its `acc` and returns True: it stores the
+    tile. `threads` threads take part (the consumers), `thread` this one;
+    `settled` is a shared Int32 (CUTLASS: the serial split-K reduction)."""
+    for i in range(size(acc)):
+        if row0 + coords[i][0] < M:
+            partial[tile * splits + split, i, thread] = acc[i]
+    moye.threadfence()
+    moye.named_barrier_sync(SPLIT_BARRIER, threads)
+    if thread == 0:
+        settled[0] = moye.atomic_add(tickets, tile, 1)
+    moye.named_barrier_sync(SPLIT_BARRIER, threads)
+    last = settled[0] == splits - 1
+    if last:
+        moye.threadfence()
+        for s in range(splits):
+            if s != split:
+                for i in range(size(acc)):
+                    if row0 + coords[i][0] < M:
+                        acc[i] = acc[i] + partial[tile * splits + s, i, thread]
+    return last
 
 
 @moye.func
@@ -419,32 +471,31 @@ def launch(a, b, out, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
 
 
 def launches(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks, backend):
-    """The launches of `launch`, as (kernel, (grid, block), args) each: the
-    GEMM's; with a config split along K, the GEMM's into a new float32
-    workspace of partial sums (rows padded to 16 bytes for TMA), then
-    epilogue.split_k_epilogue's."""
-    splits = cfg[4]
-    if splits == 1:
-        grid, block, args = arguments(a, b, out, bias=bias, residual=residual, alpha=alpha,
-                                      beta=beta, activation=activation, cfg=cfg, blocks=blocks,
-                                      backend=backend)
-        return [(sm90_gemm_kernel, (grid, block), args)]
-    B, M, N = out.shape
-    partial = rows.empty(out, (B * splits, M, -(-N // 4) * 4), "float32")[..., :N]
-    grid, block, args = arguments(a, b, partial, bias=None, residual=None, alpha=1.0, beta=0.0,
-                                  activation=None, cfg=cfg, blocks=blocks, backend=backend)
-    return [(sm90_gemm_kernel, (grid, block), args),
-            (split_k_epilogue, *split_k_launch(out, partial, bias, residual, alpha, beta, splits,
-                                               activation))]
+    """The launches of `launch`, as (kernel, (grid, block), args) each: one,
+    the GEMM's; with a config split along K, it also takes a new float32
+    workspace for the splits' partial sums and zeroed tickets, one per
+    tile (settle_split)."""
+    partial = tickets = None
+    bM, bN, splits = cfg[0], cfg[1], cfg[4]
+    if splits > 1:
+        B, M, N = out.shape
+        tiles = B * -(-M // bM) * -(-N // bN)
+        consumers = 128 * (bM // 64)
+        partial = rows.empty(out, (tiles * splits, bM * bN // consumers, consumers), "float32")
+        tickets = rows.zeros(out, (tiles,), "int32")
+    grid, block, args = arguments(a, b, out, bias=bias, residual=residual, alpha=alpha, beta=beta,
+                                  activation=activation, cfg=cfg, blocks=blocks, backend=backend,
+                                  partial=partial, tickets=tickets)
+    return [(sm90_gemm_kernel, (grid, block), args)]
 
 
-def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks, backend):
-    """(grid, block, the GEMM kernel's arguments) of a launch writing `out`
-    (out's batches are (batch, split) pairs with a config split along K)."""
+def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks, backend,
+              partial=None, tickets=None):
+    """(grid, block, the GEMM kernel's arguments) of a launch writing `out`;
+    `partial` and `tickets` are a split config's workspace (launches)."""
     dtype, out_dtype = element_type(a), element_type(out)
     bM, bN, stages, group, splits = cfg
     (batches, M, N), K = out.shape, a.shape[2]
-    batches //= splits
     majors = major(a, "a"), major(b, "b")
     check_operands(dtype, element_type(b), *majors)
     a_box, b_box, c_box, sA, sB, sC, mma, box_mma, save_c = static_plan(
@@ -455,10 +506,26 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
     units = batches * -(-M // bM) * -(-N // bN) * splits
     if blocks is None:
         blocks = rows.multiprocessors(out) if backend is None else 2
-    args = (load_a, load_b, store_c, bias, residual, sA, sB, sC, mma, box_mma, save_c, M, N, K,
-            batches, splits, int(a.shape[0] > 1), int(b.shape[0] > 1), float(alpha),
-            float(beta), bM, bN, stages, group, activation)
+    args = (load_a, load_b, store_c, bias, residual, partial, tickets, sA, sB, sC, mma, box_mma,
+            save_c, M, N, K, batches, splits, int(a.shape[0] > 1), int(b.shape[0] > 1),
+            float(alpha), float(beta), bM, bN, stages, group, activation)
     return max(1, min(blocks, units)), threads(cfg), args
+
+
+TICKETS = 6     # the place of a split launch's tickets among the GEMM kernel's arguments
+
+
+def reset_tickets(args):
+    """Zero again the tickets of a GEMM launch's arguments `args` (from
+    `launches`; none unless split along K), so that it can run again on
+    the same workspace.
+        >>> import numpy as np
+        >>> args = (None,) * TICKETS + (np.ones(3, np.int32),)
+        >>> reset_tickets(args); args[TICKETS].tolist()
+        [0, 0, 0]
+    """
+    if args[TICKETS] is not None:
+        args[TICKETS][...] = 0
 
 
 def check_operands(a_type, b_type, a_major, b_major):

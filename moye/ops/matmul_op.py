@@ -340,13 +340,14 @@ def _problem_ebytes(problem):
     return 4 if problem[5] == "torch.float32" else 2
 
 
-# What a replayed call costs the host, unsplit and split along K (whose partial sums' allocation
-# and second launch add to it), profiled on the H200 machine at 1 x 14336 x 4096. Timed call by
-# call (CUDA events around each, as benchmarks/matmul_shapes.py does), a split call runs up to
-# 9 us slower than its GPU time (benchmarks/results/matmul_call_timing_s19_h200.txt): its host
-# time, near the GPU's, shows through. In a stream of calls the GPU cannot run a call faster
-# than the host issues it.
-HOST_MS = {False: 0.0134, True: 0.0377}
+# What a replayed call costs the host, unsplit and split along K. 13.4 us unsplit, profiled on
+# the H200 machine at 1 x 14336 x 4096. Split, the call also allocates the partial sums' workspace
+# and zeroed tickets (a torch fill kernel): about 5 us more, an estimate to measure (split calls
+# made a second launch up to session 19, and cost 37.7 us). Timed call by call (CUDA events
+# around each, as benchmarks/matmul_shapes.py does), a call whose host time is close to its GPU
+# time shows it (benchmarks/results/matmul_call_timing_s19_h200.txt). In a stream of calls the
+# GPU cannot run a call faster than the host issues it.
+HOST_MS = {False: 0.0134, True: 0.0185}
 HOLD_CYCLES_PER_MS = 2_000_000     # GPU cycles a millisecond (H100, H200: below 2 GHz)
 
 
@@ -377,13 +378,15 @@ TIMED_RUNS = 10
 def _timed_sm90(a3, b3, out3, bias, residual3, alpha, activation, problem, cfg):
     """gemm_sm90's launches with `cfg` (what the autotuner times): planned
     on the first run of a tuning, so that the timed ones launch alone (a
-    plan's host time would hide the GPU's)."""
+    plan's host time would hide the GPU's); a split config's tickets are
+    zeroed again before each run (on the GPU, as a call's are made)."""
     plan = _TUNING_LAUNCHES.get((id(out3), cfg))
     if plan is None:
         plan = _TUNING_LAUNCHES[id(out3), cfg] = gemm_sm90.launches(
             a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
             activation=activation, cfg=cfg, blocks=problem[4], backend=None)
     for kernel, dims, args in plan:
+        gemm_sm90.reset_tickets(args)
         kernel[dims](*args)
 
 

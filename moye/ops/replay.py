@@ -57,7 +57,7 @@ class Recipe:
     fills in order: the call's tensor arguments (`inputs`: their places in
     the call), its new outputs (`outputs`: (pool index of a tensor to take
     empty_like of, or None; pool index of a tensor to take new_empty of, or
-    None; size, dtype, device) each), the views its
+    None; size, dtype, device; whether it is made zero-filled) each), the views its
     launches took ((pool index, size, stride) each), the launches'
     non-tensor arguments and None (`constants`); then `launches` (kernel,
     config, backend, pool indices of the arguments, and the launch made
@@ -84,14 +84,16 @@ class Recipe:
         nothing, where its first launch takes TMA copies and an address's
         alignment is not the record's."""
         pool = list(self._take(args))
-        for like, near, size, dtype, device in self.outputs:
-            if like is not None:
+        for like, near, size, dtype, device, zeroed in self.outputs:
+            if zeroed:
+                t = _torch.zeros(size, dtype=dtype, device=device)
+            elif like is not None:
                 t = _torch.empty_like(pool[like])
             elif near is not None:
                 t = pool[near].new_empty(size, dtype=dtype)
             else:
                 t = _torch.empty(size, dtype=dtype, device=device)
-            pool.append(output(t))
+            pool.append(output(t, zeroed))
         for source, size, stride in self.views:
             pool.append(pool[source].as_strided(size, stride))
         pool += self.constants
@@ -122,13 +124,17 @@ class _Recording:
 
     def __init__(self):
         self.outputs, self.versions, self.launches, self.complete = [], [], [], True
+        self.zeroed = set()         # indices of the outputs made zero-filled
 
 
-def output(tensor):
-    """`tensor`, a raw function's new output (rows.empty and the replays
-    make every output through this), noted while a call is recorded."""
+def output(tensor, zeroed=False):
+    """`tensor`, a raw function's new output (rows.empty, rows.zeros and the
+    replays make every output through this; `zeroed`: made zero-filled, as
+    a replay makes it again), noted while a call is recorded."""
     rec = _recordings.get(get_ident()) if _recordings else None
     if rec is not None:
+        if zeroed:
+            rec.zeroed.add(len(rec.outputs))
         rec.outputs.append(tensor)
         rec.versions.append(_versions([tensor]))
     return tensor
@@ -301,7 +307,7 @@ def _record(fn, args):
     if not rec.complete or changed:
         return out, _FULL
     try:
-        return out, _Planner([args[i] for i in inputs], rec.outputs).recipe(
+        return out, _Planner([args[i] for i in inputs], rec.outputs, rec.zeroed).recipe(
             tuple(inputs), rec.launches, out)
     except (_Incomplete, RuntimeError):     # RuntimeError: a tensor without an address
         return out, _FULL
@@ -326,15 +332,17 @@ class _Planner:
     `place(a)` is the pool index of a launch's argument, adding views and
     constants as met."""
 
-    def __init__(self, inputs, outputs):
+    def __init__(self, inputs, outputs, zeroed=()):
         self.tensors = inputs + outputs
         self.first_output = len(inputs)
+        self.zeroed = zeroed
         self.views, self.constants = [], []
 
     def recipe(self, inputs, launches, out):
         launches = tuple(self.launch(k, *launch) for k, launch in enumerate(launches))
         result = self.result(out)
-        outputs = tuple((self.like(k), self.near(k), tuple(t.shape), t.dtype, t.device)
+        outputs = tuple((self.like(k), self.near(k), tuple(t.shape), t.dtype, t.device,
+                         k - self.first_output in self.zeroed)
                         for k, t in enumerate(self.tensors) if k >= self.first_output)
         base = len(self.tensors) + len(self.views)
         views = tuple(self.views)

@@ -130,7 +130,8 @@ def as_rows(x, what, op):
     return x.reshape(m, n), m, n
 
 
-_NUMPY_TYPES = {name: dtype for dtype, name in _DTYPES.items()} | {"int64": np.dtype(np.int64)}
+_NUMPY_TYPES = {name: dtype for dtype, name in _DTYPES.items()} | {"int64": np.dtype(np.int64),
+                                                                   "int32": np.dtype(np.int32)}
 
 
 def empty(like, shape, dtype=None):
@@ -146,6 +147,20 @@ def empty(like, shape, dtype=None):
             out = torch.empty(shape, dtype=t, device=like.device)
         return replay.output(out)
     return replay.output(np.empty(shape, like.dtype if dtype is None else _NUMPY_TYPES[dtype]))
+
+
+def zeros(like, shape, dtype=None):
+    """empty(), zero-filled (a replay makes it zero-filled again).
+        >>> zeros(np.ones(2, np.float16), (2, 3), "int32").tolist()
+        [[0, 0, 0], [0, 0, 0]]
+    """
+    if is_torch(like):
+        import torch
+        out = torch.zeros(shape, dtype=like.dtype if dtype is None else getattr(torch, dtype),
+                          device=like.device)
+        return replay.output(out, zeroed=True)
+    return replay.output(np.zeros(shape, like.dtype if dtype is None else _NUMPY_TYPES[dtype]),
+                         zeroed=True)
 
 
 def empty_like(x):

@@ -180,15 +180,23 @@ def test_config_refuses(bad):
 
 @pytest.mark.parametrize("splits, K", [(3, 296), (4, 256), (2, 72)])
 def test_split_k_every_element(splits, K):
-    """K split among blocks: float32 partial sums in a workspace (rows
-    padded for TMA: N = 70), added up with the epilogue by the second kernel;
-    batches, a 2-D b shared by them, a float16 residual."""
+    """K split among blocks, in one launch: each writes its float32
+    partial sums (its rows inside M) and takes a ticket of its tile; the
+    last adds the others' up and stores the tile with the epilogue. Three
+    blocks take the (tile, split) units in turn; batches, a 2-D b shared by
+    them, a float16 residual, N = 70 (rows TMA cannot store: from the
+    registers)."""
     B, M, N = 2, 70, 70
     a, b = operand((B, M, K), np.float16), operand((1, N, K), np.float16)
     bias, residual = operand((N,), np.float16), operand((B, M, N), np.float16)
     out = np.full((B, M, N), np.nan, np.float16)
-    gemm_sm90.launch(a, b, out, bias=bias, residual=residual, alpha=0.5, activation="gelu",
-                     cfg=gemm_sm90.config(64, 64, 4, 8, splits), blocks=3, backend="cpu")
+    (gemm, dims, args), = gemm_sm90.launches(
+        a, b, out, bias=bias, residual=residual, alpha=0.5, beta=1.0, activation="gelu",
+        cfg=gemm_sm90.config(64, 64, 4, 8, splits), blocks=3, backend="cpu")
+    tickets = args[gemm_sm90.TICKETS]
+    assert tickets.shape == (B * 2 * 2,) and not tickets.any()
+    gemm[dims](*args, backend="cpu")
+    assert (tickets == splits).all()            # every split of every tile took its ticket
     assert_close(out, reference(a, b[0].T, bias, "gelu", residual, alpha=0.5), a, b[0].T)
 
 
@@ -503,10 +511,10 @@ def _source(cfg, a_major, b_major, out_dtype, epilogue, dtype=np.float16, N=200)
     a, b = (x if m == "K" else x.transpose(0, 2, 1) for x, m in ((a, a_major), (b, b_major)))
     bias, residual = (np.zeros(N, np.float32), np.zeros((1, M, N), out_dtype)) if epilogue else \
         (None, None)
-    grid, block, args = gemm_sm90.arguments(
+    (gemm, (grid, block), args), = gemm_sm90.launches(
         a, b, np.zeros((1, M, N), out_dtype), bias=bias, residual=residual, alpha=1.0, beta=1.0,
         activation="gelu" if epilogue else None, cfg=cfg, blocks=132, backend="cpu")
-    kernel, _, _ = gemm_sm90.sm90_gemm_kernel.trace(*args, block=block)
+    kernel, _, _ = gemm.trace(*args, block=block)
     return kernel, BACKENDS["cuda"].source(kernel, (block, 1, 1))
 
 
@@ -639,18 +647,14 @@ def test_replayed_calls_of_the_sm80_kernel_launch_it(monkeypatch):
                      b.numpy())
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("out_dtype, fused", [(np.float16, True), (BF16, False),
-                                              (np.float32, True)])
-def test_split_k_epilogue_compiles_with_nvrtc(arch, out_dtype, fused):
-    pytest.importorskip("cuda.bindings")
-    from moye.compiler.frontend import BACKENDS
-    from moye.ops import epilogue
-    out = np.zeros((2, 5, 24), out_dtype)
-    bias, residual = (np.zeros(24, out_dtype), np.zeros((2, 5, 24), out_dtype)) if fused else \
-        (None, None)
-    config, args = epilogue.split_k_launch(out, np.zeros((6, 5, 24), np.float32), bias, residual,
-                                           1.0, 1.0, 3, "gelu_tanh" if fused else None)
-    assert config == (1, epilogue.SPLIT_K_THREADS)
-    kernel = epilogue.split_k_epilogue.trace(*args, block=config[1])[0]
-    BACKENDS["cuda"].compile_only(kernel, (config[1], 1, 1), arch)
+@pytest.mark.parametrize("cfg, out_dtype", [(gemm_sm90.config(128, 256, 4, 8, 2), np.float16),
+                                            (gemm_sm90.config(64, 256, 5, 8, 4), BF16),
+                                            (gemm_sm90.config(64, 64, 12, 8, 16), np.float32)])
+def test_split_configs_compile_for_sm90a_without_spills(cfg, out_dtype):
+    """Split along K, the GEMM settles the splits in its own launch (the
+    last block of a tile adds up the others' partial sums), then stores the
+    tile with the fused epilogue."""
+    kernel, source = _source(cfg, "K", "MN", out_dtype, True, N=200)
+    assert "__threadfence();" in source and "atomicAdd(" in source
+    log = _compiled(cfg, "K", "MN", out_dtype, True, N=200)
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log

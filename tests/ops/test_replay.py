@@ -286,6 +286,32 @@ def test_what_a_record_keeps(fn, replays):
     assert torch.equal(got, want)
 
 
+@moye.kernel
+def _tally(counts, x):
+    i = moye.thread_idx.x
+    moye.atomic_add(counts, x[i], 1)
+
+
+@replay.replayed
+def _histogram(x):
+    counts = rows.zeros(x, (4,), "int32")         # the kernel adds to its zeros
+    replay.launch(_tally, (1, x.shape[0]), (counts, x), "cpu")
+    return counts
+
+
+def test_a_zero_filled_output_is_zero_filled_again_by_each_replay():
+    """rows.zeros makes an output the kernels count on being zero: a replay
+    makes it zero-filled again (an empty one would add to leftovers)."""
+    first = _histogram(torch.tensor([0, 1, 1, 3], dtype=torch.int32))
+    recipe = _state(_histogram, torch.tensor([0, 1, 1, 3], dtype=torch.int32))
+    assert isinstance(recipe, replay.Recipe) and recipe.outputs[0][-1] is True
+    assert first.tolist() == [1, 2, 0, 1]
+    for seed in range(3):
+        x = torch.randint(0, 4, (4,), generator=torch.Generator().manual_seed(seed),
+                          dtype=torch.int32)
+        assert _histogram(x).tolist() == torch.bincount(x, minlength=4).tolist()
+
+
 def test_keywords_share_the_record_of_their_places():
     x = _randn(3, 5)
     replay.forget()
