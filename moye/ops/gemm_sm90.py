@@ -29,8 +29,8 @@ output tiles (bM x bN) of every batch in a grouped order (tile_coords):
   registers (store_values);
 - split along K (a config's `splits`), a tile's K is shared among that many
   (tile, split) units: each writes its float32 partial sums to a workspace
-  and takes a ticket of its tile, and the last to take one adds up the
-  others' and runs the epilogue (settle_split), all in one launch.
+  and takes a ticket of its tile, and the last to take one adds them all
+  up, in split order, and runs the epilogue (settle_split), in one launch.
 """
 import functools
 
@@ -316,19 +316,37 @@ def epilogue(store_c, sC, save_c, r2s, acc, box_acc, coords, bias, res, batch, r
 
 
 @moye.func
+def split_slot(partial, slot, values, threads):
+    """Slot `slot` of the flat float32 workspace `partial`: (values, threads),
+    a thread's values `threads` apart (a warp's accesses adjacent), its
+    strides static (each access an immediate offset from the slot's base).
+        >>> import numpy as np
+        >>> split_slot(MoYeArray(np.arange(12.0)), 1, 3, 2)[2, 1]
+        np.float64(11.0)
+    """
+    return MoYeArray.view_of(partial.engine.offset_by(slot * values * threads),
+                             make_layout((values, threads), (threads, 1)))
+
+
+@moye.func
 def settle_split(partial, tickets, settled, acc, coords, tile, split, splits, row0, M, thread,
                  threads):
     """Split-K in one launch: each of a tile's `splits` blocks writes its
-    partial sum `acc` (its rows inside the M rows) to partial[tile * splits
-    + split] (one value per thread and accumulator: (i, thread), so that a
-    warp's writes are adjacent), fences, and takes a ticket (tickets[tile],
-    zero before the launch); the block that takes the last one fences, adds
-    the other splits' sums into its `acc` and returns True: it stores the
-    tile. `threads` threads take part (the consumers), `thread` this one;
-    `settled` is a shared Int32 (CUTLASS: the serial split-K reduction)."""
-    for i in range(size(acc)):
+    partial sum `acc` (its rows inside the M rows) to its slot of `partial`
+    (split_slot(tile * splits + split)), fences, and takes a ticket
+    (tickets[tile], zero before the launch); the block that takes the last
+    one fences, sets its `acc` to the splits' sum, added in split order (the
+    same bits whichever came last), and returns True: it stores the tile.
+    `threads` threads take part (the consumers), `thread` this one;
+    `settled` is a shared Int32 (CUTLASS: the serial split-K reduction).
+    The last block reads every value, unwritten ones too (rows past M, taken
+    as 0.0): a load under a branch of its own would wait for the one before
+    (hundreds of L2 round trips a tile)."""
+    n = size(acc)
+    mine = split_slot(partial, tile * splits + split, n, threads)
+    for i in range_constexpr(n):
         if row0 + coords[i][0] < M:
-            partial[tile * splits + split, i, thread] = acc[i]
+            mine[i, thread] = acc[i]
     moye.threadfence()
     moye.named_barrier_sync(SPLIT_BARRIER, threads)
     if thread == 0:
@@ -337,11 +355,13 @@ def settle_split(partial, tickets, settled, acc, coords, tile, split, splits, ro
     last = settled[0] == splits - 1
     if last:
         moye.threadfence()
-        for s in range(splits):
-            if s != split:
-                for i in range(size(acc)):
-                    if row0 + coords[i][0] < M:
-                        acc[i] = acc[i] + partial[tile * splits + s, i, thread]
+        slot = split_slot(partial, tile * splits, n, threads)
+        for i in range_constexpr(n):
+            acc[i] = moye.ifelse(row0 + coords[i][0] < M, slot[i, thread], 0.0)
+        for s in range(1, splits):
+            slot = split_slot(partial, tile * splits + s, n, threads)
+            for i in range_constexpr(n):
+                acc[i] = acc[i] + moye.ifelse(row0 + coords[i][0] < M, slot[i, thread], 0.0)
     return last
 
 
@@ -480,8 +500,11 @@ def launches(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks,
     if splits > 1:
         B, M, N = out.shape
         tiles = B * -(-M // bM) * -(-N // bN)
-        consumers = 128 * (bM // 64)
-        partial = rows.empty(out, (tiles * splits, bM * bN // consumers, consumers), "float32")
+        if tiles * splits * bM * bN >= 2**31:
+            raise MoyeError(f"gemm_sm90: config {cfg} splits {tiles} tiles of out "
+                            f"{tuple(out.shape)} into {tiles * splits * bM * bN} partial sums, past 2**31 - 1: "
+                            f"fewer splits")
+        partial = rows.empty(out, (tiles * splits * bM * bN,), "float32")
         tickets = rows.zeros(out, (tiles,), "int32")
     grid, block, args = arguments(a, b, out, bias=bias, residual=residual, alpha=alpha, beta=beta,
                                   activation=activation, cfg=cfg, blocks=blocks, backend=backend,

@@ -211,8 +211,8 @@ def test_torch_compile_fullgraph(torch, hopper_only):
                                             ("bfloat16", 256, 8192, 2048)])
 def test_every_candidate_config(torch, hopper_only, dtype, M, N, K):
     """Each config the autotuner may pick (split along K or not), launched
-    directly, writes every element; the public call picks one of them, and
-    its later calls replay it."""
+    directly, writes every element, and a split one the same bits each
+    time; the public call picks one of them, and its later calls replay it."""
     from moye.ops import gemm_sm90, matmul_op, rows
     dt = getattr(torch, dtype)
     g = torch.Generator(device="cuda").manual_seed(M + K)
@@ -228,6 +228,12 @@ def test_every_candidate_config(torch, hopper_only, dtype, M, N, K):
         gemm_sm90.launch(a, w, out, bias=bias, residual=residual, activation="silu", cfg=cfg,
                          blocks=sms)
         check(torch, out[0], a[0], w[0].T, bias, "silu", residual[0])
+        if cfg[4] > 2:      # the splits add up in their order, whichever finishes last
+            runs = [torch.full((1, M, N), math.nan, device="cuda") for _ in range(4)]
+            for run in runs:
+                gemm_sm90.launch(a, w, run, cfg=cfg, blocks=sms)
+            for run in runs[1:]:
+                torch.testing.assert_close(run, runs[0], atol=0, rtol=0)
     for _ in range(3):      # the first call tunes; the later ones replay it (a split config's
         # tickets zero-filled anew each time)
         y = ops.matmul(a[0], w[0].T, bias=bias, activation="silu", residual=residual[0])

@@ -178,11 +178,21 @@ def test_config_refuses(bad):
         gemm_sm90.config(**bad)
 
 
+def test_split_workspace_past_int32_refused():
+    """A split config whose partial sums would pass 2**31 elements (an
+    int32 offset) is refused before anything is allocated."""
+    big = np.broadcast_to(np.zeros(1, np.float16), (1, 65536, 65536))
+    with pytest.raises(MoyeError, match=r"gemm_sm90: config \(64, 64, 4, 8, 2\).*2\*\*31"):
+        gemm_sm90.launches(big[:, :, :64], big[:, :, :64], big, bias=None, residual=None,
+                           alpha=1.0, beta=1.0, activation=None,
+                           cfg=gemm_sm90.config(64, 64, 4, 8, 2), blocks=1, backend="cpu")
+
+
 @pytest.mark.parametrize("splits, K", [(3, 296), (4, 256), (2, 72)])
 def test_split_k_every_element(splits, K):
     """K split among blocks, in one launch: each writes its float32
     partial sums (its rows inside M) and takes a ticket of its tile; the
-    last adds the others' up and stores the tile with the epilogue. Three
+    last adds them up, in split order, and stores the tile with the epilogue. Three
     blocks take the (tile, split) units in turn; batches, a 2-D b shared by
     them, a float16 residual, N = 70 (rows TMA cannot store: from the
     registers)."""
