@@ -327,6 +327,39 @@ def linear(x, weight, bias=None, activation=None, allow_tf32=False):
     return y.reshape(lead + (weight.shape[0],))
 
 
+@replay.replayed
+def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
+    """softmax(q @ k^T * scale) @ v, FlashAttention's forward pass: q (B,
+    Hq, Sq, D), k and v (B, Hk, Sk, D) in SDPA's layout, float16 or
+    bfloat16, D one of 64, 96, 128 and 256; Hk dividing Hq (GQA, MQA: query
+    head h reads key head h // (Hq // Hk)); any Sq, Sk >= 1. The scores are
+    scaled by `scale` (default 1 / sqrt(D)) and, with `causal`, masked
+    FlashAttention's way, aligned to the bottom right: query i sees key j
+    where j <= i + Sk - Sq (a row that sees no key gives 0, its lse -inf).
+    Returns o (q's shape and type), and with `return_lse` also lse, the
+    float32 (B, Hq, Sq) natural log-sum-exp of each row's scaled scores.
+    torch: `F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+    scale=scale, enable_gqa=True)` where Sq == Sk. No gradient yet: a torch
+    tensor that requires one is refused.
+
+        >>> import numpy as np
+        >>> q = np.zeros((1, 1, 2, 64), np.float16)
+        >>> v = np.arange(128, dtype=np.float16).reshape(1, 1, 2, 64)
+        >>> o = attention(q, q, v)           # equal scores: the mean of v's rows
+        >>> o[0, 0, :, :3].tolist()
+        [[32.0, 33.0, 34.0], [32.0, 33.0, 34.0]]
+        >>> o, lse = attention(q, q, v, causal=True, return_lse=True)
+        >>> o[0, 0, 0, :3].tolist(), np.round(lse.astype(float), 4).tolist()
+        ([0.0, 1.0, 2.0], [[[0.0, 0.6931]]])
+    """
+    if rows.uses_torch(q, k, v):
+        import torch
+        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
+            raise MoyeTypeError("attention: q, k or v requires a gradient; attention's backward "
+                                "pass is not in moye.ops yet (call it under torch.no_grad())")
+    return rows.raw("attention")(q, k, v, causal, scale, return_lse)
+
+
 def _number(v, what, opname):
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise MoyeTypeError(f"{opname}: {what} must be a number, got {type(v).__name__}")

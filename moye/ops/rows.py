@@ -548,7 +548,7 @@ RAW_MODULES = {
     "rms_norm_forward": "rms_norm_op", "rms_norm_backward": "rms_norm_op",
     "layer_norm_forward": "layer_norm_op", "layer_norm_backward": "layer_norm_op",
     "cross_entropy": "cross_entropy_op", "cross_entropy_forward": "cross_entropy_op",
-    "cross_entropy_backward": "cross_entropy_op",
+    "cross_entropy_backward": "cross_entropy_op", "attention": "attention_op",
 }
 
 

@@ -1,5 +1,6 @@
 """Every example kernel traces and compiles with NVRTC for sm_80 and sm_90a
 (no GPU needed), so a code-generation regression fails CI."""
+import math
 import re
 
 import numpy as np
@@ -319,6 +320,24 @@ def test_a_number_cast_to_float64_keeps_its_value():
     BACKENDS["cuda"].compile_only(_float64_numbers.trace(out, block=1)[0], (1, 1, 1), "sm_80")
     _float64_numbers[1, 1](out, backend="cpu")
     assert out.tolist() == [0.1, -1.7976931348623157e308]
+
+
+@moye.kernel
+def _infinite_operands(out, x):
+    i = moye.thread_idx.x
+    out[i] = moye.ifelse(x[i] == -math.inf, 1.0, moye.ifelse(x[i] == math.inf, 2.0, 3.0))
+
+
+def test_an_infinite_operand_compiles():
+    """An infinity compared with (an operand, not a stored value) is a C++
+    expression, not `-inff`."""
+    x = np.array([-np.inf, np.inf, 0.5], np.float32)
+    out = np.zeros(3, np.float32)
+    _infinite_operands[1, 3](out, x, backend="cpu")
+    assert out.tolist() == [1.0, 2.0, 3.0]
+    assert "inff" not in _infinite_operands.cuda_source(out, x, block=3)
+    BACKENDS["cuda"].compile_only(_infinite_operands.trace(out, x, block=3)[0], (3, 1, 1),
+                                  "sm_80")
 
 
 def test_min_max_of_an_int64_and_a_literal_compile():

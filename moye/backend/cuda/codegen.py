@@ -154,7 +154,7 @@ class _Writer:
 
     def arg(self, x, t=None):
         if isinstance(x, float):
-            return self._float_lit(x, t) if t is not None else repr(x) + "f"
+            return self._float_lit(x, t)
         return self.operand(x)
 
     def instr(self, s, ind):

@@ -1,0 +1,104 @@
+"""attention: softmax(q k^T * scale) v, FlashAttention's forward pass.
+
+The raw host function checks q, k and v (SDPA's layout: batch, heads,
+seqlen, head_dim), gives the kernel rows it can copy 16 bytes at a time (a
+view whose rows are not is copied once, contiguous) and launches
+attention_sm80's kernel: mma.sync on CUDA devices, the CPU backend for NumPy
+arrays and CPU tensors.
+"""
+import math
+
+import numpy as np
+
+from ..errors import MoyeTypeError, ShapeError
+from . import attention_sm80, replay, rows
+
+IN_TYPES = ("float16", "bfloat16")
+COPY_BYTES = 16         # cp.async's vector: a row's address and stride are multiples of it
+
+
+def attention(q, k, v, causal=False, scale=None, return_lse=False):
+    """o, or (o, lse), of attention (see moye.ops.attention)."""
+    opname = "attention"
+    causal = rows.flag(causal, "causal", opname)
+    return_lse = rows.flag(return_lse, "return_lse", opname)
+    B, Hq, Sq, d = check_operands(q, k, v, opname)
+    scale = check_scale(scale, d, opname)
+    o = rows.empty(q, (B, Hq, Sq, d))
+    lse = rows.empty(q, (B, Hq, Sq), "float32")
+    attention_sm80.launch(*(copyable(t) for t in (q, k, v)), o, lse, scale, causal)
+    return (o, lse) if return_lse else o
+
+
+def check_operands(q, k, v, opname="attention"):
+    """(B, Hq, Sq, D) of q, or a MoyeError naming what is wrong: q, k and v
+    4-D arrays of one type of IN_TYPES in one place, k and v of one shape
+    (B, Hk, Sk, D), Hk dividing Hq, D one of attention_sm80.HEAD_DIMS.
+        >>> check_operands(np.zeros((1, 2, 3, 80), np.float16), None, None)
+        Traceback (most recent call last):
+        ...
+        moye.errors.ShapeError: attention: q has head_dim 80; supported: 64, 96, 128, 256
+    """
+    types = {what: rows.dtype_name(t, what, opname) for what, t in (("q", q), ("k", k),
+                                                                     ("v", v)) if t is not None}
+    for what, t in (("q", q), ("k", k), ("v", v)):
+        if t is not None and t.ndim != 4:
+            raise ShapeError(f"{opname}: {what} must be 4-D (batch, heads, seqlen, head_dim), "
+                             f"got shape {tuple(t.shape)}")
+    B, Hq, Sq, d = q.shape
+    if d not in attention_sm80.HEAD_DIMS:
+        raise ShapeError(f"{opname}: q has head_dim {d}; supported: "
+                         f"{', '.join(map(str, attention_sm80.HEAD_DIMS))}")
+    if types["q"] not in IN_TYPES:
+        raise MoyeTypeError(f"{opname}: q is {types['q']}; q, k and v must be float16 or "
+                            "bfloat16")
+    for what in ("k", "v"):
+        if types[what] != types["q"]:
+            raise MoyeTypeError(f"{opname}: {what} is {types[what]} but q is {types['q']}; one "
+                                "dtype for q, k and v")
+        if not rows.same_place(q, k if what == "k" else v):
+            raise MoyeTypeError(f"{opname}: {what} and q are not in one place (both NumPy "
+                                "arrays, or torch tensors on one device)")
+    Hk, Sk = k.shape[1], k.shape[2]
+    if k.shape[0] != B or k.shape[3] != d:
+        raise ShapeError(f"{opname}: k has shape {tuple(k.shape)}; for q of shape "
+                         f"{tuple(q.shape)} it must be ({B}, heads, seqlen, {d})")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ShapeError(f"{opname}: v has shape {tuple(v.shape)}; it must be k's, "
+                         f"{tuple(k.shape)}")
+    if Hk == 0 or Hq % Hk:
+        raise ShapeError(f"{opname}: q has {Hq} heads and k {Hk}; k's heads must divide q's "
+                         "(GQA, MQA)")
+    if Sq == 0 or Sk == 0 or B == 0:
+        raise ShapeError(f"{opname}: q has shape {tuple(q.shape)} and k {tuple(k.shape)}; the "
+                         "batch and each seqlen must be at least 1")
+    return B, Hq, Sq, d
+
+
+def check_scale(scale, d, opname="attention"):
+    """The scores' scale: 1 / sqrt(d) for None, else `scale` as a float, a
+    MoyeError unless it is a positive finite number.
+        >>> check_scale(None, 64), check_scale(2, 64)
+        (0.125, 2.0)
+    """
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) \
+            or not 0 < float(scale) < math.inf:
+        raise MoyeTypeError(f"{opname}: scale must be a positive finite number, got "
+                            f"{type(scale).__name__} {scale!r}")
+    return float(scale)
+
+
+def copyable(t):
+    """`t`, or a contiguous copy of it unless its last dimension is
+    contiguous and its rows start on 16-byte boundaries (cp.async's)."""
+    itemsize = t.itemsize if isinstance(t, np.ndarray) else t.element_size()
+    strides = t.strides if isinstance(t, np.ndarray) else \
+        tuple(s * itemsize for s in t.stride())
+    address = t.ctypes.data if isinstance(t, np.ndarray) else t.data_ptr()
+    if strides[-1] == itemsize and address % COPY_BYTES == 0 and \
+            all(s % COPY_BYTES == 0 for s in strides[:-1]):
+        return t
+    replay.host_work()
+    return t.copy() if isinstance(t, np.ndarray) else t.contiguous()
