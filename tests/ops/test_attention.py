@@ -228,3 +228,33 @@ BAD = {                                                  # id: (q, k, v), kwargs
 def test_bad_inputs(args, kwargs, message):
     with pytest.raises(MoyeError, match=re.escape(message)):
         ops.attention(*args, **kwargs)
+
+
+def _compiled(d, causal, dtype, arch):
+    """NVRTC's ptxas log of attention_sm80's kernel for head dim `d`."""
+    from moye import ir
+    from moye.backend.cuda import nvrtc
+    from moye.compiler.frontend import BACKENDS
+    from moye.ops import attention_sm80
+    q, k = np.zeros((1, 2, 70, d), dtype), np.zeros((1, 1, 70, d), dtype)
+    name = "Float16" if dtype == F16 else "BFloat16"
+    args = (q, k, k, np.zeros_like(q), np.zeros((1, 2, 70), np.float32), 2, 0.1,
+            *attention_sm80.static_args(name, d), causal)
+    kernel = attention_sm80.attention_forward_sm80.trace(*args, block=attention_sm80.THREADS)[0]
+    source = BACKENDS["cuda"].source(kernel, (attention_sm80.THREADS, 1, 1))
+    return nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], arch,
+                              options=("--ptxas-options=-v",)).log or ""
+
+
+@pytest.mark.parametrize("d, causal, dtype", [(64, False, F16), (64, True, BF16), (96, True, F16),
+                                              (128, False, BF16), (128, True, F16),
+                                              (256, True, F16)])
+def test_kernel_compiles_for_sm80_without_spills(d, causal, dtype):
+    log = _compiled(d, causal, dtype, "sm_80")
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+
+
+@pytest.mark.parametrize("d", [64, 256])
+def test_kernel_compiles_for_sm90a(d):
+    """(Hopper gets this kernel until a wgmma one lands; NVRTC raises on an error.)"""
+    assert re.search(r"Used \d+ registers", _compiled(d, True, F16, "sm_90a"))
