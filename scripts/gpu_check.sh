@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
 #   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention|compile|
-#                         hopper|cutlass|cutedsl|rowwise|shapes|calltiming]...    (default: all)
+#                         hopper|cutlass|cutedsl|rowwise|shapes|calltiming|attnops]...
+#                         (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
 #     examples  every example kernel
@@ -42,6 +43,10 @@
 #               benchmarks/matmul_shapes.py --merge A.json B.json --json all.json
 #     calltiming benchmarks/matmul_call_timing.py: moye.ops.matmul and torch.mm on small-M
 #               shapes, in a loop of calls and call by call (CALLTIMING_ARGS); not part of 'all'
+#     attnops   benchmarks/attention_ops.py: moye.ops.attention forward and backward against
+#               SDPA's cuDNN and FLASH backends (and flash-attn-4 where it imports) on issue
+#               20's shapes (ATTNOPS_ARGS, e.g. --head-dims 64 --no-backward): attention_ops.json
+#               and .log under $OUT; not part of 'all'
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -158,6 +163,10 @@ fi
 if want compile; then
   python3 benchmarks/compile_time.py ${COMPILE_ARGS:-} --json "$OUT/compile_time.json" 2>&1 \
     | tee "$OUT/compile_time.log" || status=1
+fi
+if [[ " ${stages[*]} " == *" attnops "* ]]; then
+  python3 benchmarks/attention_ops.py ${ATTNOPS_ARGS:-} --json "$OUT/attention_ops.json" 2>&1 \
+    | tee "$OUT/attention_ops.log" || status=1
 fi
 if [[ " ${stages[*]} " == *" cutlass "* ]]; then
   {

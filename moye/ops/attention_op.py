@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..errors import MoyeTypeError, ShapeError
-from . import attention_sm80, replay, rows
+from . import attention_sm80, attention_sm80_backward, replay, rows
 
 IN_TYPES = ("float16", "bfloat16")
 COPY_BYTES = 16         # cp.async's vector: a row's address and stride are multiples of it
@@ -19,15 +19,49 @@ COPY_BYTES = 16         # cp.async's vector: a row's address and stride are mult
 
 def attention(q, k, v, causal=False, scale=None, return_lse=False):
     """o, or (o, lse), of attention (see moye.ops.attention)."""
+    causal = rows.flag(causal, "causal", "attention")
+    o, lse = attention_forward(q, k, v, causal, scale)
+    return (o, lse) if rows.flag(return_lse, "return_lse", "attention") else o
+
+
+def attention_forward(q, k, v, causal=False, scale=None):
+    """(o, lse) of attention (the forward of the torch custom op)."""
     opname = "attention"
     causal = rows.flag(causal, "causal", opname)
-    return_lse = rows.flag(return_lse, "return_lse", opname)
     B, Hq, Sq, d = check_operands(q, k, v, opname)
     scale = check_scale(scale, d, opname)
     o = rows.empty(q, (B, Hq, Sq, d))
     lse = rows.empty(q, (B, Hq, Sq), "float32")
     attention_sm80.launch(*(copyable(t) for t in (q, k, v)), o, lse, scale, causal)
-    return (o, lse) if return_lse else o
+    return o, lse
+
+
+def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, dlse=None):
+    """(dq, dk, dv) of attention(q, k, v) from its output o and lse (as
+    attention returns them) and their gradients do and dlse (None: lse has
+    none) (see moye.ops.attention_backward)."""
+    opname = "attention_backward"
+    causal = rows.flag(causal, "causal", opname)
+    B, Hq, Sq, d = check_operands(q, k, v, opname)
+    scale = check_scale(scale, d, opname)
+    for what, t, dtype in (("o", o, None), ("do", do, None), ("lse", lse, "float32"),
+                           ("dlse", dlse, "float32")):
+        if t is None and what == "dlse":
+            continue
+        want = rows.dtype_name(q, "q", opname) if dtype is None else dtype
+        if rows.dtype_name(t, what, opname) != want:
+            raise MoyeTypeError(f"{opname}: {what} is {rows.dtype_name(t, what, opname)}; it "
+                                f"must be {want}")
+        if not rows.same_place(q, t):
+            raise MoyeTypeError(f"{opname}: {what} and q are not in one place (both NumPy "
+                                "arrays, or torch tensors on one device)")
+        shape = (B, Hq, Sq) if what in ("lse", "dlse") else (B, Hq, Sq, d)
+        if tuple(t.shape) != shape:
+            raise ShapeError(f"{opname}: {what} has shape {tuple(t.shape)}; it must be {shape}")
+    dq, dk, dv = rows.empty(q, q.shape), rows.empty(k, k.shape), rows.empty(v, v.shape)
+    attention_sm80_backward.launch(dq, dk, dv, *(copyable(t) for t in (q, k, v, o, do)), lse,
+                                   dlse, scale, causal)
+    return dq, dk, dv
 
 
 def check_operands(q, k, v, opname="attention"):
@@ -91,14 +125,17 @@ def check_scale(scale, d, opname="attention"):
 
 
 def copyable(t):
-    """`t`, or a contiguous copy of it unless its last dimension is
+    """`t`, or a new contiguous copy of it unless its last dimension is
     contiguous and its rows start on 16-byte boundaries (cp.async's)."""
-    itemsize = t.itemsize if isinstance(t, np.ndarray) else t.element_size()
-    strides = t.strides if isinstance(t, np.ndarray) else \
-        tuple(s * itemsize for s in t.stride())
-    address = t.ctypes.data if isinstance(t, np.ndarray) else t.data_ptr()
-    if strides[-1] == itemsize and address % COPY_BYTES == 0 and \
+    if isinstance(t, np.ndarray):
+        strides, address = t.strides, t.ctypes.data
+    else:
+        strides, address = tuple(s * t.element_size() for s in t.stride()), t.data_ptr()
+    if strides[-1] == t.itemsize and address % COPY_BYTES == 0 and \
             all(s % COPY_BYTES == 0 for s in strides[:-1]):
         return t
     replay.host_work()
-    return t.copy() if isinstance(t, np.ndarray) else t.contiguous()
+    if isinstance(t, np.ndarray):
+        return t.copy()
+    import torch
+    return t.clone(memory_format=torch.contiguous_format)

@@ -134,12 +134,7 @@ def attention_forward_sm80(Q, K, V, O, LSE, groups, scale_log2, sQ_layout, sK_la
             for n in range(size(tOrO, 2)):
                 for c in range(2):
                     tOrO[c + 2 * r, 0, n] = tOrO[c + 2 * r, 0, n] * correction
-        # P in 16 bits: the accumulators of n8 atoms 2 kb and 2 kb + 1 are the A
-        # fragment of k16 atom kb
-        for kb in range(size(tOrP, 2)):
-            for half in range(2):
-                for v in range(4):
-                    tOrP[v + 4 * half, 0, kb] = moye.cast(tSrS[v, 0, 2 * kb + half], Q.dtype)
+        to_a(tOrP, tSrS, Q.dtype)               # P in 16 bits, in registers
 
         moye.cp_async_wait(1)                   # V_j has landed
         moye.sync_threads()
@@ -165,6 +160,17 @@ def attention_forward_sm80(Q, K, V, O, LSE, groups, scale_log2, sQ_layout, sK_la
         if tid % 4 == 0 and row < Sq:           # a quad's first lane writes its rows' LSE
             LSE[b, h, row] = moye.ifelse(seen, (row_max[r] + moye.log2(row_sum[r])) * LN2,
                                          -math.inf)
+
+
+@moye.func
+def to_a(a, acc, dtype):
+    """The accumulators of n8 atoms 2 kb and 2 kb + 1 of `acc` as the A
+    fragment of k16 atom kb of `a`, in `dtype` (PTX ISA, "Matrix Fragments
+    for mma.m16n8k16")."""
+    for kb in range(size(a, 2)):
+        for half in range(2):
+            for v in range(4):
+                a[v + 4 * half, 0, kb] = moye.cast(acc[v, 0, 2 * kb + half], dtype)
 
 
 @moye.func

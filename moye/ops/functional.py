@@ -327,7 +327,7 @@ def linear(x, weight, bias=None, activation=None, allow_tf32=False):
     return y.reshape(lead + (weight.shape[0],))
 
 
-@replay.replayed
+@replay.replayed(autograd=True)
 def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     """softmax(q @ k^T * scale) @ v, FlashAttention's forward pass: q (B,
     Hq, Sq, D), k and v (B, Hk, Sk, D) in SDPA's layout, float16 or
@@ -339,8 +339,9 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     Returns o (q's shape and type), and with `return_lse` also lse, the
     float32 (B, Hq, Sq) natural log-sum-exp of each row's scaled scores.
     torch: `F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-    scale=scale, enable_gqa=True)` where Sq == Sk. No gradient yet: a torch
-    tensor that requires one is refused.
+    scale=scale, enable_gqa=True)` where Sq == Sk. On torch tensors it is
+    the custom op `moye::attention_forward`, with autograd (its backward:
+    attention_backward).
 
         >>> import numpy as np
         >>> q = np.zeros((1, 1, 2, 64), np.float16)
@@ -353,11 +354,29 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
         ([0.0, 1.0, 2.0], [[[0.0, 0.6931]]])
     """
     if rows.uses_torch(q, k, v):
-        import torch
-        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
-            raise MoyeTypeError("attention: q, k or v requires a gradient; attention's backward "
-                                "pass is not in moye.ops yet (call it under torch.no_grad())")
+        return rows.torch_ops().attention(q, k, v, causal, scale, return_lse)
     return rows.raw("attention")(q, k, v, causal, scale, return_lse)
+
+
+@replay.replayed(autograd=True)
+def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, dlse=None):
+    """The gradients (dq, dk, dv) of attention(q, k, v, causal=causal,
+    scale=scale), from its o and lse (return_lse=True) and their gradients
+    do and dlse (None where only o was used): FlashAttention-2's backward,
+    dQ and dK, dV in kernels of their own (no atomics: the same bits each
+    run). dk and dv of GQA's shared key heads add up their query heads'.
+
+        >>> import numpy as np
+        >>> q = np.zeros((1, 1, 2, 64), np.float16)
+        >>> v = np.arange(128, dtype=np.float16).reshape(1, 1, 2, 64)
+        >>> o, lse = attention(q, q, v, return_lse=True)
+        >>> dq, dk, dv = attention_backward(np.ones_like(o), q, q, v, o, lse)
+        >>> dv[0, 0, :, 0].tolist()            # each key gets half of each row's gradient
+        [1.0, 1.0]
+    """
+    if rows.uses_torch(do, q, k, v, o, lse, dlse):
+        return rows.torch_ops().attention_backward(do, q, k, v, o, lse, causal, scale, dlse)
+    return rows.raw("attention_backward")(do, q, k, v, o, lse, causal, scale, dlse)
 
 
 def _number(v, what, opname):

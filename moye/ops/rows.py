@@ -549,6 +549,8 @@ RAW_MODULES = {
     "layer_norm_forward": "layer_norm_op", "layer_norm_backward": "layer_norm_op",
     "cross_entropy": "cross_entropy_op", "cross_entropy_forward": "cross_entropy_op",
     "cross_entropy_backward": "cross_entropy_op", "attention": "attention_op",
+    "attention_forward": "attention_op", "attention_backward": "attention_op",
+    "check_operands": "attention_op", "check_scale": "attention_op",
 }
 
 

@@ -503,6 +503,74 @@ def _register_matmul():
 _register_matmul()
 
 
+ATTENTION_SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal, float? scale) -> (Tensor, Tensor)"
+ATTENTION_BACKWARD_SCHEMA = ("(Tensor do, Tensor? dlse, Tensor q, Tensor k, Tensor v, Tensor o, "
+                             "Tensor lse, bool causal, float? scale) -> (Tensor, Tensor, Tensor)")
+
+
+def _attention_backward_impl(do, dlse, q, k, v, o, lse, causal, scale):
+    return rows.raw("attention_backward")(do, q, k, v, o, lse, causal, scale, dlse)
+
+
+def _attention_fake(q, k, v, causal, scale):
+    B, Hq, Sq, d = rows.raw("check_operands")(q, k, v)
+    return q.new_empty((B, Hq, Sq, d)), q.new_empty((B, Hq, Sq), dtype=torch.float32)
+
+
+def _attention_backward_fake(do, dlse, q, k, v, o, lse, causal, scale):
+    return tuple(t.new_empty(t.shape, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _attention_save(ctx, inputs, output):
+    q, k, v, ctx.causal, ctx.scale = inputs
+    ctx.save_for_backward(q, k, v, *output)
+
+
+def _attention_grad(ctx, do, dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = run("attention_backward", do, dlse, q, k, v, o, lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+class _AttentionSpec:
+    forward = "attention_forward"
+    save, grad = staticmethod(_attention_save), staticmethod(_attention_grad)
+
+
+def _register_attention():
+    forward = rows.raw("attention_forward")
+    torch.library.custom_op(f"{NAMESPACE}::attention_forward", forward, mutates_args=(),
+                            schema=ATTENTION_SCHEMA).register_fake(_attention_fake)
+    torch.library.custom_op(f"{NAMESPACE}::attention_backward", _attention_backward_impl,
+                            mutates_args=(), schema=ATTENTION_BACKWARD_SCHEMA
+                            ).register_fake(_attention_backward_fake)
+    torch.library.register_autograd(f"{NAMESPACE}::attention_forward", _attention_grad,
+                                    setup_context=_attention_save)
+    _EAGER["attention_forward"] = forward, _function(_AttentionSpec, forward)
+    _EAGER["attention_backward"] = _attention_backward_impl, None
+
+
+_register_attention()
+
+
+def attention(q, k, v, causal, scale, return_lse):
+    """The public attention on torch tensors: the custom op (o, lse)."""
+    check_devices("attention", q=q, k=k, v=v)
+    if scale is not None:       # before the schema's float sees it
+        scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1, "attention")
+    o, lse = run("attention_forward", q, k, v, rows.flag(causal, "causal", "attention"), scale)
+    return (o, lse) if rows.flag(return_lse, "return_lse", "attention") else o
+
+
+def attention_backward(do, q, k, v, o, lse, causal, scale, dlse):
+    check_devices("attention_backward", do=do, q=q, k=k, v=v, o=o, lse=lse, dlse=dlse)
+    if scale is not None:
+        scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1,
+                                        "attention_backward")
+    return run("attention_backward", do, dlse, q, k, v, o, lse,
+               rows.flag(causal, "causal", "attention_backward"), scale)
+
+
 def matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32=False):
     """The public matmul on torch tensors: the custom op, or with `out`
     (which autograd and torch.compile do not take) the raw function."""

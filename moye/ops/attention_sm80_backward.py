@@ -1,0 +1,279 @@
+"""Attention's backward pass on mma.sync tensor cores (FlashAttention-2's
+algorithm), for sm_80 to sm_89 and the CPU backend. From the forward's O
+and LSE and the output's gradient dO, with P = exp(S * scale - LSE):
+
+    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D) with D = rowsum(dO * O),
+    dQ = scale * dS K,   dK = scale * dS^T Q.
+
+Three kernels, each on attention_sm80's tiles, copies and MMA:
+- attention_row_dots: D, one warp a row;
+- attention_dq_sm80: a block a 64-row tile of Q (as the forward): it
+  recomputes S and dP key tile by key tile and accumulates dQ in registers;
+- attention_dkdv_sm80: a block a 64-key tile of one key head: it walks the
+  query tiles of each query head that reads it (GQA), recomputing S^T = K
+  Q^T and dP^T = V dO^T with the keys as rows, so that P^T and dS^T are
+  already the A operands of dV and dK, and accumulates both in registers.
+dQ in its own kernel (FlashAttention-3's "separate pass") needs no atomics
+and gives the same bits on every run.
+"""
+import moye
+from moye import (Layout, MoYeArray, copy_if, copyto, gemm, get_slice, make_copy_predicate,
+                  make_fragment_like, make_identity_array, make_layout, make_tiled_copy_A,
+                  make_tiled_copy_B, partition_C, partition_D, partition_fragment_A,
+                  partition_fragment_B, partition_fragment_C, partition_S, retile_D, size, tile,
+                  zeros_)
+from moye.layout import composition
+
+from ..compiler import Constexpr
+from . import replay, rows
+from .attention_sm80 import (BLOCK_M, BLOCK_N, LOG2E, THREADS, crosses, hidden, load_tile,
+                             static_args, to_a)
+from .gemm_sm90 import element_type
+
+ROWS_PER_BLOCK = THREADS // 32          # attention_row_dots: a warp a row
+
+
+@moye.kernel
+def attention_row_dots(D, dO, O, dLSE):
+    """D[b, h, i] = sum over the head dim of dO[b, h, i] * O[b, h, i], in
+    float32, less dLSE[b, h, i] where the log-sum-exp has a gradient too
+    (d lse / dS = P, so that dS = P * (dP - D) takes it in)."""
+    b, h = moye.block_idx.z, moye.block_idx.y
+    row = moye.block_idx.x * ROWS_PER_BLOCK + moye.thread_idx.x // 32
+    lane = moye.thread_idx.x % 32
+    if row < size(O, 2):
+        total = moye.cast(0.0, moye.Float32)
+        for c in range(lane, size(O, 3), 32):
+            total = total + moye.cast(dO[b, h, row, c], moye.Float32) * \
+                moye.cast(O[b, h, row, c], moye.Float32)
+        total = moye.warp_reduce(total, "sum")
+        if lane == 0:
+            if dLSE is not None:
+                total = total - dLSE[b, h, row]
+            D[b, h, row] = total
+
+
+def transposed(layout, rows, cols):
+    """The (cols, rows) view of a (rows, cols) shared layout: element (c, r)
+    is the layout's (r, c) (CuTe: a composition with the swapping layout).
+        >>> transposed(Layout((2, 3), (3, 1)), 2, 3)(2, 1)
+        5
+    """
+    return composition(layout, make_layout((cols, rows), (rows, 1)))
+
+
+@moye.kernel(fast_math=True)
+def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, groups, scale, scale_log2, sQ_layout, sK_layout,
+                      copy_qk, mma, s2r_qk, s2r_t, causal: Constexpr):
+    bM, bN, d = size(sQ_layout, 0), size(sK_layout, 0), size(sQ_layout, 1)
+    Sq, Sk = size(Q, 2), size(K, 2)
+    tid, mb, h, b = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
+    mQ, mdO = MoYeArray(Q)[b, h, :, :], MoYeArray(dO)[b, h, :, :]
+    mK, mV = MoYeArray(K)[b, h // groups, :, :], MoYeArray(V)[b, h // groups, :, :]
+    gQ, gdO = tile(mQ, (bM, d), (mb, 0)), tile(mdO, (bM, d), (mb, 0))
+    gK, gV = tile(mK, (bN, d), (None, 0)), tile(mV, (bN, d), (None, 0))     # (bN, d, n)
+    cQ = tile(make_identity_array((Sq, d)), (bM, d), (mb, 0))
+    cK = tile(make_identity_array((Sk, d)), (bN, d), (None, 0))
+    sQ, sdO = moye.shared_array(Q.dtype, sQ_layout), moye.shared_array(Q.dtype, sQ_layout)
+    sK, sV = moye.shared_array(Q.dtype, sK_layout), moye.shared_array(Q.dtype, sK_layout)
+    sKt = MoYeArray.view_of(sK.engine, transposed(sK_layout, bN, d))       # (d, bN): K^T
+
+    thr = get_slice(copy_qk, tid)
+    tKgK, tKsK, tKcK = partition_S(thr, gK), partition_D(thr, sK), partition_S(thr, cK)
+    tVgV, tVsV = partition_S(thr, gV), partition_D(thr, sV)
+    tQc = partition_S(thr, cQ)
+    copy_if(copy_qk, make_copy_predicate(tQc, (Sq, d)), partition_D(thr, sQ), partition_S(thr, gQ))
+    copy_if(copy_qk, make_copy_predicate(tQc, (Sq, d)), partition_D(thr, sdO),
+            partition_S(thr, gdO))
+
+    thr_mma = get_slice(mma, tid)
+    tSrQ = partition_fragment_A(thr_mma, sQ)                        # (MMA, 1, d/16)
+    tSrdO = partition_fragment_A(thr_mma, sdO)
+    tSrK = partition_fragment_B(thr_mma, sK)                        # (MMA, bN/8, d/16)
+    tSrV = partition_fragment_B(thr_mma, sV)
+    tSrS = partition_fragment_C(thr_mma, make_layout((bM, bN)))     # S, then P, then dS
+    tSrP = partition_fragment_C(thr_mma, make_layout((bM, bN)))     # dP
+    tScS = partition_C(thr_mma, make_identity_array((bM, bN)))
+    tQrS = partition_fragment_A(thr_mma, make_layout((bM, bN)))     # dS in 16 bits
+    tQrK = partition_fragment_B(thr_mma, sKt)                       # (MMA, d/8, bN/16)
+    tQrQ = partition_fragment_C(thr_mma, make_layout((bM, d)))      # dQ
+    zeros_(tQrQ)
+    ldsm_a = get_slice(make_tiled_copy_A(s2r_qk, mma), tid)
+    tXsQ, tXrQ = partition_S(ldsm_a, sQ), retile_D(ldsm_a, tSrQ)
+    tXsdO, tXrdO = partition_S(ldsm_a, sdO), retile_D(ldsm_a, tSrdO)
+    ldsm_b = get_slice(make_tiled_copy_B(s2r_qk, mma), tid)
+    tXsK, tXrK = partition_S(ldsm_b, sK), retile_D(ldsm_b, tSrK)
+    tXsV, tXrV = partition_S(ldsm_b, sV), retile_D(ldsm_b, tSrV)
+    ldsm_t = get_slice(make_tiled_copy_B(s2r_t, mma), tid)
+    tXsKt, tXrKt = partition_S(ldsm_t, sKt), retile_D(ldsm_t, tQrK)
+
+    # a thread's 2 rows: their LSE (in log2 units) and D
+    base = make_fragment_like(Layout(2), moye.Float32)
+    dsum = make_fragment_like(Layout(2), moye.Float32)
+    for r in range(2):
+        row = moye.minimum(mb * bM + tScS[2 * r, 0, 0][0], Sq - 1)
+        base[r] = LSE[b, h, row] * LOG2E
+        dsum[r] = D[b, h, row]
+    diagonal = Sk - Sq
+    n_tiles = (Sk + bN - 1) // bN
+    if causal:
+        seen = moye.maximum(mb * bM + bM + diagonal, 0)
+        n_tiles = moye.minimum(n_tiles, (seen + bN - 1) // bN)
+    for j in range(n_tiles):
+        load_tile(copy_qk, tKsK, tKgK, tKcK, j, (Sk, d))
+        load_tile(copy_qk, tVsV, tVgV, tKcK, j, (Sk, d))
+        moye.cp_async_commit()
+        moye.cp_async_wait(0)
+        moye.sync_threads()
+        zeros_(tSrS)
+        zeros_(tSrP)
+        for kb in range(size(tSrQ, 2)):
+            copyto(s2r_qk, tXrQ[:, :, kb], tXsQ[:, :, kb])
+            copyto(s2r_qk, tXrK[:, :, kb], tXsK[:, :, kb])
+            gemm(mma, tSrS, tSrQ[:, :, kb], tSrK[:, :, kb], tSrS)        # S = Q K^T
+            copyto(s2r_qk, tXrdO[:, :, kb], tXsdO[:, :, kb])
+            copyto(s2r_qk, tXrV[:, :, kb], tXsV[:, :, kb])
+            gemm(mma, tSrP, tSrdO[:, :, kb], tSrV[:, :, kb], tSrP)       # dP = dO V^T
+        edge = crosses(j * bN, bN, mb * bM, Sk, diagonal, causal)
+        for i in range(size(tSrS)):
+            row, col = tScS[i]
+            r = i % 4 // 2
+            p = moye.exp2(tSrS[i] * scale_log2 - base[r])
+            if edge:
+                p = moye.ifelse(hidden(mb * bM + row, j * bN + col, Sk, diagonal, causal), 0.0,
+                                p)
+            tSrS[i] = p * (tSrP[i] - dsum[r])                               # dS
+        to_a(tQrS, tSrS, Q.dtype)
+        for kb in range(size(tQrS, 2)):
+            copyto(s2r_t, tXrKt[:, :, kb], tXsKt[:, :, kb])
+            gemm(mma, tQrQ, tQrS[:, :, kb], tQrK[:, :, kb], tQrQ)          # dQ += dS K
+        moye.sync_threads()                     # sK and sV are read: the next tile's may land
+    moye.cp_async_commit()                      # (Q and dO's copies, where no key tile ran)
+    moye.cp_async_wait(0)
+
+    tQgQ = partition_C(thr_mma, tile(MoYeArray(dQ)[b, h, :, :], (bM, d), (mb, 0)))
+    tQcQ = partition_C(thr_mma, cQ)
+    for i in range(size(tQrQ)):
+        if tQcQ[i][0] < Sq:
+            tQgQ[i] = moye.cast(tQrQ[i] * scale, dQ.dtype)
+
+
+@moye.kernel(fast_math=True)
+def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, groups, scale, scale_log2, sQ_layout,
+                        sK_layout, copy_qk, mma, s2r_qk, s2r_t, causal: Constexpr):
+    bM, bN, d = size(sQ_layout, 0), size(sK_layout, 0), size(sQ_layout, 1)
+    Sq, Sk = size(Q, 2), size(K, 2)
+    tid, nb, hk, b = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
+    mK, mV = MoYeArray(K)[b, hk, :, :], MoYeArray(V)[b, hk, :, :]
+    gK, gV = tile(mK, (bN, d), (nb, 0)), tile(mV, (bN, d), (nb, 0))
+    cK = tile(make_identity_array((Sk, d)), (bN, d), (nb, 0))
+    sK, sV = moye.shared_array(Q.dtype, sK_layout), moye.shared_array(Q.dtype, sK_layout)
+    sQ, sdO = moye.shared_array(Q.dtype, sQ_layout), moye.shared_array(Q.dtype, sQ_layout)
+    sQt = MoYeArray.view_of(sQ.engine, transposed(sQ_layout, bM, d))       # (d, bM): Q^T
+    sdOt = MoYeArray.view_of(sdO.engine, transposed(sQ_layout, bM, d))
+
+    thr = get_slice(copy_qk, tid)
+    tKc = partition_S(thr, cK)
+    copy_if(copy_qk, make_copy_predicate(tKc, (Sk, d)), partition_D(thr, sK), partition_S(thr, gK))
+    copy_if(copy_qk, make_copy_predicate(tKc, (Sk, d)), partition_D(thr, sV), partition_S(thr, gV))
+    tQsQ, tQsdO = partition_D(thr, sQ), partition_D(thr, sdO)
+
+    thr_mma = get_slice(mma, tid)
+    tSrK = partition_fragment_A(thr_mma, sK)                        # (MMA, 1, d/16)
+    tSrV = partition_fragment_A(thr_mma, sV)
+    tSrQ = partition_fragment_B(thr_mma, sQ)                        # (MMA, bM/8, d/16)
+    tSrdO = partition_fragment_B(thr_mma, sdO)
+    tSrS = partition_fragment_C(thr_mma, make_layout((bN, bM)))     # S^T, then P^T
+    tSrP = partition_fragment_C(thr_mma, make_layout((bN, bM)))     # dP^T, then dS^T
+    tScS = partition_C(thr_mma, make_identity_array((bN, bM)))      # (key, query) in the tile
+    tVrP = partition_fragment_A(thr_mma, make_layout((bN, bM)))     # P^T, dS^T in 16 bits
+    tVrdO = partition_fragment_B(thr_mma, sdOt)                     # (MMA, d/8, bM/16)
+    tKrQ = partition_fragment_B(thr_mma, sQt)
+    tVrV = partition_fragment_C(thr_mma, make_layout((bN, d)))      # dV
+    tKrK = partition_fragment_C(thr_mma, make_layout((bN, d)))      # dK
+    zeros_(tVrV)
+    zeros_(tKrK)
+    ldsm_a = get_slice(make_tiled_copy_A(s2r_qk, mma), tid)
+    tXsK, tXrK = partition_S(ldsm_a, sK), retile_D(ldsm_a, tSrK)
+    tXsV, tXrV = partition_S(ldsm_a, sV), retile_D(ldsm_a, tSrV)
+    ldsm_b = get_slice(make_tiled_copy_B(s2r_qk, mma), tid)
+    tXsQ, tXrQ = partition_S(ldsm_b, sQ), retile_D(ldsm_b, tSrQ)
+    tXsdO, tXrdO = partition_S(ldsm_b, sdO), retile_D(ldsm_b, tSrdO)
+    ldsm_t = get_slice(make_tiled_copy_B(s2r_t, mma), tid)
+    tXsQt, tXrQt = partition_S(ldsm_t, sQt), retile_D(ldsm_t, tKrQ)
+    tXsdOt, tXrdOt = partition_S(ldsm_t, sdOt), retile_D(ldsm_t, tVrdO)
+
+    diagonal = Sk - Sq
+    m_tiles = (Sq + bM - 1) // bM
+    first = 0
+    if causal:                  # query i sees key nb * bN first where i >= nb * bN - diagonal
+        first = moye.maximum(nb * bN - diagonal, 0) // bM
+    for g in range(groups):
+        h = hk * groups + g
+        mQ, mdO = MoYeArray(Q)[b, h, :, :], MoYeArray(dO)[b, h, :, :]
+        gQ = tile(mQ, (bM, d), (None, 0))                           # (bM, d, m)
+        gdO = tile(mdO, (bM, d), (None, 0))
+        cQ = tile(make_identity_array((Sq, d)), (bM, d), (None, 0))
+        tQgQ, tQgdO, tQcQ = partition_S(thr, gQ), partition_S(thr, gdO), partition_S(thr, cQ)
+        for i in range(first, m_tiles):
+            load_tile(copy_qk, tQsQ, tQgQ, tQcQ, i, (Sq, d))
+            load_tile(copy_qk, tQsdO, tQgdO, tQcQ, i, (Sq, d))
+            moye.cp_async_commit()
+            moye.cp_async_wait(0)
+            moye.sync_threads()
+            zeros_(tSrS)
+            zeros_(tSrP)
+            for kb in range(size(tSrK, 2)):
+                copyto(s2r_qk, tXrK[:, :, kb], tXsK[:, :, kb])
+                copyto(s2r_qk, tXrQ[:, :, kb], tXsQ[:, :, kb])
+                gemm(mma, tSrS, tSrK[:, :, kb], tSrQ[:, :, kb], tSrS)    # S^T = K Q^T
+                copyto(s2r_qk, tXrV[:, :, kb], tXsV[:, :, kb])
+                copyto(s2r_qk, tXrdO[:, :, kb], tXsdO[:, :, kb])
+                gemm(mma, tSrP, tSrV[:, :, kb], tSrdO[:, :, kb], tSrP)   # dP^T = V dO^T
+            for e in range(size(tSrS)):
+                key, col = tScS[e]
+                query = i * bM + col
+                row = moye.minimum(query, Sq - 1)
+                p = moye.exp2(tSrS[e] * scale_log2 - LSE[b, h, row] * LOG2E)
+                p = moye.ifelse((query >= Sq) | hidden(query, nb * bN + key, Sk, diagonal,
+                                                       causal), 0.0, p)
+                tSrS[e] = p                                                  # P^T
+                tSrP[e] = p * (tSrP[e] - D[b, h, row])                       # dS^T
+            to_a(tVrP, tSrS, Q.dtype)
+            for kb in range(size(tVrP, 2)):
+                copyto(s2r_t, tXrdOt[:, :, kb], tXsdOt[:, :, kb])
+                gemm(mma, tVrV, tVrP[:, :, kb], tVrdO[:, :, kb], tVrV)     # dV += P^T dO
+            to_a(tVrP, tSrP, Q.dtype)
+            for kb in range(size(tVrP, 2)):
+                copyto(s2r_t, tXrQt[:, :, kb], tXsQt[:, :, kb])
+                gemm(mma, tKrK, tVrP[:, :, kb], tKrQ[:, :, kb], tKrK)      # dK += dS^T Q
+            moye.sync_threads()                 # sQ and sdO are read: the next tile's may land
+    moye.cp_async_commit()                      # (K and V's copies, where no query tile ran)
+    moye.cp_async_wait(0)
+
+    cKv = partition_C(thr_mma, cK)
+    tgK = partition_C(thr_mma, tile(MoYeArray(dK)[b, hk, :, :], (bN, d), (nb, 0)))
+    tgV = partition_C(thr_mma, tile(MoYeArray(dV)[b, hk, :, :], (bN, d), (nb, 0)))
+    for e in range(size(tKrK)):
+        if cKv[e][0] < Sk:
+            tgK[e] = moye.cast(tKrK[e] * scale, dK.dtype)
+            tgV[e] = moye.cast(tVrV[e], dV.dtype)
+
+
+def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
+    """dq, dk, dv of attention(q, k, v) from its o and lse and the gradients
+    do and dlse (None: none) of both, on the arrays' device (the op checks
+    them)."""
+    B, Hq, Sq, d = q.shape
+    Hk, Sk = k.shape[1], k.shape[2]
+    backend = None if rows.backend_of(q) == "cuda" else "cpu"
+    D = rows.empty(q, (B, Hq, Sq), "float32")
+    replay.launch(attention_row_dots, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), THREADS), (D, do, o, dlse),
+                  backend)
+    sQ, sK, _, copy_qk, _, mma, s2r_qk, s2r_t = static_args(element_type(q).name, d)
+    common = (q, k, v, do, lse, D, Hq // Hk, float(scale), float(scale * LOG2E), sQ, sK, copy_qk,
+              mma, s2r_qk, s2r_t, bool(causal))
+    replay.launch(attention_dq_sm80, ((-(-Sq // BLOCK_M), Hq, B), THREADS), (dq, *common),
+                  backend)
+    replay.launch(attention_dkdv_sm80, ((-(-Sk // BLOCK_N), Hk, B), THREADS),
+                  (dk, dv, *common), backend)

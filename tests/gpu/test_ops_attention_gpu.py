@@ -1,0 +1,97 @@
+"""moye.ops.attention on torch CUDA tensors: o, lse and the gradients of q,
+k and v against float64, every element, outputs poisoned (conftest);
+head dims, causal bottom-right masking with Sq and Sk apart and ragged,
+GQA, non-contiguous views, bfloat16; repeat calls on new tensors,
+torch.compile and CUDA-graph capture."""
+import math
+
+import pytest
+
+from moye import ops
+
+pytestmark = pytest.mark.gpu
+EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+
+
+def reference(torch, q, k, v, causal, scale, do):
+    """(o, lse, dq, dk, dv) in float64 by autograd of the direct formula."""
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    groups = q.shape[1] // k.shape[1]
+    K, V = kd.repeat_interleave(groups, 1), vd.repeat_interleave(groups, 1)
+    s = qd @ K.transpose(-1, -2) * scale
+    Sq, Sk = s.shape[-2:]
+    if causal:
+        seen = torch.arange(Sk, device=q.device)[None] <= \
+            torch.arange(Sq, device=q.device)[:, None] + Sk - Sq
+        s = s.masked_fill(~seen, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)     # a row that sees nothing: 0
+    o = p @ V
+    o.backward(do.double())
+    return o.detach(), lse.detach(), qd.grad, kd.grad, vd.grad
+
+
+def close(torch, got, want, dtype, what):
+    """Every element within 8 units of the 16-bit type's rounding of the
+    tensor's largest value (P and dS are 16-bit operands of float32 GEMMs)."""
+    bound = 8 * EPS[dtype] * float(want.abs().max()) + 1e-6
+    err = (got.double() - want).abs()
+    bad = ~(err <= bound)
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.numel()} off (largest "
+                           f"{float(err.max()):.3e}, bound {bound:.3e})")
+
+
+@pytest.mark.parametrize("B, Hq, Hk, Sq, Sk, d, causal, dtype", [
+    (2, 4, 4, 1024, 1024, 64, False, "float16"),
+    (1, 4, 2, 1000, 1000, 128, True, "bfloat16"),
+    (1, 2, 1, 300, 777, 96, True, "float16"),
+    (1, 2, 2, 777, 300, 256, True, "float16"),
+    (3, 2, 1, 1, 513, 64, False, "bfloat16"),
+])
+def test_forward_and_backward_every_element(torch, B, Hq, Hk, Sq, Sk, d, causal, dtype):
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(Sq * Sk + d)
+    q = torch.randn(B, Hq, Sq, d, device="cuda", generator=g).to(dt).requires_grad_()
+    k = torch.randn(B, Hk, Sk, d, device="cuda", generator=g).to(dt).requires_grad_()
+    v = torch.randn(B, Hk, Sk, d, device="cuda", generator=g).to(dt).requires_grad_()
+    do = torch.randn(B, Hq, Sq, d, device="cuda", generator=g).to(dt)
+    o, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+    want = reference(torch, q, k, v, causal, 1 / math.sqrt(d), do)
+    for what, got, ref in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, dq, dk, dv), want):
+        if what == "lse":
+            finite = torch.isfinite(ref)
+            assert torch.equal(torch.isinf(got), ~finite)
+            assert float((got[finite].double() - ref[finite]).abs().max()) < 1e-3
+        else:
+            close(torch, got, ref, dtype, what)
+
+
+def test_views_and_repeat_calls(torch):
+    """(B, S, H, D) tensors seen as (B, H, S, D); later calls on new tensors
+    (the replayed path) give their own results."""
+    for seed in range(3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        q, k, v = (torch.randn(2, 200, 4, 64, device="cuda", generator=g).half().transpose(1, 2)
+                   for _ in range(3))
+        o = ops.attention(q, k, v, causal=True)
+        ref = reference(torch, q, k, v, True, 1 / 8, torch.zeros_like(q))[0]
+        close(torch, o, ref, "float16", f"o (call {seed})")
+
+
+def test_torch_compile_and_cuda_graph(torch):
+    q, k, v = (torch.randn(1, 4, 256, 64, device="cuda").half() for _ in range(3))
+    want = ops.attention(q, k, v, causal=True)
+    torch._dynamo.reset()
+    f = torch.compile(lambda q, k, v: ops.attention(q, k, v, causal=True) * 2, fullgraph=True)
+    torch.testing.assert_close(f(q, k, v), want * 2, atol=0, rtol=0)
+    static = [t.clone() for t in (q, k, v)]
+    ops.attention(*static, causal=True)              # compiled and planned before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.attention(*static, causal=True)
+    for t, new in zip(static, (q.flip(2), k, v)):
+        t.copy_(new)
+    graph.replay()
+    torch.testing.assert_close(captured, ops.attention(q.flip(2), k, v, causal=True), atol=0,
+                               rtol=0)
