@@ -1,17 +1,20 @@
 """attention: softmax(q k^T * scale) v, FlashAttention's forward pass.
 
 The raw host function checks q, k and v (SDPA's layout: batch, heads,
-seqlen, head_dim), gives the kernel rows it can copy 16 bytes at a time (a
-view whose rows are not is copied once, contiguous) and launches
-attention_sm80's kernel: mma.sync on CUDA devices, the CPU backend for NumPy
-arrays and CPU tensors.
+seqlen, head_dim), gives the kernels rows they can copy 16 bytes at a time
+(a view whose rows are not is copied once, contiguous) and launches, by
+device (kernels_for): Hopper's wgmma forward (attention_sm90) for head dims
+64, 128 and 256 on compute capability 9.x; else the mma.sync kernels
+(attention_sm80, attention_sm80_backward), on CUDA devices and on the CPU
+backend for NumPy arrays and CPU tensors. The backward is mma.sync's
+everywhere for now.
 """
 import math
 
 import numpy as np
 
 from ..errors import MoyeTypeError, ShapeError
-from . import attention_sm80, attention_sm80_backward, replay, rows
+from . import attention_sm80, attention_sm80_backward, attention_sm90, replay, rows
 
 IN_TYPES = ("float16", "bfloat16")
 COPY_BYTES = 16         # cp.async's vector: a row's address and stride are multiples of it
@@ -32,8 +35,20 @@ def attention_forward(q, k, v, causal=False, scale=None):
     scale = check_scale(scale, d, opname)
     o = rows.empty(q, (B, Hq, Sq, d))
     lse = rows.empty(q, (B, Hq, Sq), "float32")
-    attention_sm80.launch(*(copyable(t) for t in (q, k, v)), o, lse, scale, causal)
+    kernels_for(q, d).launch(*(copyable(t) for t in (q, k, v)), o, lse, scale, causal)
     return o, lse
+
+
+def kernels_for(q, d):
+    """The forward's kernel module for q's device and head dim d: Hopper's
+    wgmma kernel (attention_sm90) on a CUDA device of compute capability
+    9.x where it takes d, else the mma.sync one (attention_sm80), which
+    the CPU backend runs too."""
+    if rows.backend_of(q) == "cuda" and d in attention_sm90.HEAD_DIMS:
+        import torch
+        if torch.cuda.get_device_capability(q.device)[0] == 9:
+            return attention_sm90
+    return attention_sm80
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, dlse=None):

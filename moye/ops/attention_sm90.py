@@ -1,0 +1,211 @@
+"""Attention's forward pass on Hopper (FlashAttention-3's design, first
+version): O = softmax(Q K^T * scale) V and the row log-sum-exp, for head
+dims 64, 128 and 256 (96 runs attention_sm80's kernel).
+
+- A block owns 128 rows of Q of one head: a producer warpgroup and two
+  consumer warpgroups of 64 rows each (setmaxnreg moves the producer's
+  registers to them).
+- The producer's first thread TMA-loads Q once, then K and V tiles into a
+  ring of stages (TmaPipeline: full and empty mbarriers), skipping the
+  causal tiles past the block's last visible key.
+- Each consumer computes S = Q K^T by wgmma from shared memory, the online
+  softmax in registers (exp2, the scale folded in, a row's values in the 4
+  lanes of a quad), converts P to 16 bits in registers (the accumulator's
+  values in order are the A fragment's: PTX ISA, "Register Fragments"), and
+  runs O += P V by wgmma with A from registers and V read MN-major from the
+  same 128-byte-swizzled tile TMA wrote (its transpose: no copy).
+- The epilogue divides by the row sums and stores O and LSE from the
+  registers.
+Q, K, V tiles are (rows, D) boxes of 64 values (128 bytes) each, one after
+another; TMA zero-fills rows past the sequences, which the masks drop.
+"""
+import math
+
+import moye
+from moye import (Float32, Layout, MoYeArray, Swizzle, composition, gemm, gmma_smem_layout,
+                  make_fragment_like, make_identity_array, make_layout, make_tiled_mma, size,
+                  tile_to_shape)
+
+from ..compiler import Constexpr, range_constexpr
+from . import replay, rows
+from .attention_sm80 import LN2, LOG2E, crosses, hidden
+from .gemm_sm90 import batched_tile, element_type
+
+BLOCK_M = 128               # two consumer warpgroups of 64 rows
+CHUNK = 64                  # values of a 128-byte swizzle row: a TMA box's columns
+HEAD_DIMS = (64, 128, 256)
+TILES = {64: (128, 4), 128: (128, 2), 256: (64, 2)}     # head dim -> (keys a tile, stages)
+THREADS = 384
+
+
+@moye.kernel(fast_math=True)
+def attention_forward_sm90(load_q, load_k, load_v, O, LSE, Sq, Sk, groups, scale_log2,
+                           sQ_layout, sK_layout, sV_layout, mma_s, mma_o,
+                           bN: Constexpr, stages: Constexpr, causal: Constexpr):
+    d = size(sQ_layout, 1)
+    bM = BLOCK_M
+    ebytes = load_q.dtype.bits // 8
+    mb, h, b = moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
+    sQ = moye.shared_array(load_q.dtype, sQ_layout, align=1024)         # (bM, d)
+    sK = moye.shared_array(load_k.dtype, sK_layout, align=1024)         # (bN, d, stages)
+    sV = moye.shared_array(load_v.dtype, sV_layout, align=1024)         # (d, bN, stages): V^T
+    q_full = moye.mbarrier()
+    pipe = moye.TmaPipeline(stages, consumers=8)            # lane 0 of the 8 consumer warps
+    tid = moye.thread_idx.x
+    if tid == 0:
+        moye.mbarrier_init(q_full, 1)
+        pipe.init()
+    moye.sync_threads()
+    diagonal = Sk - Sq                      # query i sees keys up to i + diagonal
+    n_tiles = (Sk + bN - 1) // bN
+    if causal:
+        seen = moye.maximum(mb * bM + bM + diagonal, 0)
+        n_tiles = moye.minimum(n_tiles, (seen + bN - 1) // bN)
+    warpgroup = moye.warp_idx() // 4
+    if warpgroup == 0:                                      # the producer
+        moye.setmaxnreg_dec(24)
+        if tid == 0:
+            moye.mbarrier_arrive_expect_tx(q_full, bM * d * ebytes)
+            load_rows(load_q, sQ, b, h, mb * bM, d, bM, q_full)
+            stage, phase = 0, 0
+            for j in range(n_tiles):
+                full = pipe.producer_acquire(stage, phase, 2 * bN * d * ebytes)
+                load_rows(load_k, sK[:, :, stage], b, h // groups, j * bN, d, bN, full)
+                load_rows(load_v, sV[:, :, stage], b, h // groups, j * bN, d, bN, full)
+                stage, phase = pipe.advance(stage, phase)
+    else:                                                   # the consumers
+        moye.setmaxnreg_inc(240)
+        ctid = tid - 128
+        lane0 = ctid % 32 == 0
+        thr_s, thr_o = mma_s.get_slice(ctid), mma_o.get_slice(ctid)
+        tSsQ = thr_s.partition_A(sQ)
+        tSsK = thr_s.partition_B(sK)                        # (..., stages)
+        tOsV = thr_o.partition_B(sV)
+        acc_s = thr_s.partition_fragment_C(make_layout((bM, bN)))
+        cS = thr_s.partition_C(make_identity_array((bM, bN)))   # (row, key) in the tile
+        p16 = thr_o.partition_fragment_A(make_layout((bM, bN)))
+        acc_o = thr_o.partition_fragment_C(make_layout((bM, d)))
+        cO = thr_o.partition_C(make_identity_array((bM, d)))
+        for i in range(size(acc_o)):
+            acc_o[i] = 0.0
+        row_max = make_fragment_like(Layout(2), Float32)        # a thread's 2 rows, log2 units
+        row_sum = make_fragment_like(Layout(2), Float32)
+        for r in range(2):
+            row_max[r] = -math.inf
+            row_sum[r] = 0.0
+        moye.mbarrier_wait(q_full, 0)
+        stage, phase = 0, 0
+        for j in range(n_tiles):
+            pipe.consumer_wait(stage, phase)
+            for i in range(size(acc_s)):
+                acc_s[i] = 0.0
+            gemm(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage], acc_s)          # S = Q K^T
+            moye.wgmma_wait(0)
+            if crosses(j * bN, bN, mb * bM, Sk, diagonal, causal):
+                for i in range(size(acc_s)):
+                    row, key = cS[i]
+                    if hidden(mb * bM + row, j * bN + key, Sk, diagonal, causal):
+                        acc_s[i] = -math.inf
+            online_softmax(acc_s, acc_o, row_max, row_sum, scale_log2)
+            for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators, in order
+                p16[i] = moye.cast(acc_s[i], load_q.dtype)
+            gemm(mma_o, acc_o, p16, tOsV[:, :, :, stage], acc_o)            # O += P V
+            moye.wgmma_wait(0)
+            if lane0:
+                pipe.consumer_release(stage)
+            stage, phase = pipe.advance(stage, phase)
+        store_rows(O, LSE, acc_o, cO, row_max, row_sum, b, h, mb * bM, Sq)
+
+
+@moye.func
+def online_softmax(acc_s, acc_o, row_max, row_sum, scale_log2):
+    """FlashAttention's online softmax of a tile of scores `acc_s` (a
+    wgmma accumulator: value i of a thread in row half (i % 4) // 2): the
+    running row maxima (log2 units) and sums, acc_s made exp2 of the scaled
+    scores less the new maxima, and acc_o rescaled to them."""
+    for r in range_constexpr(2):
+        m = -math.inf
+        for i in range_constexpr(r * 2, size(acc_s), 4):        # row half r: values 4k + 2r, +1
+            m = moye.maximum(m, moye.maximum(acc_s[i], acc_s[i + 1]))
+        m_new = moye.maximum(row_max[r], moye.warp_reduce(m, "max", 4) * scale_log2)
+        base = moye.ifelse(m_new == -math.inf, 0.0, m_new)         # a row that sees no key yet
+        correction = moye.exp2(row_max[r] - base)
+        row_max[r] = m_new
+        total = 0.0
+        for i in range_constexpr(size(acc_s)):
+            if i % 4 // 2 == r:
+                p = moye.exp2(acc_s[i] * scale_log2 - base)
+                acc_s[i] = p
+                total = total + p
+        row_sum[r] = row_sum[r] * correction + moye.warp_reduce(total, "sum", 4)
+        for i in range_constexpr(size(acc_o)):
+            if i % 4 // 2 == r:
+                acc_o[i] = acc_o[i] * correction
+
+
+@moye.func
+def store_rows(O, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq):
+    """O = acc_o / the row sums (0 for a row that saw no key) and the rows'
+    LSE (-inf there), for rows below Sq, from the registers."""
+    for r in range_constexpr(2):
+        seen = row_sum[r] > 0.0
+        inv = moye.ifelse(seen, 1.0 / row_sum[r], 0.0)
+        for i in range_constexpr(size(acc_o)):
+            if i % 4 // 2 == r:
+                row, col = cO[i]
+                if row0 + row < Sq:
+                    O[b, h, row0 + row, col] = moye.cast(acc_o[i] * inv, O.dtype)
+        row = row0 + cO[2 * r][0]
+        if moye.thread_idx.x % 4 == 0 and row < Sq:     # a quad's first lane: its rows' LSE
+            LSE[b, h, row] = moye.ifelse(seen, (row_max[r] + moye.log2(row_sum[r])) * LN2,
+                                         -math.inf)
+
+
+@moye.func
+def load_rows(load, tile, b, h, row0, d, rows, bar):
+    """TMA-load rows row0.. (`rows` of them, d values each) of head h of
+    batch b into `tile`, a box of CHUNK columns at a time, one after
+    another."""
+    for c in range(d // CHUNK):
+        dst = MoYeArray.view_of(tile.engine.offset_by(c * rows * CHUNK), load.smem_layout)
+        moye.tma_load(load, dst, (b, h, row0, c * CHUNK), bar)
+
+
+def box(rows):
+    """A TMA box of (1, 1, rows, CHUNK) 16-bit values, 128-byte swizzled."""
+    return batched_tile(batched_tile(composition(Swizzle(3, 3, 3),
+                                                 Layout((rows, CHUNK), (CHUNK, 1)))))
+
+
+def layouts(dtype, d, bN, stages):
+    """(sQ, sK, sV) shared layouts: Q (128, d) and K (bN, d, stages) K-major
+    in boxes of CHUNK columns one after another; V the same bytes seen as
+    (d, bN, stages), MN-major for wgmma's B.
+        >>> sQ, sK, sV = layouts(moye.Float16, 128, 128, 2)
+        >>> sV
+        Sw<3,3,3> o 0 o ((64,2),(8,16),2):((1,8192),(64,512),16384)
+    """
+    tile = gmma_smem_layout(dtype, "K", 128, (bN, d))
+    sV = composition(Swizzle(3, 3, 3), Layout(((CHUNK, d // CHUNK), (8, bN // 8), stages),
+                                              ((1, bN * CHUNK), (CHUNK, 8 * CHUNK), bN * d)))
+    return (gmma_smem_layout(dtype, "K", 128, (BLOCK_M, d)), tile_to_shape(tile, (bN, d, stages)),
+            sV)
+
+
+def launch(q, k, v, o, lse, scale, causal):
+    """o, lse = attention(q, k, v) by attention_forward_sm90 (the op checks
+    the arrays: head dims of HEAD_DIMS, 16-byte rows)."""
+    B, Hq, Sq, d = q.shape
+    bN, stages = TILES[d]
+    dtype = element_type(q)
+    sQ, sK, sV = layouts(dtype, d, bN, stages)
+    mma_s = make_tiled_mma(moye.wgmma_op(bN, dtype, dtype, Float32, "SS", "K", "K"),
+                           make_layout((2, 1)))
+    mma_o = make_tiled_mma(moye.wgmma_op(d, dtype, dtype, Float32, "RS", "K", "MN"),
+                           make_layout((2, 1)))
+    copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(rows_))
+              for t, rows_ in ((q, BLOCK_M), (k, bN), (v, bN))]
+    args = (*copies, o, lse, Sq, k.shape[2], Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV,
+            mma_s, mma_o, bN, stages, bool(causal))
+    replay.launch(attention_forward_sm90, ((-(-Sq // BLOCK_M), Hq, B), THREADS), args,
+                  None if rows.backend_of(q) == "cuda" else "cpu")

@@ -1,0 +1,87 @@
+"""attention_sm90, Hopper's forward kernel (TMA, wgmma with P from
+registers, warp specialization), on the CPU backend: every element of o
+and lse against float64 (tests/ops/test_attention.py's reference and
+bounds), outputs poisoned; and its compile for sm_90a."""
+import re
+
+import numpy as np
+import pytest
+
+from moye import ir
+from moye.ops import attention_op, attention_sm90
+
+from .test_attention import BF16, F16, check, qkv
+
+
+def run(q, k, v, causal=False, scale=None):
+    """attention_sm90's o and lse, on NaN-poisoned outputs."""
+    o = np.full(q.shape, np.nan, q.dtype)
+    lse = np.full(q.shape[:3], np.nan, np.float32)
+    scale_ = attention_op.check_scale(scale, q.shape[-1])
+    attention_sm90.launch(q, k, v, o, lse, scale_, causal)
+    return o, lse
+
+
+@pytest.mark.parametrize("B, Hq, Hk, Sq, Sk, D, causal, dtype", [
+    (1, 1, 1, 130, 150, 64, False, F16),        # ragged: the last tiles zero-filled by TMA
+    (1, 2, 1, 140, 200, 128, True, BF16),       # causal Sq < Sk, GQA
+    (1, 1, 1, 200, 70, 64, True, F16),          # causal Sq > Sk: the first 130 rows see nothing
+    (1, 1, 1, 70, 130, 256, False, F16),        # 64-key tiles
+    (2, 2, 2, 1, 40, 128, True, F16),           # one query row
+])
+def test_every_element(B, Hq, Hk, Sq, Sk, D, causal, dtype):
+    q, k, v = qkv(Sq * Sk + D, dtype, B, Hq, Hk, Sq, Sk, D)
+    o, lse = run(q, k, v, causal)
+    check(q, k, v, o, lse, causal)
+
+
+def test_views_with_a_scale():
+    """(B, S, H, D) arrays seen as (B, H, S, D): TMA reads the strides."""
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 90, 2, 64)).astype(F16).transpose(0, 2, 1, 3)
+               for _ in range(3))
+    o, lse = run(q, k, v, causal=True, scale=0.3)
+    check(q, k, v, o, lse, True, 0.3)
+
+
+def test_numpy_arrays_take_the_mma_sync_kernel():
+    """kernels_for: the wgmma kernel is for head dims 64, 128 and 256 on sm_90
+    CUDA devices; NumPy arrays (the CPU backend) take the mma.sync one."""
+    for d in (64, 96, 128, 256):
+        assert attention_op.kernels_for(np.zeros((1, 1, 8, d), F16), d) is \
+            attention_op.attention_sm80
+
+
+def _compiled(d, causal):
+    """NVRTC's ptxas log of the kernel for head dim d, sm_90a."""
+    from moye.backend.cuda import nvrtc
+    from moye.compiler.frontend import BACKENDS
+    q, k = np.zeros((1, 2, 300, d), F16), np.zeros((1, 1, 300, d), F16)
+    launched = {}
+
+    def capture(kernel, config, args, backend):
+        launched.update(kernel=kernel, args=args)
+    original = attention_sm90.replay.launch
+    attention_sm90.replay.launch = capture
+    try:
+        attention_sm90.launch(q, k, k, np.zeros_like(q), np.zeros((1, 2, 300), np.float32), 0.1,
+                              causal)
+    finally:
+        attention_sm90.replay.launch = original
+    kernel = launched["kernel"].trace(*launched["args"], block=attention_sm90.THREADS)[0]
+    source = BACKENDS["cuda"].source(kernel, (attention_sm90.THREADS, 1, 1))
+    return source, nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], "sm_90a",
+                                      options=("--ptxas-options=-v",)).log or ""
+
+
+@pytest.mark.parametrize("d, causal", [(64, True), (128, False), (256, True)])
+def test_compiles_for_sm90a_without_spills(d, causal):
+    """No spills, setmaxnreg kept (no C7508); the PV wgmma takes its A from
+    registers and the loads are TMA's."""
+    source, log = _compiled(d, causal)
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    assert "C7508" not in log, log
+    rs = r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.f16\.f16 \{[^}]*\}, \{%%\d+, %%\d+, " \
+        r"%%\d+, %%\d+\}" % d                 # D, then A's four registers
+    assert re.search(rs, source)
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global" in source
