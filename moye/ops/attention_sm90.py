@@ -13,7 +13,10 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
   lanes of a quad), converts P to 16 bits in registers (the accumulator's
   values in order are the A fragment's: PTX ISA, "Register Fragments"), and
   runs O += P V by wgmma with A from registers and V read MN-major from the
-  same 128-byte-swizzled tile TMA wrote (its transpose: no copy).
+  same 128-byte-swizzled tile TMA wrote (its transpose: no copy). The
+  softmax of tile j runs while tile j-1's P V does (FlashAttention-3's
+  intra-warpgroup overlap): S_j's wgmma are issued, then P_{j-1} V_{j-1}'s,
+  and the softmax waits for S_j's alone (head dims 64 and 128).
 - The epilogue divides by the row sums and stores O and LSE from the
   registers.
 Q, K, V tiles are (rows, D) boxes of 64 values (128 bytes) each, one after
@@ -34,14 +37,17 @@ from .gemm_sm90 import batched_tile, element_type
 BLOCK_M = 128               # two consumer warpgroups of 64 rows
 CHUNK = 64                  # values of a 128-byte swizzle row: a TMA box's columns
 HEAD_DIMS = (64, 128, 256)
-TILES = {64: (128, 4), 128: (128, 2), 256: (64, 2)}     # head dim -> (keys a tile, stages)
+# head dim -> (keys a tile, stages, overlap): at 256, O's 128 accumulators leave no registers
+# for S_j beside P_{j-1}, so its softmax does not overlap P V
+TILES = {64: (128, 4, True), 128: (128, 2, True), 256: (64, 2, False)}
 THREADS = 384
 
 
 @moye.kernel(fast_math=True)
 def attention_forward_sm90(load_q, load_k, load_v, O, LSE, Sq, Sk, groups, scale_log2,
                            sQ_layout, sK_layout, sV_layout, mma_s, mma_o,
-                           bN: Constexpr, stages: Constexpr, causal: Constexpr):
+                           bN: Constexpr, stages: Constexpr, causal: Constexpr,
+                           overlap: Constexpr):
     d = size(sQ_layout, 1)
     bM = BLOCK_M
     ebytes = load_q.dtype.bits // 8
@@ -90,57 +96,87 @@ def attention_forward_sm90(load_q, load_k, load_v, O, LSE, Sq, Sk, groups, scale
             acc_o[i] = 0.0
         row_max = make_fragment_like(Layout(2), Float32)        # a thread's 2 rows, log2 units
         row_sum = make_fragment_like(Layout(2), Float32)
+        correction = make_fragment_like(Layout(2), Float32)     # O's factor for the new maxima
         for r in range(2):
             row_max[r] = -math.inf
             row_sum[r] = 0.0
         moye.mbarrier_wait(q_full, 0)
         stage, phase = 0, 0
-        for j in range(n_tiles):
+        if n_tiles > 0:
+            # with `overlap`, the softmax of tile j runs while the wgmma of O += P_{j-1}
+            # V_{j-1} do (FA3's intra-warpgroup overlap): S_j is issued first, waited for alone
             pipe.consumer_wait(stage, phase)
-            for i in range(size(acc_s)):
-                acc_s[i] = 0.0
-            gemm(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage], acc_s)          # S = Q K^T
+            scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])
             moye.wgmma_wait(0)
-            if crosses(j * bN, bN, mb * bM, Sk, diagonal, causal):
-                for i in range(size(acc_s)):
-                    row, key = cS[i]
-                    if hidden(mb * bM + row, j * bN + key, Sk, diagonal, causal):
-                        acc_s[i] = -math.inf
-            online_softmax(acc_s, acc_o, row_max, row_sum, scale_log2)
+            softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, 0, bN, mb * bM,
+                         Sk, diagonal, causal)
             for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators, in order
                 p16[i] = moye.cast(acc_s[i], load_q.dtype)
-            gemm(mma_o, acc_o, p16, tOsV[:, :, :, stage], acc_o)            # O += P V
+            for j in range(1, n_tiles):
+                held = stage                        # P_{j-1}'s V
+                stage, phase = pipe.advance(stage, phase)
+                pipe.consumer_wait(stage, phase)
+                if overlap:
+                    scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])            # S_j
+                    gemm(mma_o, acc_o, p16, tOsV[:, :, :, held], acc_o)        # O += P V
+                    moye.wgmma_wait(1)              # S_j is done; P V runs on
+                else:                               # P V, then S_j: fewer registers live
+                    gemm(mma_o, acc_o, p16, tOsV[:, :, :, held], acc_o)
+                    moye.wgmma_wait(0)
+                    scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])
+                    moye.wgmma_wait(0)
+                softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN,
+                             mb * bM, Sk, diagonal, causal)
+                moye.wgmma_wait(0)
+                if lane0:
+                    pipe.consumer_release(held)
+                for i in range_constexpr(size(acc_o)):
+                    acc_o[i] = acc_o[i] * correction[i % 4 // 2]
+                for i in range_constexpr(size(p16)):
+                    p16[i] = moye.cast(acc_s[i], load_q.dtype)
+            gemm(mma_o, acc_o, p16, tOsV[:, :, :, stage], acc_o)
             moye.wgmma_wait(0)
             if lane0:
                 pipe.consumer_release(stage)
-            stage, phase = pipe.advance(stage, phase)
         store_rows(O, LSE, acc_o, cO, row_max, row_sum, b, h, mb * bM, Sq)
 
 
 @moye.func
-def online_softmax(acc_s, acc_o, row_max, row_sum, scale_log2):
-    """FlashAttention's online softmax of a tile of scores `acc_s` (a
-    wgmma accumulator: value i of a thread in row half (i % 4) // 2): the
-    running row maxima (log2 units) and sums, acc_s made exp2 of the scaled
-    scores less the new maxima, and acc_o rescaled to them."""
+def scores(mma_s, acc_s, tSsQ, tSsK):
+    """Issue S = Q K^T for this tile (not waited for)."""
+    for i in range_constexpr(size(acc_s)):
+        acc_s[i] = 0.0
+    gemm(mma_s, acc_s, tSsQ, tSsK, acc_s)
+
+
+@moye.func
+def softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN, row0, Sk, diagonal,
+                 causal):
+    """FlashAttention's online softmax of key tile j's scores `acc_s` (a
+    wgmma accumulator: value i of a thread lies in row half (i % 4) // 2),
+    masked where the tile crosses K's end or the diagonal: the running row
+    maxima (log2 units) and sums, acc_s made exp2 of the scaled scores less
+    the new maxima, and `correction`, O's factor for them."""
+    if crosses(j * bN, bN, row0, Sk, diagonal, causal):
+        for i in range_constexpr(size(acc_s)):
+            row, key = cS[i]
+            if hidden(row0 + row, j * bN + key, Sk, diagonal, causal):
+                acc_s[i] = -math.inf
     for r in range_constexpr(2):
         m = -math.inf
         for i in range_constexpr(r * 2, size(acc_s), 4):        # row half r: values 4k + 2r, +1
             m = moye.maximum(m, moye.maximum(acc_s[i], acc_s[i + 1]))
         m_new = moye.maximum(row_max[r], moye.warp_reduce(m, "max", 4) * scale_log2)
         base = moye.ifelse(m_new == -math.inf, 0.0, m_new)         # a row that sees no key yet
-        correction = moye.exp2(row_max[r] - base)
+        correction[r] = moye.exp2(row_max[r] - base)
         row_max[r] = m_new
         total = 0.0
-        for i in range_constexpr(size(acc_s)):
-            if i % 4 // 2 == r:
-                p = moye.exp2(acc_s[i] * scale_log2 - base)
-                acc_s[i] = p
+        for i in range_constexpr(r * 2, size(acc_s), 4):
+            for e in range_constexpr(2):
+                p = moye.exp2(acc_s[i + e] * scale_log2 - base)
+                acc_s[i + e] = p
                 total = total + p
-        row_sum[r] = row_sum[r] * correction + moye.warp_reduce(total, "sum", 4)
-        for i in range_constexpr(size(acc_o)):
-            if i % 4 // 2 == r:
-                acc_o[i] = acc_o[i] * correction
+        row_sum[r] = row_sum[r] * correction[r] + moye.warp_reduce(total, "sum", 4)
 
 
 @moye.func
@@ -196,7 +232,7 @@ def launch(q, k, v, o, lse, scale, causal):
     """o, lse = attention(q, k, v) by attention_forward_sm90 (the op checks
     the arrays: head dims of HEAD_DIMS, 16-byte rows)."""
     B, Hq, Sq, d = q.shape
-    bN, stages = TILES[d]
+    bN, stages, overlap = TILES[d]
     dtype = element_type(q)
     sQ, sK, sV = layouts(dtype, d, bN, stages)
     mma_s = make_tiled_mma(moye.wgmma_op(bN, dtype, dtype, Float32, "SS", "K", "K"),
@@ -206,6 +242,6 @@ def launch(q, k, v, o, lse, scale, causal):
     copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(rows_))
               for t, rows_ in ((q, BLOCK_M), (k, bN), (v, bN))]
     args = (*copies, o, lse, Sq, k.shape[2], Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV,
-            mma_s, mma_o, bN, stages, bool(causal))
+            mma_s, mma_o, bN, stages, bool(causal), overlap)
     replay.launch(attention_forward_sm90, ((-(-Sq // BLOCK_M), Hq, B), THREADS), args,
                   None if rows.backend_of(q) == "cuda" else "cpu")
