@@ -16,7 +16,9 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
   same 128-byte-swizzled tile TMA wrote (its transpose: no copy). The
   softmax of tile j runs while tile j-1's P V does (FlashAttention-3's
   intra-warpgroup overlap): S_j's wgmma are issued, then P_{j-1} V_{j-1}'s,
-  and the softmax waits for S_j's alone (head dims 64 and 128).
+  and the softmax waits for S_j's alone; and the two consumer warpgroups
+  take turns to issue their wgmma (ping-pong: one's softmax runs while the
+  other's GEMMs do). Both at head dims 64 and 128.
 - The epilogue divides by the row sums and stores O and LSE from the
   registers.
 Q, K, V tiles are (rows, D) boxes of 64 values (128 bytes) each, one after
@@ -41,6 +43,7 @@ HEAD_DIMS = (64, 128, 256)
 # for S_j beside P_{j-1}, so its softmax does not overlap P V
 TILES = {64: (128, 4, True), 128: (128, 2, True), 256: (64, 2, False)}
 THREADS = 384
+PINGPONG = 1                # named barriers 1 and 2: the consumer warpgroups' turns
 
 
 @moye.kernel(fast_math=True)
@@ -79,66 +82,111 @@ def attention_forward_sm90(load_q, load_k, load_v, O, LSE, Sq, Sk, groups, scale
                 load_rows(load_k, sK[:, :, stage], b, h // groups, j * bN, d, bN, full)
                 load_rows(load_v, sV[:, :, stage], b, h // groups, j * bN, d, bN, full)
                 stage, phase = pipe.advance(stage, phase)
-    else:                                                   # the consumers
-        moye.setmaxnreg_inc(240)
-        ctid = tid - 128
-        lane0 = ctid % 32 == 0
-        thr_s, thr_o = mma_s.get_slice(ctid), mma_o.get_slice(ctid)
-        tSsQ = thr_s.partition_A(sQ)
-        tSsK = thr_s.partition_B(sK)                        # (..., stages)
-        tOsV = thr_o.partition_B(sV)
-        acc_s = thr_s.partition_fragment_C(make_layout((bM, bN)))
-        cS = thr_s.partition_C(make_identity_array((bM, bN)))   # (row, key) in the tile
-        p16 = thr_o.partition_fragment_A(make_layout((bM, bN)))
-        acc_o = thr_o.partition_fragment_C(make_layout((bM, d)))
-        cO = thr_o.partition_C(make_identity_array((bM, d)))
-        for i in range(size(acc_o)):
-            acc_o[i] = 0.0
-        row_max = make_fragment_like(Layout(2), Float32)        # a thread's 2 rows, log2 units
-        row_sum = make_fragment_like(Layout(2), Float32)
-        correction = make_fragment_like(Layout(2), Float32)     # O's factor for the new maxima
-        for r in range(2):
-            row_max[r] = -math.inf
-            row_sum[r] = 0.0
-        moye.mbarrier_wait(q_full, 0)
-        stage, phase = 0, 0
-        if n_tiles > 0:
-            # with `overlap`, the softmax of tile j runs while the wgmma of O += P_{j-1}
-            # V_{j-1} do (FA3's intra-warpgroup overlap): S_j is issued first, waited for alone
+    elif overlap:           # ping-pong: each consumer warpgroup runs its own copy of the loop,
+        if warpgroup == 1:  # whose turns take static barrier ids
+            consume(0, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, mb * bM,
+                    Sq, Sk, scale_log2, bN, causal, overlap)
+        else:
+            consume(1, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, mb * bM,
+                    Sq, Sk, scale_log2, bN, causal, overlap)
+    else:
+        consume(-1, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, mb * bM, Sq,
+                Sk, scale_log2, bN, causal, overlap)
+
+
+@moye.func
+def consume(wg, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, row0, Sq, Sk,
+            scale_log2, bN, causal, overlap):
+    """A consumer warpgroup's work on the block's key tiles (see the module
+    doc): `wg` its index (0, 1) where the two take turns (ping-pong), -1
+    where they do not."""
+    moye.setmaxnreg_inc(240)
+    bM, d = BLOCK_M, size(sQ, 1)
+    diagonal = Sk - Sq
+    dtype = sQ.dtype
+    ctid = moye.thread_idx.x - 128
+    lane0 = ctid % 32 == 0
+    thr_s, thr_o = mma_s.get_slice(ctid), mma_o.get_slice(ctid)
+    tSsQ = thr_s.partition_A(sQ)
+    tSsK = thr_s.partition_B(sK)                        # (..., stages)
+    tOsV = thr_o.partition_B(sV)
+    acc_s = thr_s.partition_fragment_C(make_layout((bM, bN)))
+    cS = thr_s.partition_C(make_identity_array((bM, bN)))   # (row, key) in the tile
+    p16 = thr_o.partition_fragment_A(make_layout((bM, bN)))
+    acc_o = thr_o.partition_fragment_C(make_layout((bM, d)))
+    cO = thr_o.partition_C(make_identity_array((bM, d)))
+    for i in range(size(acc_o)):
+        acc_o[i] = 0.0
+    row_max = make_fragment_like(Layout(2), Float32)        # a thread's 2 rows, log2 units
+    row_sum = make_fragment_like(Layout(2), Float32)
+    correction = make_fragment_like(Layout(2), Float32)     # O's factor for the new maxima
+    for r in range(2):
+        row_max[r] = -math.inf
+        row_sum[r] = 0.0
+    moye.mbarrier_wait(q_full, 0)
+    stage, phase = 0, 0
+    if n_tiles > 0:
+        # with `overlap`, the softmax of tile j runs while the wgmma of O += P_{j-1}
+        # V_{j-1} do (FA3's intra-warpgroup overlap): S_j is issued first, waited for alone
+        if overlap and wg == 1:
+            moye.named_barrier_arrive(PINGPONG, 256)        # warpgroup 0 issues first
+        pipe.consumer_wait(stage, phase)
+        turn(overlap, wg, True, False)
+        scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])
+        turn(overlap, wg, False, False)
+        moye.wgmma_wait(0)
+        softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, 0, bN, row0,
+                     Sk, diagonal, causal)
+        for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators, in order
+            p16[i] = moye.cast(acc_s[i], dtype)
+        for j in range(1, n_tiles):
+            held = stage                        # P_{j-1}'s V
+            stage, phase = pipe.advance(stage, phase)
             pipe.consumer_wait(stage, phase)
-            scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])
-            moye.wgmma_wait(0)
-            softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, 0, bN, mb * bM,
-                         Sk, diagonal, causal)
-            for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators, in order
-                p16[i] = moye.cast(acc_s[i], load_q.dtype)
-            for j in range(1, n_tiles):
-                held = stage                        # P_{j-1}'s V
-                stage, phase = pipe.advance(stage, phase)
-                pipe.consumer_wait(stage, phase)
-                if overlap:
-                    scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])            # S_j
-                    gemm(mma_o, acc_o, p16, tOsV[:, :, :, held], acc_o)        # O += P V
-                    moye.wgmma_wait(1)              # S_j is done; P V runs on
-                else:                               # P V, then S_j: fewer registers live
-                    gemm(mma_o, acc_o, p16, tOsV[:, :, :, held], acc_o)
-                    moye.wgmma_wait(0)
-                    scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])
-                    moye.wgmma_wait(0)
-                softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN,
-                             mb * bM, Sk, diagonal, causal)
+            if overlap:
+                turn(overlap, wg, True, False)
+                scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])            # S_j
+                gemm(mma_o, acc_o, p16, tOsV[:, :, :, held], acc_o)        # O += P V
+                turn(overlap, wg, False, False)
+                moye.wgmma_wait(1)              # S_j is done; P V runs on
+            else:                               # P V, then S_j: fewer registers live
+                gemm(mma_o, acc_o, p16, tOsV[:, :, :, held], acc_o)
                 moye.wgmma_wait(0)
-                if lane0:
-                    pipe.consumer_release(held)
-                for i in range_constexpr(size(acc_o)):
-                    acc_o[i] = acc_o[i] * correction[i % 4 // 2]
-                for i in range_constexpr(size(p16)):
-                    p16[i] = moye.cast(acc_s[i], load_q.dtype)
-            gemm(mma_o, acc_o, p16, tOsV[:, :, :, stage], acc_o)
+                scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])
+                moye.wgmma_wait(0)
+            softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN,
+                         row0, Sk, diagonal, causal)
             moye.wgmma_wait(0)
             if lane0:
-                pipe.consumer_release(stage)
-        store_rows(O, LSE, acc_o, cO, row_max, row_sum, b, h, mb * bM, Sq)
+                pipe.consumer_release(held)
+            for i in range_constexpr(size(acc_o)):
+                acc_o[i] = acc_o[i] * correction[i % 4 // 2]
+            for i in range_constexpr(size(p16)):
+                p16[i] = moye.cast(acc_s[i], dtype)
+        turn(overlap, wg, True, False)
+        gemm(mma_o, acc_o, p16, tOsV[:, :, :, stage], acc_o)
+        turn(overlap, wg, False, True)
+        moye.wgmma_wait(0)
+        if lane0:
+            pipe.consumer_release(stage)
+    store_rows(O, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq)
+
+
+@moye.func
+def turn(pingpong, wg, begins, last):
+    """FlashAttention-3's ping-pong: the two consumer warpgroups take turns
+    to issue their wgmma (named barriers PINGPONG + wg), so that one's
+    softmax runs while the other's GEMMs do. A turn `begins` by waiting for
+    this warpgroup's barrier and ends by arriving at the other's (not after
+    warpgroup 1's `last`, which warpgroup 0 no longer waits for)."""
+    if pingpong:
+        if begins:
+            moye.named_barrier_sync(PINGPONG + wg, 256)
+        elif not last:
+            moye.named_barrier_arrive(PINGPONG + 1 - wg, 256)
+        else:
+            if wg == 0:
+                moye.named_barrier_arrive(PINGPONG + 1, 256)
 
 
 @moye.func

@@ -518,7 +518,7 @@ def _attention_fake(q, k, v, causal, scale):
 
 
 def _attention_backward_fake(do, dlse, q, k, v, o, lse, causal, scale):
-    return tuple(t.new_empty(t.shape, memory_format=torch.contiguous_format) for t in (q, k, v))
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _attention_save(ctx, inputs, output):
