@@ -59,6 +59,137 @@ def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, dlse=None)
     causal = rows.flag(causal, "causal", opname)
     B, Hq, Sq, d = check_operands(q, k, v, opname)
     scale = check_scale(scale, d, opname)
+    check_saved(q, o, do, lse, dlse, (B, Hq, Sq, d), (B, Hq, Sq), opname)
+    dq, dk, dv = rows.empty(q, q.shape), rows.empty(k, k.shape), rows.empty(v, v.shape)
+    attention_sm80_backward.launch(dq, dk, dv, *(copyable(t) for t in (q, k, v, o, do)), lse,
+                                   dlse, scale, causal)
+    return dq, dk, dv
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     causal=False, scale=None, return_lse=False):
+    """o, or (o, lse), of attention on packed sequences (see
+    moye.ops.attention_varlen)."""
+    o, lse = attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                      max_seqlen_k, causal, scale)
+    return (o, lse) if rows.flag(return_lse, "return_lse", "attention_varlen") else o
+
+
+def attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             causal=False, scale=None):
+    """(o, lse) of attention_varlen (the forward of its torch custom op)."""
+    opname = "attention_varlen"
+    causal = rows.flag(causal, "causal", opname)
+    total_q, Hq, d = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, opname)
+    scale = check_scale(scale, d, opname)
+    o = rows.empty(q, q.shape)
+    lse = rows.empty(q, (Hq, total_q), "float32")
+    if total_q and k.shape[0]:
+        attention_sm80.launch(*(heads_first(copyable(t)) for t in (q, k, v)), heads_first(o),
+                              lse[None], scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
+    elif total_q:                   # no keys at all: every row sees none
+        o[...] = 0
+        lse[...] = -math.inf
+    return o, lse
+
+
+def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                              max_seqlen_k, causal=False, scale=None, dlse=None):
+    """(dq, dk, dv) of attention_varlen (see moye.ops.attention_varlen_backward)."""
+    opname = "attention_varlen_backward"
+    causal = rows.flag(causal, "causal", opname)
+    total_q, Hq, d = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, opname)
+    scale = check_scale(scale, d, opname)
+    check_saved(q, o, do, lse, dlse, q.shape, (Hq, total_q), opname)
+    dq, dk, dv = rows.empty(q, q.shape), rows.empty(k, k.shape), rows.empty(v, v.shape)
+    if total_q and k.shape[0]:
+        attention_sm80_backward.launch(
+            *(heads_first(t) for t in (dq, dk, dv)),
+            *(heads_first(copyable(t)) for t in (q, k, v, o, do)), lse[None],
+            None if dlse is None else dlse[None], scale, causal, cu_seqlens_q, cu_seqlens_k,
+            max_seqlen_q, max_seqlen_k)
+    else:
+        for t in (dq, dk, dv):
+            t[...] = 0
+    return dq, dk, dv
+
+
+def heads_first(t):
+    """A packed (total, heads, D) array as the kernels' (1, heads, total, D) view."""
+    return t.transpose(1, 0, 2)[None] if isinstance(t, np.ndarray) else t.transpose(0, 1)[None]
+
+
+def check_packed(q, k, v, cu_q, cu_k, max_q, max_k, opname="attention_varlen"):
+    """(total_q, Hq, D) of packed q (total_q, Hq, D), k and v (total_k, Hk,
+    D), or a MoyeError naming what is wrong: their types, head dims and
+    heads as check_operands asks, and cu_seqlens_q and cu_seqlens_k int32
+    or int64 vectors of B + 1 offsets each, from 0 up to the total, where
+    max_seqlen_q and max_seqlen_k bound each sequence's length. The offsets
+    are read on the host (from a CUDA tensor: a copy) except while a CUDA
+    graph is captured.
+        >>> x = np.zeros((5, 2, 64), np.float16)
+        >>> check_packed(x, x, x, np.array([0, 2, 5], np.int32), np.array([0, 2, 5], np.int32),
+        ...              2, 3)
+        Traceback (most recent call last):
+        ...
+        moye.errors.ShapeError: attention_varlen: cu_seqlens_q holds a sequence of 3 rows, past max_seqlen_q = 2
+    """
+    for what, t in (("q", q), ("k", k), ("v", v)):
+        rows.dtype_name(t, what, opname)
+        if t.ndim != 3:
+            raise ShapeError(f"{opname}: {what} must be 3-D (total_tokens, heads, head_dim), "
+                             f"got shape {tuple(t.shape)}")
+    check_operands(*(heads_first(t) for t in (q, k, v)), opname, empty_ok=True)
+    counts = []
+    for what, cu, total, longest, what_max in (
+            ("cu_seqlens_q", cu_q, q.shape[0], max_q, "max_seqlen_q"),
+            ("cu_seqlens_k", cu_k, k.shape[0], max_k, "max_seqlen_k")):
+        if isinstance(longest, bool) or not isinstance(longest, (int, np.integer)) or longest < 0:
+            raise MoyeTypeError(f"{opname}: {what_max} must be an int >= 0, got {longest!r}")
+        if rows.is_torch(cu) != rows.is_torch(q) or not (rows.is_torch(cu) or
+                                                          isinstance(cu, np.ndarray)):
+            raise MoyeTypeError(f"{opname}: {what} must be a {type(q).__name__}, as q is; got "
+                                f"{type(cu).__name__}")
+        name = str(cu.dtype).removeprefix("torch.")
+        if name not in ("int32", "int64") or cu.ndim != 1 or cu.shape[0] < 2:
+            raise MoyeTypeError(f"{opname}: {what} must be a 1-D int32 or int64 array of batch + 1 "
+                                f"offsets, got {name} of shape {tuple(cu.shape)}")
+        if not rows.same_place(q, cu):
+            raise MoyeTypeError(f"{opname}: {what} and q are not in one place")
+        counts.append(cu.shape[0])
+        values = offsets_on_host(cu)
+        if values is None:              # being captured: taken as given
+            continue
+        lengths = np.diff(values)
+        if values[0] != 0 or values[-1] != total or (lengths < 0).any():
+            raise ShapeError(f"{opname}: {what} must rise from 0 to {total} (the tokens), got "
+                             f"{values.tolist()[:8]}{' ...' if len(values) > 8 else ''}")
+        if lengths.max() > longest:
+            raise ShapeError(f"{opname}: {what} holds a sequence of {int(lengths.max())} rows, "
+                             f"past {what_max} = {longest}")
+    if counts[0] != counts[1]:
+        raise ShapeError(f"{opname}: cu_seqlens_q has {counts[0]} offsets and cu_seqlens_k "
+                         f"{counts[1]}; one batch")
+    return q.shape[0], q.shape[1], q.shape[2]
+
+
+def offsets_on_host(cu):
+    """The values of `cu` as a NumPy array (a CUDA tensor's copied, the call
+    then replayed in full), or None while a CUDA graph is being captured."""
+    if isinstance(cu, np.ndarray):
+        return cu
+    import torch
+    if cu.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    replay.host_work()
+    return cu.cpu().numpy()
+
+
+def check_saved(q, o, do, lse, dlse, shape, lse_shape, opname):
+    """A MoyeError unless o and do are of q's type and `shape`, lse (and
+    dlse, unless None) float32 of `lse_shape`, all where q is."""
     for what, t, dtype in (("o", o, None), ("do", do, None), ("lse", lse, "float32"),
                            ("dlse", dlse, "float32")):
         if t is None and what == "dlse":
@@ -70,16 +201,13 @@ def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, dlse=None)
         if not rows.same_place(q, t):
             raise MoyeTypeError(f"{opname}: {what} and q are not in one place (both NumPy "
                                 "arrays, or torch tensors on one device)")
-        shape = (B, Hq, Sq) if what in ("lse", "dlse") else (B, Hq, Sq, d)
-        if tuple(t.shape) != shape:
-            raise ShapeError(f"{opname}: {what} has shape {tuple(t.shape)}; it must be {shape}")
-    dq, dk, dv = rows.empty(q, q.shape), rows.empty(k, k.shape), rows.empty(v, v.shape)
-    attention_sm80_backward.launch(dq, dk, dv, *(copyable(t) for t in (q, k, v, o, do)), lse,
-                                   dlse, scale, causal)
-    return dq, dk, dv
+        want_shape = lse_shape if what in ("lse", "dlse") else shape
+        if tuple(t.shape) != tuple(want_shape):
+            raise ShapeError(f"{opname}: {what} has shape {tuple(t.shape)}; it must be "
+                             f"{tuple(want_shape)}")
 
 
-def check_operands(q, k, v, opname="attention"):
+def check_operands(q, k, v, opname="attention", empty_ok=False):
     """(B, Hq, Sq, D) of q, or a MoyeError naming what is wrong: q, k and v
     4-D arrays of one type of IN_TYPES in one place, k and v of one shape
     (B, Hk, Sk, D), Hk dividing Hq, D one of attention_sm80.HEAD_DIMS.
@@ -118,7 +246,7 @@ def check_operands(q, k, v, opname="attention"):
     if Hk == 0 or Hq % Hk:
         raise ShapeError(f"{opname}: q has {Hq} heads and k {Hk}; k's heads must divide q's "
                          "(GQA, MQA)")
-    if Sq == 0 or Sk == 0 or B == 0:
+    if (Sq == 0 or Sk == 0 or B == 0) and not empty_ok:
         raise ShapeError(f"{opname}: q has shape {tuple(q.shape)} and k {tuple(k.shape)}; the "
                          "batch and each seqlen must be at least 1")
     return B, Hq, Sq, d

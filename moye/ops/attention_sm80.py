@@ -39,13 +39,14 @@ LN2 = 0.6931471805599453
 
 
 @moye.kernel(fast_math=True)
-def attention_forward_sm80(Q, K, V, O, LSE, groups, scale_log2, sQ_layout, sK_layout, sVt_layout,
-                           copy_qk, copy_vt, mma, s2r_qk, s2r_vt, causal: Constexpr):
+def attention_forward_sm80(Q, K, V, O, LSE, cu_q, cu_k, groups, scale_log2, sQ_layout, sK_layout,
+                           sVt_layout, copy_qk, copy_vt, mma, s2r_qk, s2r_vt, causal: Constexpr):
     bM, bN, d = size(sQ_layout, 0), size(sK_layout, 0), size(sQ_layout, 1)
-    Sq, Sk = size(Q, 2), size(K, 2)
     tid, mb, h, b = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
-    mQ, mO = MoYeArray(Q)[b, h, :, :], MoYeArray(O)[b, h, :, :]             # (Sq, d)
-    mK, mV = MoYeArray(K)[b, h // groups, :, :], MoYeArray(V)[b, h // groups, :, :]
+    bb, q0, Sq = sequence_of(cu_q, b, size(Q, 2))      # its rows: q0.. of array batch bb
+    _, k0, Sk = sequence_of(cu_k, b, size(K, 2))
+    mQ, mO = rows_of(Q, bb, h, q0, Sq), rows_of(O, bb, h, q0, Sq)          # (Sq, d)
+    mK, mV = rows_of(K, bb, h // groups, k0, Sk), rows_of(V, bb, h // groups, k0, Sk)
     gQ, gO = tile(mQ, (bM, d), (mb, 0)), tile(mO, (bM, d), (mb, 0))         # (bM, d)
     gK = tile(mK, (bN, d), (None, 0))                                       # (bN, d, n)
     gVt = tile(transpose(mV), (d, bN), (0, None))                           # (d, bN, n): V^T
@@ -86,10 +87,7 @@ def attention_forward_sm80(Q, K, V, O, LSE, groups, scale_log2, sQ_layout, sK_la
 
     # the key tiles this block sees: all, or (causal) up to its last row's last visible key
     diagonal = Sk - Sq                      # query i sees keys up to i + diagonal
-    n_tiles = (Sk + bN - 1) // bN
-    if causal:
-        seen = moye.maximum(mb * bM + bM + diagonal, 0)
-        n_tiles = moye.minimum(n_tiles, (seen + bN - 1) // bN)
+    n_tiles = key_tiles(mb * bM, bM, bN, Sq, Sk, causal)
     # cp.async groups, oldest first: Q + K_0, V_0, then K_1, V_1, ...
     tQgQ, tQsQ, tQcQ = partition_S(thr_qk, gQ), partition_D(thr_qk, sQ), partition_S(thr_qk, cQ)
     copy_if(copy_qk, make_copy_predicate(tQcQ, (Sq, d)), tQsQ, tQgQ)
@@ -158,8 +156,49 @@ def attention_forward_sm80(Q, K, V, O, LSE, groups, scale_log2, sQ_layout, sK_la
                     tOgO[c + 2 * r, 0, n] = moye.cast(tOrO[c + 2 * r, 0, n] * inv, O.dtype)
         row = tOcO[2 * r, 0, 0][0]
         if tid % 4 == 0 and row < Sq:           # a quad's first lane writes its rows' LSE
-            LSE[b, h, row] = moye.ifelse(seen, (row_max[r] + moye.log2(row_sum[r])) * LN2,
-                                         -math.inf)
+            LSE[bb, h, q0 + row] = moye.ifelse(seen, (row_max[r] + moye.log2(row_sum[r])) * LN2,
+                                               -math.inf)
+
+
+@moye.func
+def sequence_of(cu, b, length):
+    """(array batch, first row, rows) of batch b's sequence: b, 0, `length`
+    for dense arrays (cu None); for packed ones (varlen: batch 0 of the
+    arrays), rows cu[b] to cu[b + 1]."""
+    if cu is None:
+        return b, 0, length
+    return 0, cu[b], cu[b + 1] - cu[b]
+
+
+@moye.func
+def rows_of(X, bb, h, start, length):
+    """Rows start.. start + length of head h of batch bb of the 4-D X, as a
+    (length, D) array (its last dimension contiguous).
+        >>> import numpy as np
+        >>> rows_of(np.arange(24.0).reshape(1, 2, 3, 4), 0, 1, 1, 2)[1, 3]
+        np.float64(23.0)
+    """
+    m = MoYeArray(X)[bb, h, :, :]
+    step = m.layout.stride[0]
+    return MoYeArray.view_of(m.engine.offset_by(start * step),
+                             make_layout((length, size(m, 1)), (step, 1)))
+
+
+@moye.func
+def key_tiles(row0, rows, keys, Sq, Sk, causal):
+    """The key tiles of `keys` keys that rows row0.. row0 + rows - 1 see: all
+    of K's, or (causal) up to their last row's last visible key; none where
+    the rows start past Sq (a block beyond its sequence, varlen).
+        >>> key_tiles(0, 64, 64, 100, 300, False), key_tiles(0, 64, 64, 100, 300, True)
+        (5, 5)
+        >>> key_tiles(0, 64, 64, 300, 100, True), key_tiles(128, 64, 64, 100, 300, False)
+        (0, 0)
+    """
+    n = (Sk + keys - 1) // keys
+    if causal:
+        seen = moye.maximum(row0 + rows + Sk - Sq, 0)
+        n = moye.minimum(n, (seen + keys - 1) // keys)
+    return moye.ifelse(row0 < Sq, n, 0)
 
 
 @moye.func
@@ -232,13 +271,18 @@ def static_args(dtype_name, d):
             CopyAtom(LDSM_U16x8_T, dtype))
 
 
-def launch(q, k, v, o, lse, scale, causal):
+def launch(q, k, v, o, lse, scale, causal, cu_q=None, cu_k=None, max_q=None):
     """o, lse = attention(q, k, v) on the arrays' device: CUDA tensors on
     torch's stream, NumPy arrays and CPU tensors on the CPU backend (the op
-    checks shapes, types, a contiguous last dimension and 16-byte rows)."""
+    checks shapes, types, a contiguous last dimension and 16-byte rows).
+    Packed sequences (varlen): q, k, v, o (1, H, total, D) and lse (1, H,
+    total), batch b's rows cu_q[b].. of q (cu_k[b].. of k), max_q the
+    longest."""
     B, Hq, Sq, d = q.shape
+    if cu_q is not None:
+        B, Sq = cu_q.shape[0] - 1, max_q
     grid = (-(-Sq // BLOCK_M), Hq, B)
-    args = (q, k, v, o, lse, Hq // k.shape[1], float(scale * LOG2E),
+    args = (q, k, v, o, lse, cu_q, cu_k, Hq // k.shape[1], float(scale * LOG2E),
             *static_args(element_type(q).name, d), bool(causal))
     replay.launch(attention_forward_sm80, (grid, THREADS), args,
                   None if rows.backend_of(q) == "cuda" else "cpu")

@@ -26,8 +26,8 @@ from moye.layout import composition
 
 from ..compiler import Constexpr
 from . import replay, rows
-from .attention_sm80 import (BLOCK_M, BLOCK_N, LOG2E, THREADS, crosses, hidden, load_tile,
-                             static_args, to_a)
+from .attention_sm80 import (BLOCK_M, BLOCK_N, LOG2E, THREADS, crosses, hidden, key_tiles,
+                             load_tile, rows_of, sequence_of, static_args, to_a)
 from .gemm_sm90 import element_type
 
 ROWS_PER_BLOCK = THREADS // 32          # attention_row_dots: a warp a row
@@ -63,13 +63,14 @@ def transposed(layout, rows, cols):
 
 
 @moye.kernel(fast_math=True)
-def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, groups, scale, scale_log2, sQ_layout, sK_layout,
-                      copy_qk, mma, s2r_qk, s2r_t, causal: Constexpr):
+def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, cu_q, cu_k, groups, scale, scale_log2, sQ_layout,
+                      sK_layout, copy_qk, mma, s2r_qk, s2r_t, causal: Constexpr):
     bM, bN, d = size(sQ_layout, 0), size(sK_layout, 0), size(sQ_layout, 1)
-    Sq, Sk = size(Q, 2), size(K, 2)
     tid, mb, h, b = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
-    mQ, mdO = MoYeArray(Q)[b, h, :, :], MoYeArray(dO)[b, h, :, :]
-    mK, mV = MoYeArray(K)[b, h // groups, :, :], MoYeArray(V)[b, h // groups, :, :]
+    bb, q0, Sq = sequence_of(cu_q, b, size(Q, 2))
+    _, k0, Sk = sequence_of(cu_k, b, size(K, 2))
+    mQ, mdO = rows_of(Q, bb, h, q0, Sq), rows_of(dO, bb, h, q0, Sq)
+    mK, mV = rows_of(K, bb, h // groups, k0, Sk), rows_of(V, bb, h // groups, k0, Sk)
     gQ, gdO = tile(mQ, (bM, d), (mb, 0)), tile(mdO, (bM, d), (mb, 0))
     gK, gV = tile(mK, (bN, d), (None, 0)), tile(mV, (bN, d), (None, 0))     # (bN, d, n)
     cQ = tile(make_identity_array((Sq, d)), (bM, d), (mb, 0))
@@ -111,14 +112,14 @@ def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, groups, scale, scale_log2, sQ_lay
     base = make_fragment_like(Layout(2), moye.Float32)
     dsum = make_fragment_like(Layout(2), moye.Float32)
     for r in range(2):
-        row = moye.minimum(mb * bM + tScS[2 * r, 0, 0][0], Sq - 1)
-        base[r] = LSE[b, h, row] * LOG2E
-        dsum[r] = D[b, h, row]
+        row = mb * bM + tScS[2 * r, 0, 0][0]
+        base[r] = 0.0
+        dsum[r] = 0.0
+        if row < Sq:
+            base[r] = LSE[bb, h, q0 + row] * LOG2E
+            dsum[r] = D[bb, h, q0 + row]
     diagonal = Sk - Sq
-    n_tiles = (Sk + bN - 1) // bN
-    if causal:
-        seen = moye.maximum(mb * bM + bM + diagonal, 0)
-        n_tiles = moye.minimum(n_tiles, (seen + bN - 1) // bN)
+    n_tiles = key_tiles(mb * bM, bM, bN, Sq, Sk, causal)
     for j in range(n_tiles):
         load_tile(copy_qk, tKsK, tKgK, tKcK, j, (Sk, d))
         load_tile(copy_qk, tVsV, tVgV, tKcK, j, (Sk, d))
@@ -151,7 +152,7 @@ def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, groups, scale, scale_log2, sQ_lay
     moye.cp_async_commit()                      # (Q and dO's copies, where no key tile ran)
     moye.cp_async_wait(0)
 
-    tQgQ = partition_C(thr_mma, tile(MoYeArray(dQ)[b, h, :, :], (bM, d), (mb, 0)))
+    tQgQ = partition_C(thr_mma, tile(rows_of(dQ, bb, h, q0, Sq), (bM, d), (mb, 0)))
     tQcQ = partition_C(thr_mma, cQ)
     for i in range(size(tQrQ)):
         if tQcQ[i][0] < Sq:
@@ -159,12 +160,13 @@ def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, groups, scale, scale_log2, sQ_lay
 
 
 @moye.kernel(fast_math=True)
-def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, groups, scale, scale_log2, sQ_layout,
-                        sK_layout, copy_qk, mma, s2r_qk, s2r_t, causal: Constexpr):
+def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, cu_q, cu_k, groups, scale, scale_log2,
+                        sQ_layout, sK_layout, copy_qk, mma, s2r_qk, s2r_t, causal: Constexpr):
     bM, bN, d = size(sQ_layout, 0), size(sK_layout, 0), size(sQ_layout, 1)
-    Sq, Sk = size(Q, 2), size(K, 2)
     tid, nb, hk, b = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
-    mK, mV = MoYeArray(K)[b, hk, :, :], MoYeArray(V)[b, hk, :, :]
+    bb, q0, Sq = sequence_of(cu_q, b, size(Q, 2))
+    _, k0, Sk = sequence_of(cu_k, b, size(K, 2))
+    mK, mV = rows_of(K, bb, hk, k0, Sk), rows_of(V, bb, hk, k0, Sk)
     gK, gV = tile(mK, (bN, d), (nb, 0)), tile(mV, (bN, d), (nb, 0))
     cK = tile(make_identity_array((Sk, d)), (bN, d), (nb, 0))
     sK, sV = moye.shared_array(Q.dtype, sK_layout), moye.shared_array(Q.dtype, sK_layout)
@@ -204,13 +206,13 @@ def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, groups, scale, scale_log2, 
     tXsdOt, tXrdOt = partition_S(ldsm_t, sdOt), retile_D(ldsm_t, tVrdO)
 
     diagonal = Sk - Sq
-    m_tiles = (Sq + bM - 1) // bM
+    m_tiles = moye.ifelse(nb * bN < Sk, (Sq + bM - 1) // bM, 0)   # none past the sequence
     first = 0
     if causal:                  # query i sees key nb * bN first where i >= nb * bN - diagonal
         first = moye.maximum(nb * bN - diagonal, 0) // bM
     for g in range(groups):
         h = hk * groups + g
-        mQ, mdO = MoYeArray(Q)[b, h, :, :], MoYeArray(dO)[b, h, :, :]
+        mQ, mdO = rows_of(Q, bb, h, q0, Sq), rows_of(dO, bb, h, q0, Sq)
         gQ = tile(mQ, (bM, d), (None, 0))                           # (bM, d, m)
         gdO = tile(mdO, (bM, d), (None, 0))
         cQ = tile(make_identity_array((Sq, d)), (bM, d), (None, 0))
@@ -234,11 +236,11 @@ def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, groups, scale, scale_log2, 
                 key, col = tScS[e]
                 query = i * bM + col
                 row = moye.minimum(query, Sq - 1)
-                p = moye.exp2(tSrS[e] * scale_log2 - LSE[b, h, row] * LOG2E)
+                p = moye.exp2(tSrS[e] * scale_log2 - LSE[bb, h, q0 + row] * LOG2E)
                 p = moye.ifelse((query >= Sq) | hidden(query, nb * bN + key, Sk, diagonal,
                                                        causal), 0.0, p)
                 tSrS[e] = p                                                  # P^T
-                tSrP[e] = p * (tSrP[e] - D[b, h, row])                       # dS^T
+                tSrP[e] = p * (tSrP[e] - D[bb, h, q0 + row])                 # dS^T
             to_a(tVrP, tSrS, Q.dtype)
             for kb in range(size(tVrP, 2)):
                 copyto(s2r_t, tXrdOt[:, :, kb], tXsdOt[:, :, kb])
@@ -252,27 +254,31 @@ def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, groups, scale, scale_log2, 
     moye.cp_async_wait(0)
 
     cKv = partition_C(thr_mma, cK)
-    tgK = partition_C(thr_mma, tile(MoYeArray(dK)[b, hk, :, :], (bN, d), (nb, 0)))
-    tgV = partition_C(thr_mma, tile(MoYeArray(dV)[b, hk, :, :], (bN, d), (nb, 0)))
+    tgK = partition_C(thr_mma, tile(rows_of(dK, bb, hk, k0, Sk), (bN, d), (nb, 0)))
+    tgV = partition_C(thr_mma, tile(rows_of(dV, bb, hk, k0, Sk), (bN, d), (nb, 0)))
     for e in range(size(tKrK)):
         if cKv[e][0] < Sk:
             tgK[e] = moye.cast(tKrK[e] * scale, dK.dtype)
             tgV[e] = moye.cast(tVrV[e], dV.dtype)
 
 
-def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
+def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal, cu_q=None, cu_k=None,
+           max_q=None, max_k=None):
     """dq, dk, dv of attention(q, k, v) from its o and lse and the gradients
     do and dlse (None: none) of both, on the arrays' device (the op checks
-    them)."""
+    them). Packed sequences (varlen) as attention_sm80.launch takes them,
+    max_q and max_k the longest."""
     B, Hq, Sq, d = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
     backend = None if rows.backend_of(q) == "cuda" else "cpu"
     D = rows.empty(q, (B, Hq, Sq), "float32")
-    replay.launch(attention_row_dots, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), THREADS), (D, do, o, dlse),
-                  backend)
+    replay.launch(attention_row_dots, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), THREADS),
+                  (D, do, o, dlse), backend)
+    if cu_q is not None:
+        B, Sq, Sk = cu_q.shape[0] - 1, max_q, max_k
     sQ, sK, _, copy_qk, _, mma, s2r_qk, s2r_t = static_args(element_type(q).name, d)
-    common = (q, k, v, do, lse, D, Hq // Hk, float(scale), float(scale * LOG2E), sQ, sK, copy_qk,
-              mma, s2r_qk, s2r_t, bool(causal))
+    common = (q, k, v, do, lse, D, cu_q, cu_k, Hq // Hk, float(scale), float(scale * LOG2E), sQ,
+              sK, copy_qk, mma, s2r_qk, s2r_t, bool(causal))
     replay.launch(attention_dq_sm80, ((-(-Sq // BLOCK_M), Hq, B), THREADS), (dq, *common),
                   backend)
     replay.launch(attention_dkdv_sm80, ((-(-Sk // BLOCK_N), Hk, B), THREADS),

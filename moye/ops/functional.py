@@ -379,6 +379,50 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, scale=None, dlse=No
     return rows.raw("attention_backward")(do, q, k, v, o, lse, causal, scale, dlse)
 
 
+@replay.replayed(autograd=True)
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     causal=False, scale=None, return_lse=False):
+    """attention on packed sequences, FlashAttention's varlen layout: q
+    (total_q, Hq, D), k and v (total_k, Hk, D) hold the batch's sequences
+    one after another, sequence b's rows cu_seqlens_q[b] to
+    cu_seqlens_q[b + 1] of q (of k: cu_seqlens_k's), int32 or int64
+    vectors of batch + 1 offsets from 0; max_seqlen_q and max_seqlen_k
+    bound the lengths (the grid's size). Each sequence attends to its own
+    keys alone, as attention does (causal: aligned to the bottom right of
+    each). Returns o (q's shape and type), and with `return_lse` also lse,
+    float32 (Hq, total_q). The offsets are checked on the host (a CUDA
+    tensor's copied, except while a CUDA graph is captured). torch: a
+    custom op with autograd, `moye::attention_varlen_forward`.
+
+        >>> import numpy as np
+        >>> q = np.zeros((3, 1, 64), np.float16)
+        >>> v = np.arange(192, dtype=np.float16).reshape(3, 1, 64)
+        >>> cu = np.array([0, 1, 3], np.int32)      # sequences of 1 and 2 tokens
+        >>> attention_varlen(q, q, v, cu, cu, 2, 2)[:, 0, 0].tolist()
+        [0.0, 96.0, 96.0]
+    """
+    if rows.uses_torch(q, k, v):
+        return rows.torch_ops().attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                 max_seqlen_q, max_seqlen_k, causal, scale,
+                                                 return_lse)
+    return rows.raw("attention_varlen")(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k, causal, scale, return_lse)
+
+
+@replay.replayed(autograd=True)
+def attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                              max_seqlen_k, *, causal=False, scale=None, dlse=None):
+    """The gradients (dq, dk, dv) of attention_varlen, from its o and lse
+    (return_lse=True) and their gradients do and dlse (None where only o
+    was used), as attention_backward's."""
+    if rows.uses_torch(do, q, k, v, o, lse, dlse):
+        return rows.torch_ops().attention_varlen_backward(
+            do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+            scale, dlse)
+    return rows.raw("attention_varlen_backward")(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                                                 max_seqlen_q, max_seqlen_k, causal, scale, dlse)
+
+
 def _number(v, what, opname):
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise MoyeTypeError(f"{opname}: {what} must be a number, got {type(v).__name__}")

@@ -553,6 +553,84 @@ def _register_attention():
 _register_attention()
 
 
+VARLEN_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+                 "int max_seqlen_q, int max_seqlen_k, bool causal, float? scale) -> (Tensor, Tensor)")
+VARLEN_BACKWARD_SCHEMA = (
+    "(Tensor do, Tensor? dlse, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
+    "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, bool causal, "
+    "float? scale) -> (Tensor, Tensor, Tensor)")
+
+
+def _varlen_backward_impl(do, dlse, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale):
+    return rows.raw("attention_varlen_backward")(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k,
+                                                 causal, scale, dlse)
+
+
+def _varlen_fake(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def _varlen_backward_fake(do, dlse, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _varlen_save(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = inputs
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
+
+
+def _varlen_grad(ctx, do, dlse):
+    q, k, v, cu_q, cu_k, o, lse = ctx.saved_tensors
+    dq, dk, dv = run("attention_varlen_backward", do, dlse, q, k, v, o, lse, cu_q, cu_k,
+                     ctx.max_q, ctx.max_k, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+class _VarlenSpec:
+    forward = "attention_varlen_forward"
+    save, grad = staticmethod(_varlen_save), staticmethod(_varlen_grad)
+
+
+def _register_varlen():
+    forward = rows.raw("attention_varlen_forward")
+    torch.library.custom_op(f"{NAMESPACE}::attention_varlen_forward", forward, mutates_args=(),
+                            schema=VARLEN_SCHEMA).register_fake(_varlen_fake)
+    torch.library.custom_op(f"{NAMESPACE}::attention_varlen_backward", _varlen_backward_impl,
+                            mutates_args=(), schema=VARLEN_BACKWARD_SCHEMA
+                            ).register_fake(_varlen_backward_fake)
+    torch.library.register_autograd(f"{NAMESPACE}::attention_varlen_forward", _varlen_grad,
+                                    setup_context=_varlen_save)
+    _EAGER["attention_varlen_forward"] = forward, _function(_VarlenSpec, forward)
+    _EAGER["attention_varlen_backward"] = _varlen_backward_impl, None
+
+
+_register_varlen()
+
+
+def attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, return_lse):
+    """The public attention_varlen on torch tensors: the custom op (o, lse)."""
+    opname = "attention_varlen"
+    check_devices(opname, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    if scale is not None:
+        scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1, opname)
+    for what, n in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise MoyeTypeError(f"{opname}: {what} must be an int, got {n!r}")
+    o, lse = run("attention_varlen_forward", q, k, v, cu_q, cu_k, max_q, max_k,
+                 rows.flag(causal, "causal", opname), scale)
+    return (o, lse) if rows.flag(return_lse, "return_lse", opname) else o
+
+
+def attention_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale, dlse):
+    opname = "attention_varlen_backward"
+    check_devices(opname, do=do, q=q, k=k, v=v, o=o, lse=lse, cu_seqlens_q=cu_q,
+                  cu_seqlens_k=cu_k, dlse=dlse)
+    if scale is not None:
+        scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1, opname)
+    return run("attention_varlen_backward", do, dlse, q, k, v, o, lse, cu_q, cu_k, max_q, max_k,
+               rows.flag(causal, "causal", opname), scale)
+
+
 def attention(q, k, v, causal, scale, return_lse):
     """The public attention on torch tensors: the custom op (o, lse)."""
     check_devices("attention", q=q, k=k, v=v)

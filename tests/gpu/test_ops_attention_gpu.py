@@ -95,3 +95,34 @@ def test_torch_compile_and_cuda_graph(torch):
     graph.replay()
     torch.testing.assert_close(captured, ops.attention(q.flip(2), k, v, causal=True), atol=0,
                                rtol=0)
+
+
+def test_varlen_matches_each_sequence(torch):
+    """attention_varlen on packed sequences (one empty) gives, bit for bit,
+    what attention gives each sequence alone, forward and backward."""
+    lq, lk = [300, 0, 1000, 77], [500, 64, 1000, 1]
+    cq = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32,
+                      device="cuda")
+    ck = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32,
+                      device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q = torch.randn(sum(lq), 4, 128, device="cuda", generator=g).half().requires_grad_()
+    k = torch.randn(sum(lk), 2, 128, device="cuda", generator=g).half().requires_grad_()
+    v = torch.randn(sum(lk), 2, 128, device="cuda", generator=g).half().requires_grad_()
+    o, lse = ops.attention_varlen(q, k, v, cq, ck, max(lq), max(lk), causal=True,
+                                  return_lse=True)
+    do = torch.randn_like(o)
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+    for b in range(len(lq)):
+        qs, ks = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
+        if lq[b] == 0:
+            assert not dk[ks].any() and not dv[ks].any()
+            continue
+        qb, kb, vb = (t.detach()[s].transpose(0, 1)[None].requires_grad_()
+                      for t, s in ((q, qs), (k, ks), (v, ks)))
+        ob, lb = ops.attention(qb, kb, vb, causal=True, return_lse=True)
+        grads = torch.autograd.grad(ob, (qb, kb, vb), do[qs].transpose(0, 1)[None])
+        torch.testing.assert_close(o[qs].transpose(0, 1)[None], ob, atol=0, rtol=0)
+        torch.testing.assert_close(lse[:, qs][None], lb, atol=0, rtol=0)
+        for got, want in zip((dq[qs], dk[ks], dv[ks]), grads):
+            torch.testing.assert_close(got.transpose(0, 1)[None], want, atol=0, rtol=0)
