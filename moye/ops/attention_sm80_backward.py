@@ -121,20 +121,9 @@ def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, cu_q, cu_k, groups, scale, scale_
     diagonal = Sk - Sq
     n_tiles = key_tiles(mb * bM, bM, bN, Sq, Sk, causal)
     for j in range(n_tiles):
-        load_tile(copy_qk, tKsK, tKgK, tKcK, j, (Sk, d))
-        load_tile(copy_qk, tVsV, tVgV, tKcK, j, (Sk, d))
-        moye.cp_async_commit()
-        moye.cp_async_wait(0)
-        moye.sync_threads()
-        zeros_(tSrS)
-        zeros_(tSrP)
-        for kb in range(size(tSrQ, 2)):
-            copyto(s2r_qk, tXrQ[:, :, kb], tXsQ[:, :, kb])
-            copyto(s2r_qk, tXrK[:, :, kb], tXsK[:, :, kb])
-            gemm(mma, tSrS, tSrQ[:, :, kb], tSrK[:, :, kb], tSrS)        # S = Q K^T
-            copyto(s2r_qk, tXrdO[:, :, kb], tXsdO[:, :, kb])
-            copyto(s2r_qk, tXrV[:, :, kb], tXsV[:, :, kb])
-            gemm(mma, tSrP, tSrdO[:, :, kb], tSrV[:, :, kb], tSrP)       # dP = dO V^T
+        load_both(copy_qk, tKsK, tKgK, tVsV, tVgV, tKcK, j, (Sk, d))
+        product(s2r_qk, mma, tSrS, tSrQ, tXrQ, tXsQ, tSrK, tXrK, tXsK)      # S = Q K^T
+        product(s2r_qk, mma, tSrP, tSrdO, tXrdO, tXsdO, tSrV, tXrV, tXsV)   # dP = dO V^T
         edge = crosses(j * bN, bN, mb * bM, Sk, diagonal, causal)
         for i in range(size(tSrS)):
             row, col = tScS[i]
@@ -218,20 +207,9 @@ def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, cu_q, cu_k, groups, scale, 
         cQ = tile(make_identity_array((Sq, d)), (bM, d), (None, 0))
         tQgQ, tQgdO, tQcQ = partition_S(thr, gQ), partition_S(thr, gdO), partition_S(thr, cQ)
         for i in range(first, m_tiles):
-            load_tile(copy_qk, tQsQ, tQgQ, tQcQ, i, (Sq, d))
-            load_tile(copy_qk, tQsdO, tQgdO, tQcQ, i, (Sq, d))
-            moye.cp_async_commit()
-            moye.cp_async_wait(0)
-            moye.sync_threads()
-            zeros_(tSrS)
-            zeros_(tSrP)
-            for kb in range(size(tSrK, 2)):
-                copyto(s2r_qk, tXrK[:, :, kb], tXsK[:, :, kb])
-                copyto(s2r_qk, tXrQ[:, :, kb], tXsQ[:, :, kb])
-                gemm(mma, tSrS, tSrK[:, :, kb], tSrQ[:, :, kb], tSrS)    # S^T = K Q^T
-                copyto(s2r_qk, tXrV[:, :, kb], tXsV[:, :, kb])
-                copyto(s2r_qk, tXrdO[:, :, kb], tXsdO[:, :, kb])
-                gemm(mma, tSrP, tSrV[:, :, kb], tSrdO[:, :, kb], tSrP)   # dP^T = V dO^T
+            load_both(copy_qk, tQsQ, tQgQ, tQsdO, tQgdO, tQcQ, i, (Sq, d))
+            product(s2r_qk, mma, tSrS, tSrK, tXrK, tXsK, tSrQ, tXrQ, tXsQ)      # S^T = K Q^T
+            product(s2r_qk, mma, tSrP, tSrV, tXrV, tXsV, tSrdO, tXrdO, tXsdO)   # dP^T = V dO^T
             for e in range(size(tSrS)):
                 key, col = tScS[e]
                 query = i * bM + col
@@ -260,6 +238,30 @@ def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, cu_q, cu_k, groups, scale, 
         if cKv[e][0] < Sk:
             tgK[e] = moye.cast(tKrK[e] * scale, dK.dtype)
             tgV[e] = moye.cast(tVrV[e], dV.dtype)
+
+
+@moye.func
+def load_both(copy, dst1, src1, dst2, src2, coords, j, shape):
+    """Tile j of two partitioned arrays of one shape (coordinates `coords`)
+    into shared memory by cp.async, zero-filled outside `shape`; waited for
+    by every thread."""
+    load_tile(copy, dst1, src1, coords, j, shape)
+    load_tile(copy, dst2, src2, coords, j, shape)
+    moye.cp_async_commit()
+    moye.cp_async_wait(0)
+    moye.sync_threads()
+
+
+@moye.func
+def product(s2r, mma, acc, rA, xrA, xsA, rB, xrB, xsB):
+    """acc = A B^T: fragments rA and rB filled from shared memory a k-block
+    at a time by ldmatrix (xsA, xsB their sources; xrA, xrB their views in
+    the copy's layout), then mma.sync."""
+    zeros_(acc)
+    for kb in range(size(rA, 2)):
+        copyto(s2r, xrA[:, :, kb], xsA[:, :, kb])
+        copyto(s2r, xrB[:, :, kb], xsB[:, :, kb])
+        gemm(mma, acc, rA[:, :, kb], rB[:, :, kb], acc)
 
 
 def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal, cu_q=None, cu_k=None,

@@ -532,25 +532,9 @@ def _attention_grad(ctx, do, dlse):
     return dq, dk, dv, None, None
 
 
-class _AttentionSpec:
-    forward = "attention_forward"
-    save, grad = staticmethod(_attention_save), staticmethod(_attention_grad)
-
-
-def _register_attention():
-    forward = rows.raw("attention_forward")
-    torch.library.custom_op(f"{NAMESPACE}::attention_forward", forward, mutates_args=(),
-                            schema=ATTENTION_SCHEMA).register_fake(_attention_fake)
-    torch.library.custom_op(f"{NAMESPACE}::attention_backward", _attention_backward_impl,
-                            mutates_args=(), schema=ATTENTION_BACKWARD_SCHEMA
-                            ).register_fake(_attention_backward_fake)
-    torch.library.register_autograd(f"{NAMESPACE}::attention_forward", _attention_grad,
-                                    setup_context=_attention_save)
-    _EAGER["attention_forward"] = forward, _function(_AttentionSpec, forward)
-    _EAGER["attention_backward"] = _attention_backward_impl, None
-
-
-_register_attention()
+_register(TorchOp("attention_forward", ATTENTION_SCHEMA, _attention_fake, "attention_backward",
+                  ATTENTION_BACKWARD_SCHEMA, _attention_backward_fake, _attention_save,
+                  _attention_grad, backward_impl=_attention_backward_impl))
 
 
 VARLEN_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
@@ -586,25 +570,9 @@ def _varlen_grad(ctx, do, dlse):
     return dq, dk, dv, None, None, None, None, None, None
 
 
-class _VarlenSpec:
-    forward = "attention_varlen_forward"
-    save, grad = staticmethod(_varlen_save), staticmethod(_varlen_grad)
-
-
-def _register_varlen():
-    forward = rows.raw("attention_varlen_forward")
-    torch.library.custom_op(f"{NAMESPACE}::attention_varlen_forward", forward, mutates_args=(),
-                            schema=VARLEN_SCHEMA).register_fake(_varlen_fake)
-    torch.library.custom_op(f"{NAMESPACE}::attention_varlen_backward", _varlen_backward_impl,
-                            mutates_args=(), schema=VARLEN_BACKWARD_SCHEMA
-                            ).register_fake(_varlen_backward_fake)
-    torch.library.register_autograd(f"{NAMESPACE}::attention_varlen_forward", _varlen_grad,
-                                    setup_context=_varlen_save)
-    _EAGER["attention_varlen_forward"] = forward, _function(_VarlenSpec, forward)
-    _EAGER["attention_varlen_backward"] = _varlen_backward_impl, None
-
-
-_register_varlen()
+_register(TorchOp("attention_varlen_forward", VARLEN_SCHEMA, _varlen_fake,
+                  "attention_varlen_backward", VARLEN_BACKWARD_SCHEMA, _varlen_backward_fake,
+                  _varlen_save, _varlen_grad, backward_impl=_varlen_backward_impl))
 
 
 def attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, return_lse):
