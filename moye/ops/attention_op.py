@@ -6,15 +6,16 @@ seqlen, head_dim), gives the kernels rows they can copy 16 bytes at a time
 device (kernels_for): Hopper's wgmma forward (attention_sm90) for head dims
 64, 128 and 256 on compute capability 9.x; else the mma.sync kernels
 (attention_sm80, attention_sm80_backward), on CUDA devices and on the CPU
-backend for NumPy arrays and CPU tensors. The backward is mma.sync's
-everywhere for now.
+backend for NumPy arrays and CPU tensors. The backward likewise: Hopper's
+(attention_sm90_backward) at head dims 64 and 128 there, else mma.sync's.
 """
 import math
 
 import numpy as np
 
 from ..errors import MoyeTypeError, ShapeError
-from . import attention_sm80, attention_sm80_backward, attention_sm90, replay, rows
+from . import (attention_sm80, attention_sm80_backward, attention_sm90, attention_sm90_backward,
+               replay, rows)
 
 IN_TYPES = ("float16", "bfloat16")
 COPY_BYTES = 16         # cp.async's vector: a row's address and stride are multiples of it
@@ -61,8 +62,10 @@ def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, dlse=None)
     scale = check_scale(scale, d, opname)
     check_saved(q, o, do, lse, dlse, (B, Hq, Sq, d), (B, Hq, Sq), opname)
     dq, dk, dv = rows.empty(q, q.shape), rows.empty(k, k.shape), rows.empty(v, v.shape)
-    attention_sm80_backward.launch(dq, dk, dv, *(copyable(t) for t in (q, k, v, o, do)), lse,
-                                   dlse, scale, causal)
+    backward = attention_sm90_backward if kernels_for(q, d) is attention_sm90 and \
+        d in attention_sm90_backward.HEAD_DIMS else attention_sm80_backward
+    backward.launch(dq, dk, dv, *(copyable(t) for t in (q, k, v, o, do)), lse, dlse, scale,
+                    causal)
     return dq, dk, dv
 
 

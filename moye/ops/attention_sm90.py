@@ -33,7 +33,7 @@ from moye import (Float32, Layout, MoYeArray, Swizzle, composition, gemm, gmma_s
 
 from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
-from .attention_sm80 import LN2, LOG2E, crosses, hidden
+from .attention_sm80 import LN2, LOG2E, crosses, hidden, key_tiles
 from .gemm_sm90 import batched_tile, element_type
 
 BLOCK_M = 128               # two consumer warpgroups of 64 rows
@@ -65,11 +65,7 @@ def attention_forward_sm90(load_q, load_k, load_v, O, LSE, Sq, Sk, groups, scale
         moye.mbarrier_init(q_full, 1)
         pipe.init()
     moye.sync_threads()
-    diagonal = Sk - Sq                      # query i sees keys up to i + diagonal
-    n_tiles = (Sk + bN - 1) // bN
-    if causal:
-        seen = moye.maximum(mb * bM + bM + diagonal, 0)
-        n_tiles = moye.minimum(n_tiles, (seen + bN - 1) // bN)
+    n_tiles = key_tiles(mb * bM, bM, bN, Sq, Sk, causal)
     warpgroup = moye.warp_idx() // 4
     if warpgroup == 0:                                      # the producer
         moye.setmaxnreg_dec(24)
@@ -261,19 +257,23 @@ def box(rows):
                                                  Layout((rows, CHUNK), (CHUNK, 1)))))
 
 
-def layouts(dtype, d, bN, stages):
-    """(sQ, sK, sV) shared layouts: Q (128, d) and K (bN, d, stages) K-major
-    in boxes of CHUNK columns one after another; V the same bytes seen as
-    (d, bN, stages), MN-major for wgmma's B.
-        >>> sQ, sK, sV = layouts(moye.Float16, 128, 128, 2)
-        >>> sV
+def k_major(dtype, rows, d, stages=None):
+    """A (rows, d) tile, or a ring of `stages` of them, K-major for wgmma:
+    boxes of CHUNK columns one after another, each 128-byte swizzled, as
+    TMA writes them (box)."""
+    tile = gmma_smem_layout(dtype, "K", 128, (rows, d))
+    return tile if stages is None else tile_to_shape(tile, (rows, d, stages))
+
+
+def mn_major(d, rows, stages):
+    """The same bytes as k_major(dtype, rows, d, stages) seen as (d, rows,
+    stages): MN-major, the transposed tile as wgmma's B.
+        >>> mn_major(128, 128, 2)
         Sw<3,3,3> o 0 o ((64,2),(8,16),2):((1,8192),(64,512),16384)
     """
-    tile = gmma_smem_layout(dtype, "K", 128, (bN, d))
-    sV = composition(Swizzle(3, 3, 3), Layout(((CHUNK, d // CHUNK), (8, bN // 8), stages),
-                                              ((1, bN * CHUNK), (CHUNK, 8 * CHUNK), bN * d)))
-    return (gmma_smem_layout(dtype, "K", 128, (BLOCK_M, d)), tile_to_shape(tile, (bN, d, stages)),
-            sV)
+    return composition(Swizzle(3, 3, 3), Layout(((CHUNK, d // CHUNK), (8, rows // 8), stages),
+                                                ((1, rows * CHUNK), (CHUNK, 8 * CHUNK),
+                                                 rows * d)))
 
 
 def launch(q, k, v, o, lse, scale, causal):
@@ -282,7 +282,8 @@ def launch(q, k, v, o, lse, scale, causal):
     B, Hq, Sq, d = q.shape
     bN, stages, overlap = TILES[d]
     dtype = element_type(q)
-    sQ, sK, sV = layouts(dtype, d, bN, stages)
+    sQ, sK, sV = k_major(dtype, BLOCK_M, d), k_major(dtype, bN, d, stages), \
+        mn_major(d, bN, stages)
     mma_s = make_tiled_mma(moye.wgmma_op(bN, dtype, dtype, Float32, "SS", "K", "K"),
                            make_layout((2, 1)))
     mma_o = make_tiled_mma(moye.wgmma_op(d, dtype, dtype, Float32, "RS", "K", "MN"),

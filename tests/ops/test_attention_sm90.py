@@ -85,3 +85,62 @@ def test_compiles_for_sm90a_without_spills(d, causal):
         r"%%\d+, %%\d+\}" % d                 # D, then A's four registers
     assert re.search(rs, source)
     assert "cp.async.bulk.tensor.4d.shared::cluster.global" in source
+
+
+@pytest.mark.parametrize("B, Hq, Hk, Sq, Sk, D, causal, dtype", [
+    (1, 1, 1, 130, 150, 64, False, F16),
+    (1, 2, 1, 140, 200, 128, True, BF16),       # GQA: dK, dV add up both query heads
+    (1, 1, 1, 200, 70, 64, True, F16),          # rows that see nothing
+    (2, 2, 2, 1, 40, 128, True, F16),
+])
+def test_backward_is_the_mma_sync_backward_bit_for_bit(B, Hq, Hk, Sq, Sk, D, causal, dtype):
+    """attention_sm90_backward gives the bits of attention_sm80_backward
+    (whose gradients tests/ops/test_attention.py checks against float64):
+    the same products, tiles and float32 order, by wgmma."""
+    from moye.ops import attention_sm90_backward
+    q, k, v = qkv(Sq + Sk + D, dtype, B, Hq, Hk, Sq, Sk, D)
+    do = np.random.default_rng(Sq).standard_normal(q.shape).astype(dtype)
+    dlse = np.random.default_rng(Sk).standard_normal(q.shape[:3]).astype(np.float32)
+    o, lse = attention_op.attention(q, k, v, causal, None, True)
+    want = attention_op.attention_backward(do, q, k, v, o, lse, causal, None, dlse)
+    got = [np.full(t.shape, np.nan, dtype) for t in (q, k, v)]
+    attention_sm90_backward.launch(*got, q, k, v, o, do, lse, dlse, 1 / np.sqrt(D), causal)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert np.array_equal(g.view(np.uint16), w.view(np.uint16)), name
+
+
+def _compiled_backward(d, causal):
+    """(kernel name, NVRTC's ptxas log) of the two Hopper backward kernels."""
+    from moye.backend.cuda import nvrtc
+    from moye.compiler.frontend import BACKENDS
+    from moye.ops import attention_sm90_backward as bw
+    q, k = np.zeros((1, 2, 300, d), F16), np.zeros((1, 1, 300, d), F16)
+    lse = np.zeros((1, 2, 300), np.float32)
+    launched = []
+    original = bw.replay.launch
+    bw.replay.launch = lambda kernel, config, args, backend: launched.append((kernel, config,
+                                                                              args))
+    try:
+        bw.launch(q, k, k, q, k, k, q, q, lse, None, 0.1, causal)
+    finally:
+        bw.replay.launch = original
+    for kernel, (grid, block), args in launched[1:]:            # after attention_row_dots
+        traced = kernel.trace(*args, block=block)[0]
+        source = BACKENDS["cuda"].source(traced, (block, 1, 1))
+        yield traced.name, source, nvrtc.compile_cuda(
+            source, [ir.symbol(traced.name)], "sm_90a", options=("--ptxas-options=-v",)).log or ""
+
+
+@pytest.mark.parametrize("d, causal", [(64, True), (128, True)])
+def test_backward_compiles_for_sm90a(d, causal):
+    """Both kernels compile with the RS wgmma and 4-D TMA loads; no spills
+    but 16 bytes in dK/dV at head dim 128 (its four accumulators)."""
+    for name, source, log in _compiled_backward(d, causal):
+        allowed = 16 if (name, d) == ("attention_dkdv_sm90", 128) else 0
+        stores, loads = (int(re.search(r"(\d+) bytes spill %s" % w, log).group(1))
+                         for w in ("stores", "loads"))
+        assert stores <= allowed and loads <= allowed, log
+        assert "C7508" not in log, log
+        assert re.search(r"m64n%dk16\.f32\.f16\.f16 \{[^}]*\}, \{%%\d+, %%\d+, %%\d+, %%\d+\}" % d,
+                         source), name
+        assert "cp.async.bulk.tensor.4d" in source, name
