@@ -149,11 +149,14 @@ def check_packed(q, k, v, cu_q, cu_k, max_q, max_k, opname="attention_varlen"):
     for what, cu, total, longest, what_max in (
             ("cu_seqlens_q", cu_q, q.shape[0], max_q, "max_seqlen_q"),
             ("cu_seqlens_k", cu_k, k.shape[0], max_k, "max_seqlen_k")):
-        if isinstance(longest, bool) or not isinstance(longest, (int, np.integer)) or longest < 0:
-            raise MoyeTypeError(f"{opname}: {what_max} must be an int >= 0, got {longest!r}")
+        if isinstance(longest, bool) or not isinstance(longest, (int, np.integer)):
+            raise MoyeTypeError(f"{opname}: {what_max} must be an int, got {longest!r}")
+        if longest < 0:
+            raise ShapeError(f"{opname}: {what_max} is {longest}; a length is at least 0")
         if rows.is_torch(cu) != rows.is_torch(q) or not (rows.is_torch(cu) or
                                                           isinstance(cu, np.ndarray)):
-            raise MoyeTypeError(f"{opname}: {what} must be a {type(q).__name__}, as q is; got "
+            kind = "a torch tensor" if rows.is_torch(q) else "a NumPy array"
+            raise MoyeTypeError(f"{opname}: {what} must be {kind}, as q is; got "
                                 f"{type(cu).__name__}")
         name = str(cu.dtype).removeprefix("torch.")
         if name not in ("int32", "int64") or cu.ndim != 1 or cu.shape[0] < 2:
@@ -246,9 +249,9 @@ def check_operands(q, k, v, opname="attention", empty_ok=False):
     if tuple(v.shape) != tuple(k.shape):
         raise ShapeError(f"{opname}: v has shape {tuple(v.shape)}; it must be k's, "
                          f"{tuple(k.shape)}")
-    if Hk == 0 or Hq % Hk:
-        raise ShapeError(f"{opname}: q has {Hq} heads and k {Hk}; k's heads must divide q's "
-                         "(GQA, MQA)")
+    if Hk == 0 or Hq == 0 or Hq % Hk:
+        raise ShapeError(f"{opname}: q has {Hq} heads and k {Hk}; each needs one at least, and "
+                         "k's heads must divide q's (GQA, MQA)")
     if (Sq == 0 or Sk == 0 or B == 0) and not empty_ok:
         raise ShapeError(f"{opname}: q has shape {tuple(q.shape)} and k {tuple(k.shape)}; the "
                          "batch and each seqlen must be at least 1")

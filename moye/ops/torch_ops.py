@@ -581,9 +581,8 @@ def attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, return_ls
     check_devices(opname, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     if scale is not None:
         scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1, opname)
-    for what, n in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise MoyeTypeError(f"{opname}: {what} must be an int, got {n!r}")
+    max_q, max_k = (_length(n, what, opname) for n, what in ((max_q, "max_seqlen_q"),
+                                                              (max_k, "max_seqlen_k")))
     o, lse = run("attention_varlen_forward", q, k, v, cu_q, cu_k, max_q, max_k,
                  rows.flag(causal, "causal", opname), scale)
     return (o, lse) if rows.flag(return_lse, "return_lse", opname) else o
@@ -595,8 +594,19 @@ def attention_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, cau
                   cu_seqlens_k=cu_k, dlse=dlse)
     if scale is not None:
         scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1, opname)
+    max_q, max_k = (_length(n, what, opname) for n, what in ((max_q, "max_seqlen_q"),
+                                                              (max_k, "max_seqlen_k")))
     return run("attention_varlen_backward", do, dlse, q, k, v, o, lse, cu_q, cu_k, max_q, max_k,
                rows.flag(causal, "causal", opname), scale)
+
+
+def _length(n, what, opname):
+    """A max_seqlen as the schema's int (a NumPy integer too), else the
+    MoyeTypeError the NumPy path gives."""
+    import numpy as np
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise MoyeTypeError(f"{opname}: {what} must be an int, got {n!r}")
+    return int(n)
 
 
 def attention(q, k, v, causal, scale, return_lse):
