@@ -45,10 +45,8 @@ def kernels_for(q, d):
     wgmma kernel (attention_sm90) on a CUDA device of compute capability
     9.x where it takes d, else the mma.sync one (attention_sm80), which
     the CPU backend runs too."""
-    if rows.backend_of(q) == "cuda" and d in attention_sm90.HEAD_DIMS:
-        import torch
-        if torch.cuda.get_device_capability(q.device)[0] == 9:
-            return attention_sm90
+    if rows.backend_of(q) == "cuda" and d in attention_sm90.HEAD_DIMS and rows.hopper(q):
+        return attention_sm90
     return attention_sm80
 
 

@@ -304,7 +304,7 @@ def device_limits(device):
     if getattr(device, "type", None) != "cuda":
         return SMS_SM80, SMEM_SM80
     from .rows import _cuda_device
-    sms, _, smem = _cuda_device(device.index)
+    sms, _, smem = _cuda_device(device.index)[:3]
     return sms, smem
 
 

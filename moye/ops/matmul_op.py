@@ -397,5 +397,4 @@ def _kernel_for(out):
     """The kernel module for out's device (see the module doc)."""
     if rows.backend_of(out) != "cuda":
         return gemm_sm90
-    import torch
-    return gemm_sm90 if torch.cuda.get_device_capability(out.device)[0] == 9 else gemm_sm80
+    return gemm_sm90 if rows.hopper(out) else gemm_sm80

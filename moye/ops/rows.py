@@ -251,7 +251,7 @@ def parallel_blocks(x, threads, registers=0, shared=0):
     """
     if backend_of(x) != "cuda":
         return CPU_BLOCKS
-    sms, sm_shared, _ = _cuda_device(x.device.index)
+    sms, sm_shared = _cuda_device(x.device.index)[:2]
     per_sm = SM_THREADS // threads
     if registers:
         per_thread = min(MAX_REGISTERS, -(-registers // 8) * 8)
@@ -266,17 +266,24 @@ def multiprocessors(x):
     return _cuda_device(x.device.index)[0]
 
 
+def hopper(x):
+    """Whether torch CUDA tensor `x`'s device is of compute capability 9.x
+    (cached): the wgmma kernels' (sm_90a)."""
+    return _cuda_device(x.device.index)[3] == 9
+
+
 # the shared memory the driver keeps per block (sm_80, sm_90)
 BLOCK_RESERVED_SHARED = 1024
 
 
 @functools.lru_cache(maxsize=64)
 def _cuda_device(index):
-    """(SMs, shared bytes per SM, shared bytes a block may opt in to) of CUDA device `index`."""
+    """(SMs, shared bytes per SM, shared bytes a block may opt in to, compute
+    capability's major) of CUDA device `index`."""
     import torch
     props = torch.cuda.get_device_properties(index)
     return (props.multi_processor_count, props.shared_memory_per_multiprocessor,
-            props.shared_memory_per_block_optin)
+            props.shared_memory_per_block_optin, props.major)
 
 
 @dataclass(frozen=True)
