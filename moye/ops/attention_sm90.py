@@ -74,10 +74,8 @@ def attention_forward_sm90(load_q, load_k, load_v, O, LSE, Sq, Sk, groups, scale
             load_rows(load_q, sQ, b, h, mb * bM, d, bM, q_full)
             stage, phase = 0, 0
             for j in range(n_tiles):
-                full = pipe.producer_acquire(stage, phase, 2 * bN * d * ebytes)
-                load_rows(load_k, sK[:, :, stage], b, h // groups, j * bN, d, bN, full)
-                load_rows(load_v, sV[:, :, stage], b, h // groups, j * bN, d, bN, full)
-                stage, phase = pipe.advance(stage, phase)
+                stage, phase = fill_stage(pipe, stage, phase, load_k, sK, load_v, sV, b,
+                                          h // groups, j * bN, d, bN)
     elif overlap:           # ping-pong: each consumer warpgroup runs its own copy of the loop,
         if warpgroup == 1:  # whose turns take static barrier ids
             consume(0, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, mb * bM,
@@ -239,6 +237,17 @@ def store_rows(O, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq):
         if moye.thread_idx.x % 4 == 0 and row < Sq:     # a quad's first lane: its rows' LSE
             LSE[b, h, row] = moye.ifelse(seen, (row_max[r] + moye.log2(row_sum[r])) * LN2,
                                          -math.inf)
+
+
+@moye.func
+def fill_stage(pipe, stage, phase, load1, ring1, load2, ring2, b, h, row0, d, rows):
+    """The producer's step: wait until `stage` of the ring is free, then
+    TMA-load rows row0.. (`rows` of them) of head h of batch b of two arrays
+    into their rings' stage; the next (stage, phase)."""
+    full = pipe.producer_acquire(stage, phase, 2 * rows * d * (load1.dtype.bits // 8))
+    load_rows(load1, ring1[:, :, stage], b, h, row0, d, rows, full)
+    load_rows(load2, ring2[:, :, stage], b, h, row0, d, rows, full)
+    return pipe.advance(stage, phase)
 
 
 @moye.func

@@ -22,7 +22,7 @@ from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
 from .attention_sm80 import LOG2E, hidden, key_tiles
 from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots
-from .attention_sm90 import BLOCK_M, THREADS, box, k_major, load_rows, mn_major
+from .attention_sm90 import BLOCK_M, THREADS, box, fill_stage, k_major, load_rows, mn_major
 from .gemm_sm90 import element_type
 
 HEAD_DIMS = (64, 128)       # 256: dK and dV's accumulators leave no registers for the rest
@@ -66,10 +66,8 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
             stage, phase = 0, 0
             for g in range(groups):
                 for i in range(first, m_tiles):
-                    full = pipe.producer_acquire(stage, phase, 2 * bQ * d * ebytes)
-                    load_rows(load_q, sQ[:, :, stage], b, hk * groups + g, i * bQ, d, bQ, full)
-                    load_rows(load_do, sdO[:, :, stage], b, hk * groups + g, i * bQ, d, bQ, full)
-                    stage, phase = pipe.advance(stage, phase)
+                    stage, phase = fill_stage(pipe, stage, phase, load_q, sQ, load_do, sdO, b,
+                                              hk * groups + g, i * bQ, d, bQ)
     else:                                                   # the consumers: 64 keys each
         moye.setmaxnreg_inc(240)
         ctid = tid - 128
@@ -155,10 +153,8 @@ def attention_dq_sm90(load_q, load_k, load_v, load_do, dQ, LSE, D, Sq, Sk, group
             load_rows(load_do, sdO, b, h, mb * bM, d, bM, q_full)
             stage, phase = 0, 0
             for j in range(n_tiles):
-                full = pipe.producer_acquire(stage, phase, 2 * bN * d * ebytes)
-                load_rows(load_k, sK[:, :, stage], b, h // groups, j * bN, d, bN, full)
-                load_rows(load_v, sV[:, :, stage], b, h // groups, j * bN, d, bN, full)
-                stage, phase = pipe.advance(stage, phase)
+                stage, phase = fill_stage(pipe, stage, phase, load_k, sK, load_v, sV, b,
+                                          h // groups, j * bN, d, bN)
     else:                                                   # the consumers: 64 queries each
         moye.setmaxnreg_inc(240)
         ctid = tid - 128
