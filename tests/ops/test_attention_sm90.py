@@ -144,3 +144,23 @@ def test_backward_compiles_for_sm90a(d, causal):
         assert re.search(r"m64n%dk16\.f32\.f16\.f16 \{[^}]*\}, \{%%\d+, %%\d+, %%\d+, %%\d+\}" % d,
                          source), name
         assert "cp.async.bulk.tensor.4d" in source, name
+
+
+def test_every_kernel_race_checked():
+    """The mma.sync and wgmma kernels, forward and backward, causal with
+    GQA, under the CPU backend's race check (shared memory written and read
+    by other threads without a barrier or mbarrier between is an error)."""
+    from moye.backend.cpu import race_checking
+    from moye.ops import attention_sm90_backward
+    q, k, v = qkv(11, F16, 1, 2, 1, 70, 90, 64)
+    do = np.random.default_rng(12).standard_normal(q.shape).astype(F16)
+    with race_checking():
+        o, lse = attention_op.attention(q, k, v, True, None, True)
+        want = attention_op.attention_backward(do, q, k, v, o, lse, True)
+        o90, lse90 = run(q, k, v, causal=True)
+        got = [np.full(t.shape, np.nan, F16) for t in (q, k, v)]
+        attention_sm90_backward.launch(*got, q, k, v, o, do, lse, None, 0.125, True)
+    check(q, k, v, o, lse, True)
+    check(q, k, v, o90, lse90, True)
+    for g, w in zip(got, want):
+        assert np.array_equal(g.view(np.uint16), w.view(np.uint16))
