@@ -46,7 +46,8 @@
 #     attnops   benchmarks/attention_ops.py: moye.ops.attention forward and backward against
 #               SDPA's cuDNN and FLASH backends (and flash-attn-4 where it imports) on issue
 #               20's shapes (ATTNOPS_ARGS, e.g. --head-dims 64 --no-backward): attention_ops.json
-#               and .log under $OUT; not part of 'all'
+#               and .log under $OUT; not part of 'all'. flash-attn-4 needs .cute_dsl1-3
+#               carried (scripts/fetch_cute_dsl.sh, scripts/fetch_quack.sh), as for 'rowwise'
 # The machine has no network: packages it lacks travel in .whl/ (made by
 # scripts/fetch_device_wheels.sh; carry it), installed into /tmp/site with
 # no index. NVRTC comes from the carried tarball (nvidia/cu13/lib); without it,
@@ -80,6 +81,22 @@ stages=("$@")
 [[ ${#stages[@]} -eq 0 ]] && stages=(all)
 want() { [[ " ${stages[*]} " == *" all "* || " ${stages[*]} " == *" $1 "* ]]; }
 status=0
+# dsl_peers STAGE WHO: the PYTHONPATH prefix of the CuTe DSL peers (QuACK, flash-attn-4:
+# .cute_dsl1-3 carried, unpacked into /tmp), or nothing, saying so on stderr
+dsl_peers() {
+  if [[ -d .cute_dsl3 ]] && bash scripts/fetch_cute_dsl.sh unpack /tmp/cute_dsl >&2 \
+      && bash scripts/fetch_quack.sh unpack /tmp/quack >&2; then
+    echo /tmp/cute_dsl/nvidia_cutlass_dsl/dsl_packages:/tmp/cute_dsl:/tmp/quack:
+  else
+    echo "$1: $2 is not installed (no .cute_dsl3, or see above): its column reads n/a" >&2
+  fi
+}
+# tvm-ffi (the DSL peers' calls) would JIT-build a torch addon where torch lacks the DLPack
+# exchange API; skip that there (see scripts/fetch_quack.sh)
+no_dlpack_addon() {
+  python3 -c 'import sys, torch; t = torch.Tensor; sys.exit(not (hasattr(t, "__dlpack_c_exchange_api__") or hasattr(t, "__c_dlpack_exchange_api__")))' \
+    || export TVM_FFI_DISABLE_TORCH_C_DLPACK=1
+}
 {
   nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
   nvidia-smi | head -4
@@ -165,8 +182,12 @@ if want compile; then
     | tee "$OUT/compile_time.log" || status=1
 fi
 if [[ " ${stages[*]} " == *" attnops "* ]]; then
-  python3 benchmarks/attention_ops.py ${ATTNOPS_ARGS:-} --json "$OUT/attention_ops.json" 2>&1 \
-    | tee "$OUT/attention_ops.log" || status=1
+  {
+    no_dlpack_addon
+    fa4_path=$(dsl_peers attnops "flash-attn-4")
+    PYTHONPATH=$fa4_path$PYTHONPATH python3 benchmarks/attention_ops.py ${ATTNOPS_ARGS:-} \
+      --json "$OUT/attention_ops.json"
+  } 2>&1 | tee "$OUT/attention_ops.log" || status=1
 fi
 if [[ " ${stages[*]} " == *" cutlass "* ]]; then
   {
@@ -185,17 +206,8 @@ if [[ " ${stages[*]} " == *" cutedsl "* ]]; then
 fi
 if [[ " ${stages[*]} " == *" rowwise "* ]]; then
   {
-    quack_path=
-    if [[ -d .cute_dsl3 ]] && bash scripts/fetch_cute_dsl.sh unpack /tmp/cute_dsl \
-        && bash scripts/fetch_quack.sh unpack /tmp/quack; then
-      quack_path=/tmp/cute_dsl/nvidia_cutlass_dsl/dsl_packages:/tmp/cute_dsl:/tmp/quack:
-    else
-      echo "rowwise: QuACK is not installed (no .cute_dsl3, or see above): its column reads n/a"
-    fi
-    # tvm-ffi (QuACK's calls) would JIT-build a torch addon where torch lacks the
-    # DLPack exchange API; skip that there (see scripts/fetch_quack.sh)
-    python3 -c 'import sys, torch; t = torch.Tensor; sys.exit(not (hasattr(t, "__dlpack_c_exchange_api__") or hasattr(t, "__c_dlpack_exchange_api__")))' \
-      || export TVM_FFI_DISABLE_TORCH_C_DLPACK=1
+    no_dlpack_addon
+    quack_path=$(dsl_peers rowwise "QuACK")
     name=${ROWWISE_NAME:-rowwise}
     PYTHONPATH=$quack_path$PYTHONPATH python3 benchmarks/rowwise.py ${ROWWISE_ARGS:-} \
       --json "$OUT/$name.json"
