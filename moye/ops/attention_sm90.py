@@ -19,8 +19,8 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
   and the softmax waits for S_j's alone; and the two consumer warpgroups
   take turns to issue their wgmma (ping-pong: one's softmax runs while the
   other's GEMMs do). Both at head dims 64 and 128.
-- The epilogue divides by the row sums and stores O and LSE from the
-  registers.
+- The epilogue divides by the row sums, writes each warpgroup's O into
+  its rows of Q's tile and TMA-stores them; LSE from the registers.
 Q, K, V tiles are (rows, D) boxes of 64 values (128 bytes) each, one after
 another; TMA zero-fills rows past the sequences, which the masks drop.
 """
@@ -44,10 +44,11 @@ HEAD_DIMS = (64, 128, 256)
 TILES = {64: (128, 4, True), 128: (128, 2, True), 256: (64, 2, False)}
 THREADS = 384
 PINGPONG = 1                # named barriers 1 and 2: the consumer warpgroups' turns
+STORE_BARRIER = 3           # 3 and 4: a consumer warpgroup's O in shared memory, for TMA
 
 
 @moye.kernel(fast_math=True)
-def attention_forward_sm90(load_q, load_k, load_v, O, LSE, Sq, Sk, groups, scale_log2,
+def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups, scale_log2,
                            sQ_layout, sK_layout, sV_layout, mma_s, mma_o,
                            bN: Constexpr, stages: Constexpr, causal: Constexpr,
                            overlap: Constexpr):
@@ -78,18 +79,18 @@ def attention_forward_sm90(load_q, load_k, load_v, O, LSE, Sq, Sk, groups, scale
                                           h // groups, j * bN, d, bN)
     elif overlap:           # ping-pong: each consumer warpgroup runs its own copy of the loop,
         if warpgroup == 1:  # whose turns take static barrier ids
-            consume(0, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, mb * bM,
+            consume(0, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM,
                     Sq, Sk, scale_log2, bN, causal, overlap)
         else:
-            consume(1, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, mb * bM,
+            consume(1, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM,
                     Sq, Sk, scale_log2, bN, causal, overlap)
     else:
-        consume(-1, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, mb * bM, Sq,
+        consume(-1, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM, Sq,
                 Sk, scale_log2, bN, causal, overlap)
 
 
 @moye.func
-def consume(wg, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, row0, Sq, Sk,
+def consume(wg, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b, h, row0, Sq, Sk,
             scale_log2, bN, causal, overlap):
     """A consumer warpgroup's work on the block's key tiles (see the module
     doc): `wg` its index (0, 1) where the two take turns (ping-pong), -1
@@ -163,7 +164,7 @@ def consume(wg, sQ, sK, sV, q_full, pipe, mma_s, mma_o, O, LSE, n_tiles, b, h, r
         moye.wgmma_wait(0)
         if lane0:
             pipe.consumer_release(stage)
-    store_rows(O, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq)
+    store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq)
 
 
 @moye.func
@@ -222,21 +223,35 @@ def softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN, row
 
 
 @moye.func
-def store_rows(O, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq):
-    """O = acc_o / the row sums (0 for a row that saw no key) and the rows'
-    LSE (-inf there), for rows below Sq, from the registers."""
+def store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq):
+    """O = acc_o / the row sums (0 for a row that saw no key) through shared
+    memory and TMA stores, and the rows' LSE (-inf there) from the
+    registers. This warpgroup's 64 rows of sQ take its O: it alone read
+    them (its S = Q K^T), and its wgmma are done; TMA clips the rows past
+    Sq."""
+    ctid = moye.thread_idx.x - 128
+    wg = ctid // 128
+    d = size(sQ, 1)
     for r in range_constexpr(2):
         seen = row_sum[r] > 0.0
         inv = moye.ifelse(seen, 1.0 / row_sum[r], 0.0)
         for i in range_constexpr(size(acc_o)):
             if i % 4 // 2 == r:
                 row, col = cO[i]
-                if row0 + row < Sq:
-                    O[b, h, row0 + row, col] = moye.cast(acc_o[i] * inv, O.dtype)
+                sQ[row, col] = moye.cast(acc_o[i] * inv, sQ.dtype)
         row = row0 + cO[2 * r][0]
-        if moye.thread_idx.x % 4 == 0 and row < Sq:     # a quad's first lane: its rows' LSE
+        if ctid % 4 == 0 and row < Sq:                  # a quad's first lane: its rows' LSE
             LSE[b, h, row] = moye.ifelse(seen, (row_max[r] + moye.log2(row_sum[r])) * LN2,
                                          -math.inf)
+    moye.fence_proxy_async()                            # the stores, before TMA reads them
+    moye.named_barrier_sync(STORE_BARRIER + wg, 128)
+    if ctid % 128 == 0:
+        for c in range(d // CHUNK):
+            rows_ = MoYeArray.view_of(sQ.engine.offset_by((c * BLOCK_M + wg * 64) * CHUNK),
+                                      store_o.smem_layout)
+            moye.tma_store(store_o, (b, h, row0 + wg * 64, c * CHUNK), rows_)
+        moye.tma_store_commit()
+        moye.tma_store_wait(0)
 
 
 @moye.func
@@ -299,7 +314,7 @@ def launch(q, k, v, o, lse, scale, causal):
                            make_layout((2, 1)))
     copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(rows_))
               for t, rows_ in ((q, BLOCK_M), (k, bN), (v, bN))]
-    args = (*copies, o, lse, Sq, k.shape[2], Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV,
+    args = (*copies, moye.make_tma_copy(moye.TMA_STORE, o, box(64)), lse, Sq, k.shape[2], Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV,
             mma_s, mma_o, bN, stages, bool(causal), overlap)
     replay.launch(attention_forward_sm90, ((-(-Sq // BLOCK_M), Hq, B), THREADS), args,
                   None if rows.backend_of(q) == "cuda" else "cpu")

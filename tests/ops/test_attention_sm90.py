@@ -77,14 +77,15 @@ def _compiled(d, causal):
 @pytest.mark.parametrize("d, causal", [(64, True), (128, False), (256, True)])
 def test_compiles_for_sm90a_without_spills(d, causal):
     """No spills, setmaxnreg kept (no C7508); the PV wgmma takes its A from
-    registers and the loads are TMA's."""
+    registers, the loads are TMA's and so is O's store."""
     source, log = _compiled(d, causal)
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
     assert "C7508" not in log, log
     rs = r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.f16\.f16 \{[^}]*\}, \{%%\d+, %%\d+, " \
         r"%%\d+, %%\d+\}" % d                 # D, then A's four registers
     assert re.search(rs, source)
-    assert "cp.async.bulk.tensor.4d.shared::cluster.global" in source
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global" in source      # TMA loads
+    assert "cp.async.bulk.tensor.4d.global.shared" in source               # O's TMA store
 
 
 @pytest.mark.parametrize("B, Hq, Hk, Sq, Sk, D, causal, dtype", [
