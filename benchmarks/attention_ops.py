@@ -16,7 +16,6 @@ relative (Frobenius) stops the run.
 """
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
