@@ -31,11 +31,10 @@ from moye import (CPOP_ASYNC_CACHEGLOBAL, CopyAtom, Layout, LDSM_U16x8_T, LDSM_U
 from ..compiler import Constexpr
 from . import replay, rows
 from .gemm_sm90 import element_type
+from .row_kernels import LN2, LOG2E
 
 BLOCK_M, BLOCK_N, THREADS = 64, 64, 128
 HEAD_DIMS = (64, 96, 128, 256)
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 @moye.kernel(fast_math=True)

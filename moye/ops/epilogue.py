@@ -13,12 +13,12 @@ import math
 import moye
 
 from ..errors import MoyeTypeError
+from .row_kernels import LOG2E
 
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 SQRT_HALF = math.sqrt(0.5)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_CUBIC = 0.044715           # tanh's approximation of gelu (Hendrycks and Gimpel)
-LOG2_E = math.log2(math.e)
 
 
 def check_activation(activation, opname):
@@ -60,7 +60,7 @@ def sigmoid(z):
         >>> sigmoid(0.0), sigmoid(-1000.0), round(sigmoid(2.0), 6)
         (0.5, 0.0, 0.880797)
     """
-    return moye.rcp_approx(1.0 + moye.exp2_approx(-LOG2_E * z))
+    return moye.rcp_approx(1.0 + moye.exp2_approx(-LOG2E * z))
 
 
 @moye.func
