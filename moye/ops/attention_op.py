@@ -147,10 +147,7 @@ def check_packed(q, k, v, cu_q, cu_k, max_q, max_k, opname="attention_varlen"):
     for what, cu, total, longest, what_max in (
             ("cu_seqlens_q", cu_q, q.shape[0], max_q, "max_seqlen_q"),
             ("cu_seqlens_k", cu_k, k.shape[0], max_k, "max_seqlen_k")):
-        if isinstance(longest, bool) or not isinstance(longest, (int, np.integer)):
-            raise MoyeTypeError(f"{opname}: {what_max} must be an int, got {longest!r}")
-        if longest < 0:
-            raise ShapeError(f"{opname}: {what_max} is {longest}; a length is at least 0")
+        longest = seqlen_bound(longest, what_max, opname)
         if rows.is_torch(cu) != rows.is_torch(q) or not (rows.is_torch(cu) or
                                                           isinstance(cu, np.ndarray)):
             kind = "a torch tensor" if rows.is_torch(q) else "a NumPy array"
@@ -177,6 +174,19 @@ def check_packed(q, k, v, cu_q, cu_k, max_q, max_k, opname="attention_varlen"):
         raise ShapeError(f"{opname}: cu_seqlens_q has {counts[0]} offsets and cu_seqlens_k "
                          f"{counts[1]}; one batch")
     return q.shape[0], q.shape[1], q.shape[2]
+
+
+def seqlen_bound(n, what, opname="attention_varlen"):
+    """A max_seqlen as a Python int, or a MoyeError: an int (a NumPy
+    integer too) of at least 0.
+        >>> seqlen_bound(np.int64(6), "max_seqlen_q")
+        6
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise MoyeTypeError(f"{opname}: {what} must be an int, got {n!r}")
+    if n < 0:
+        raise ShapeError(f"{opname}: {what} is {n}; a length is at least 0")
+    return int(n)
 
 
 def offsets_on_host(cu):

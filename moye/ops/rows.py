@@ -557,9 +557,8 @@ RAW_MODULES = {
     "cross_entropy": "cross_entropy_op", "cross_entropy_forward": "cross_entropy_op",
     "cross_entropy_backward": "cross_entropy_op", "attention": "attention_op",
     "attention_forward": "attention_op", "attention_backward": "attention_op",
-    "check_operands": "attention_op", "check_scale": "attention_op",
-    "attention_varlen": "attention_op", "attention_varlen_forward": "attention_op",
-    "attention_varlen_backward": "attention_op", "check_packed": "attention_op",
+    "check_operands": "attention_op", "attention_varlen": "attention_op",
+    "attention_varlen_forward": "attention_op", "attention_varlen_backward": "attention_op",
 }
 
 

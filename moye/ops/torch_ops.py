@@ -23,6 +23,7 @@ import torch
 
 from ..errors import MoyeTypeError, ShapeError
 from . import rows
+from .attention_op import check_scale, seqlen_bound
 from .cross_entropy_op import check_target
 from .epilogue import check_activation
 
@@ -518,7 +519,12 @@ def _attention_fake(q, k, v, causal, scale):
 
 
 def _attention_backward_fake(do, dlse, q, k, v, o, lse, causal, scale):
-    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    return _grads_like(q, k, v)
+
+
+def _grads_like(*tensors):
+    """New contiguous tensors like `tensors` (the backward ops' gradients)."""
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors)
 
 
 def _attention_save(ctx, inputs, output):
@@ -555,7 +561,7 @@ def _varlen_fake(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
 
 
 def _varlen_backward_fake(do, dlse, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale):
-    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    return _grads_like(q, k, v)
 
 
 def _varlen_save(ctx, inputs, output):
@@ -579,10 +585,9 @@ def attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, return_ls
     """The public attention_varlen on torch tensors: the custom op (o, lse)."""
     opname = "attention_varlen"
     check_devices(opname, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
-    if scale is not None:
-        scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1, opname)
-    max_q, max_k = (_length(n, what, opname) for n, what in ((max_q, "max_seqlen_q"),
-                                                              (max_k, "max_seqlen_k")))
+    scale = _scale(scale, q, opname)
+    max_q, max_k = (seqlen_bound(n, what, opname)
+                    for n, what in ((max_q, "max_seqlen_q"), (max_k, "max_seqlen_k")))
     o, lse = run("attention_varlen_forward", q, k, v, cu_q, cu_k, max_q, max_k,
                  rows.flag(causal, "causal", opname), scale)
     return (o, lse) if rows.flag(return_lse, "return_lse", opname) else o
@@ -592,39 +597,32 @@ def attention_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, cau
     opname = "attention_varlen_backward"
     check_devices(opname, do=do, q=q, k=k, v=v, o=o, lse=lse, cu_seqlens_q=cu_q,
                   cu_seqlens_k=cu_k, dlse=dlse)
-    if scale is not None:
-        scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1, opname)
-    max_q, max_k = (_length(n, what, opname) for n, what in ((max_q, "max_seqlen_q"),
-                                                              (max_k, "max_seqlen_k")))
+    scale = _scale(scale, q, opname)
+    max_q, max_k = (seqlen_bound(n, what, opname)
+                    for n, what in ((max_q, "max_seqlen_q"), (max_k, "max_seqlen_k")))
     return run("attention_varlen_backward", do, dlse, q, k, v, o, lse, cu_q, cu_k, max_q, max_k,
                rows.flag(causal, "causal", opname), scale)
 
 
-def _length(n, what, opname):
-    """A max_seqlen as the schema's int (a NumPy integer too), else the
-    MoyeTypeError the NumPy path gives."""
-    import numpy as np
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise MoyeTypeError(f"{opname}: {what} must be an int, got {n!r}")
-    return int(n)
+def _scale(scale, q, opname):
+    """The scores' scale checked (None stays None) before the schema's float
+    sees it."""
+    return None if scale is None else check_scale(scale, q.shape[-1] if q.dim() else 1, opname)
 
 
 def attention(q, k, v, causal, scale, return_lse):
     """The public attention on torch tensors: the custom op (o, lse)."""
     check_devices("attention", q=q, k=k, v=v)
-    if scale is not None:       # before the schema's float sees it
-        scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1, "attention")
-    o, lse = run("attention_forward", q, k, v, rows.flag(causal, "causal", "attention"), scale)
+    o, lse = run("attention_forward", q, k, v, rows.flag(causal, "causal", "attention"),
+                 _scale(scale, q, "attention"))
     return (o, lse) if rows.flag(return_lse, "return_lse", "attention") else o
 
 
 def attention_backward(do, q, k, v, o, lse, causal, scale, dlse):
     check_devices("attention_backward", do=do, q=q, k=k, v=v, o=o, lse=lse, dlse=dlse)
-    if scale is not None:
-        scale = rows.raw("check_scale")(scale, q.shape[-1] if q.dim() else 1,
-                                        "attention_backward")
     return run("attention_backward", do, dlse, q, k, v, o, lse,
-               rows.flag(causal, "causal", "attention_backward"), scale)
+               rows.flag(causal, "causal", "attention_backward"),
+               _scale(scale, q, "attention_backward"))
 
 
 def matmul(a, b, bias, activation, residual, alpha, out, out_dtype, allow_tf32=False):

@@ -727,3 +727,13 @@ def test_backward_kernels_compile_for_sm80(which, d):
 @pytest.mark.parametrize("which", ["dq", "dkdv", "row_dots"])
 def test_backward_kernels_compile_for_sm90a(which):
     assert re.search(r"Used \d+ registers", _compiled_backward(which, 64, True, F16, "sm_90a"))
+
+
+def test_torch_compile_with_a_scale():
+    """A scale given checks on the host without leaving the compiled graph
+    (it was checked through rows.raw, whose import Dynamo refuses)."""
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    q = torch.tensor(np.random.default_rng(4).standard_normal((1, 2, 70, 64)), dtype=torch.half)
+    f = torch.compile(lambda q: ops.attention(q, q, q, causal=True, scale=0.3), fullgraph=True)
+    assert torch.equal(f(q), ops.attention(q, q, q, causal=True, scale=0.3))
