@@ -9,7 +9,7 @@ import pytest
 import moye
 from moye import Float32, Layout
 from moye import ir
-from moye.backend.cuda import cache
+from moye.backend.cuda import cache, nvrtc
 from moye.compiler.frontend import BACKENDS
 
 ARCHS = ["sm_80", "sm_90a"]
@@ -338,6 +338,28 @@ def test_an_infinite_operand_compiles():
     assert "inff" not in _infinite_operands.cuda_source(out, x, block=3)
     BACKENDS["cuda"].compile_only(_infinite_operands.trace(out, x, block=3)[0], (3, 1, 1),
                                   "sm_80")
+
+
+@moye.kernel
+def _running_max(out, x):
+    m = -math.inf
+    for i in range(4):
+        m = moye.maximum(m, x[i])
+    out[0] = m
+
+
+def test_an_infinite_float32_literal_is_a_float():
+    """max(-inf, x) of a float32 x runs in float32: the infinity is written
+    -1.0f/0.0f, not the double -1.0/0.0 (which made it max(double, double):
+    FP64 instructions in the attention kernels' softmax); PTX has no f64."""
+    x, out = np.array([-3.0, 2.0, -1.0, 0.5], np.float32), np.zeros(1, np.float32)
+    _running_max[1, 1](out, x, backend="cpu")
+    assert out.tolist() == [2.0]
+    source = _running_max.cuda_source(out, x, block=1)
+    assert "(-1.0f/0.0f)" in source and "(-1.0/0.0)" not in source and "double" not in source
+    kernel = _running_max.trace(out, x, block=1)[0]
+    ptx = nvrtc.compile_cuda(source, [ir.symbol(kernel.name)], "sm_80", ptx=True).ptx
+    assert ".f32" in ptx and ".f64" not in ptx
 
 
 def test_min_max_of_an_int64_and_a_literal_compile():

@@ -148,9 +148,11 @@ class _Writer:
 
     def _float_lit(self, x, t):
         x = float(x)
-        if not math.isfinite(x):
-            return "(1.0/0.0)" if x > 0 else "(-1.0/0.0)" if x < 0 else "(0.0/0.0)"
-        return repr(x) if t is not None and t.name == "Float64" else repr(x) + "f"
+        f = "" if t is not None and t.name == "Float64" else "f"   # a double only where asked:
+        if not math.isfinite(x):            # max(-inf, float) would otherwise run in FP64
+            return f"(1.0{f}/0.0{f})" if x > 0 else f"(-1.0{f}/0.0{f})" if x < 0 else \
+                f"(0.0{f}/0.0{f})"
+        return repr(x) + f
 
     def arg(self, x, t=None):
         if isinstance(x, float):
