@@ -190,25 +190,25 @@ def replayed(fn=None, *, autograd=False):
         return functools.partial(replayed, autograd=autograd)
     recipes = {}
     _RECIPES.append(recipes)
-    positional = _binder(fn)
+    positional, flat, count = _binder(fn)
 
     @functools.wraps(fn)
     def call(*args, **keywords):
         if autograd and _compiling():
             return fn(*args, **keywords)
-        if keywords:
+        if keywords or (count is not None and len(args) != count):
             bound = positional(args, keywords)
             if bound is None:
                 return fn(*args, **keywords)        # Python's own error
             args = bound
         key = signature(args, autograd)
         if key is None or (_recordings and get_ident() in _recordings):
-            return fn(*args)
+            return flat(*args)
         recipe = recipes.get(key)
         if recipe is not None:
             out = recipe.run(args) if recipe is not _FULL else _MISS
-            return out if out is not _MISS else fn(*args)
-        out, recipe = _record(fn, args)
+            return out if out is not _MISS else flat(*args)
+        out, recipe = _record(flat, args)
         if len(recipes) >= RECIPES_LIMIT:
             recipes.clear()
         recipes[key] = recipe
@@ -218,15 +218,25 @@ def replayed(fn=None, *, autograd=False):
 
 
 def _binder(fn):
-    """positional(args, keywords): `fn`'s arguments all in their places,
-    defaults filled in, or None where they do not bind (then `fn` raises)."""
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
-        return lambda args, keywords: None
+    """(positional, flat, count) of `fn`: positional(args, keywords) gives
+    its arguments all in their places (keyword-only ones after the others),
+    defaults filled in, or None where they do not bind (then `fn` raises,
+    as where it takes *args or **keywords); flat(*those) calls `fn` with
+    them, the keyword-only ones by name. `count`, where `fn` has keyword-only
+    arguments, is how many it has in all: a call of fewer is bound first
+    (so `attention(q, k, v, causal=True)` and `attention(q, k, v)` are
+    replayed too); else None."""
+    params = list(inspect.signature(fn).parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return (lambda args, keywords: None), fn, None
     names = [p.name for p in params]
+    places = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    by_name = names[places:]
     defaults = {p.name: p.default for p in params if p.default is not p.empty}
 
     def positional(args, keywords):
+        if len(args) > places:
+            return None
         rest = names[len(args):]
         if any(k not in rest for k in keywords):
             return None
@@ -234,7 +244,10 @@ def _binder(fn):
             return args + tuple(keywords[n] if n in keywords else defaults[n] for n in rest)
         except KeyError:            # a missing argument
             return None
-    return positional
+
+    def flat(*values):
+        return fn(*values[:places], **dict(zip(by_name, values[places:])))
+    return positional, (flat if by_name else fn), (len(names) if by_name else None)
 
 
 def forget():

@@ -329,6 +329,38 @@ def test_keywords_share_the_record_of_their_places():
         fn(dim=0)
 
 
+@replay.replayed
+def _scaled(x, *, by=2.0, plus=None):
+    y = replay.output(torch.empty_like(x))
+    replay.launch(_scale, (1, x.shape[0]), (y, x, by, 0.0 if plus is None else plus), "cpu")
+    return y
+
+
+@moye.kernel
+def _scale(y, x, by, plus):
+    i = moye.thread_idx.x
+    y[i] = x[i] * by + plus
+
+
+def test_keyword_only_arguments_are_bound_and_replayed():
+    """A function with keyword-only arguments (the public attention's
+    causal, scale): calls with and without them are recorded under their
+    bound places (defaults filled in) and replayed, each with its values."""
+    x = _randn(5)
+    replay.forget()
+    assert torch.equal(_scaled(x), x * 2.0)
+    assert torch.equal(_scaled(x, by=2.0, plus=None), x * 2.0)      # the same record
+    assert list(_scaled.recipes) == [replay.signature((x, 2.0, None))]
+    assert isinstance(_state(_scaled, x, 2.0, None), replay.Recipe)
+    for by, plus in ((3.0, 1.0), (3.0, 1.0), (0.5, None)):
+        assert torch.equal(_scaled(x + 1, by=by, plus=plus), (x + 1) * by + (plus or 0.0))
+    assert len(_scaled.recipes) == 3
+    with pytest.raises(TypeError, match="positional"):             # Python's own errors
+        _scaled(x, 3.0)
+    with pytest.raises(TypeError, match="factor"):
+        _scaled(x, factor=3.0)
+
+
 def test_nested_calls_run_in_full():
     x = _randn(3, 5)
     replay.forget()
