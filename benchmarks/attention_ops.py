@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 HIDDEN = 2048
 TOKENS = 16384
 TOLERANCE = 2e-2
+WARM_SECONDS = 0.3      # of calls before each timing: a kernel's first timing follows its
+                        # compile, seconds in which the GPU idled and its clocks fell
 
 
 def flops(B, H, S, d, causal, backward):
@@ -71,9 +73,14 @@ def peers(torch):
 
 
 def timed(torch, fn, device):
-    """Milliseconds a call of fn(): CUDA events (benchmarks/kernels.py), or the wall clock."""
+    """Milliseconds a call of fn(): CUDA events (benchmarks/kernels.py) after
+    WARM_SECONDS of calls, or the wall clock."""
     if device == "cuda":
         from kernels import cuda_time
+        end = time.perf_counter() + WARM_SECONDS   # the clocks up again after a compile
+        while time.perf_counter() < end:
+            fn()
+            torch.cuda.synchronize()
         return cuda_time(torch, fn, iters=20, warmup=3)
     fn()
     start = time.perf_counter()

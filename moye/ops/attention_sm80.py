@@ -41,7 +41,8 @@ HEAD_DIMS = (64, 96, 128, 256)
 def attention_forward_sm80(Q, K, V, O, LSE, cu_q, cu_k, groups, scale_log2, sQ_layout, sK_layout,
                            sVt_layout, copy_qk, copy_vt, mma, s2r_qk, s2r_vt, causal: Constexpr):
     bM, bN, d = size(sQ_layout, 0), size(sK_layout, 0), size(sQ_layout, 1)
-    tid, mb, h, b = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
+    tid, h, b = moye.thread_idx.x, moye.block_idx.y, moye.block_idx.z
+    mb = moye.grid_dim.x - 1 - moye.block_idx.x      # the longest (causal) query blocks first
     bb, q0, Sq = sequence_of(cu_q, b, size(Q, 2))      # its rows: q0.. of array batch bb
     _, k0, Sk = sequence_of(cu_k, b, size(K, 2))
     mQ, mO = rows_of(Q, bb, h, q0, Sq), rows_of(O, bb, h, q0, Sq)          # (Sq, d)

@@ -66,7 +66,8 @@ def transposed(layout, rows, cols):
 def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, cu_q, cu_k, groups, scale, scale_log2, sQ_layout,
                       sK_layout, copy_qk, mma, s2r_qk, s2r_t, causal: Constexpr):
     bM, bN, d = size(sQ_layout, 0), size(sK_layout, 0), size(sQ_layout, 1)
-    tid, mb, h, b = moye.thread_idx.x, moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
+    tid, h, b = moye.thread_idx.x, moye.block_idx.y, moye.block_idx.z
+    mb = moye.grid_dim.x - 1 - moye.block_idx.x      # the longest (causal) query blocks first
     bb, q0, Sq = sequence_of(cu_q, b, size(Q, 2))
     _, k0, Sk = sequence_of(cu_k, b, size(K, 2))
     mQ, mdO = rows_of(Q, bb, h, q0, Sq), rows_of(dO, bb, h, q0, Sq)

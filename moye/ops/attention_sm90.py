@@ -24,6 +24,7 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
 Q, K, V tiles are (rows, D) boxes of 64 values (128 bytes) each, one after
 another; TMA zero-fills rows past the sequences, which the masks drop.
 """
+import functools
 import math
 
 import moye
@@ -39,9 +40,11 @@ from .gemm_sm90 import batched_tile, element_type
 BLOCK_M = 128               # two consumer warpgroups of 64 rows
 CHUNK = 64                  # values of a 128-byte swizzle row: a TMA box's columns
 HEAD_DIMS = (64, 128, 256)
-# head dim -> (keys a tile, stages, overlap): at 256, O's 128 accumulators leave no registers
-# for S_j beside P_{j-1}, so its softmax does not overlap P V
-TILES = {64: (128, 4, True), 128: (128, 2, True), 256: (64, 2, False)}
+# head dim -> (keys a tile, stages, overlap): a stage's K and V are freed together once P V
+# is done, so the ring holds the tile in P V, the tile in S and one loading ahead (3 stages
+# at 128: 224 KiB with Q's tile); at 256, O's 128 accumulators leave too few registers for
+# S_j beside P_{j-1} (ptxas spills), so its softmax does not overlap P V
+TILES = {64: (128, 4, True), 128: (128, 3, True), 256: (64, 2, False)}
 THREADS = 384
 PINGPONG = 1                # named barriers 1 and 2: the consumer warpgroups' turns
 STORE_BARRIER = 3           # 3 and 4: a consumer warpgroup's O in shared memory, for TMA
@@ -55,7 +58,9 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
     d = size(sQ_layout, 1)
     bM = BLOCK_M
     ebytes = load_q.dtype.bits // 8
-    mb, h, b = moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
+    # the last query blocks first: under a causal mask they see the most keys (the longest
+    # last, a wave's tail would wait for them)
+    mb, h, b = moye.grid_dim.x - 1 - moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
     sQ = moye.shared_array(load_q.dtype, sQ_layout, align=1024)         # (bM, d)
     sK = moye.shared_array(load_k.dtype, sK_layout, align=1024)         # (bN, d, stages)
     sV = moye.shared_array(load_v.dtype, sV_layout, align=1024)         # (d, bN, stages): V^T
@@ -275,12 +280,14 @@ def load_rows(load, tile, b, h, row0, d, rows, bar):
         moye.tma_load(load, dst, (b, h, row0, c * CHUNK), bar)
 
 
+@functools.lru_cache(maxsize=None)
 def box(rows):
     """A TMA box of (1, 1, rows, CHUNK) 16-bit values, 128-byte swizzled."""
     return batched_tile(batched_tile(composition(Swizzle(3, 3, 3),
                                                  Layout((rows, CHUNK), (CHUNK, 1)))))
 
 
+@functools.lru_cache(maxsize=None)
 def k_major(dtype, rows, d, stages=None):
     """A (rows, d) tile, or a ring of `stages` of them, K-major for wgmma:
     boxes of CHUNK columns one after another, each 128-byte swizzled, as
@@ -289,6 +296,7 @@ def k_major(dtype, rows, d, stages=None):
     return tile if stages is None else tile_to_shape(tile, (rows, d, stages))
 
 
+@functools.lru_cache(maxsize=None)
 def mn_major(d, rows, stages):
     """The same bytes as k_major(dtype, rows, d, stages) seen as (d, rows,
     stages): MN-major, the transposed tile as wgmma's B.
@@ -300,6 +308,16 @@ def mn_major(d, rows, stages):
                                                  rows * d)))
 
 
+@functools.lru_cache(maxsize=None)
+def consumers_mma(n, dtype, a_from, b_major):
+    """The two consumer warpgroups' wgmma, 64 rows each: N = n, A from
+    shared memory ("SS") or registers ("RS"), B `b_major` ("K", "MN").
+    The layouts and MMAs a launch takes are made once (cached): a call then
+    makes only its TMA copies."""
+    return make_tiled_mma(moye.wgmma_op(n, dtype, dtype, Float32, a_from, "K", b_major),
+                          make_layout((2, 1)))
+
+
 def launch(q, k, v, o, lse, scale, causal):
     """o, lse = attention(q, k, v) by attention_forward_sm90 (the op checks
     the arrays: head dims of HEAD_DIMS, 16-byte rows)."""
@@ -308,13 +326,11 @@ def launch(q, k, v, o, lse, scale, causal):
     dtype = element_type(q)
     sQ, sK, sV = k_major(dtype, BLOCK_M, d), k_major(dtype, bN, d, stages), \
         mn_major(d, bN, stages)
-    mma_s = make_tiled_mma(moye.wgmma_op(bN, dtype, dtype, Float32, "SS", "K", "K"),
-                           make_layout((2, 1)))
-    mma_o = make_tiled_mma(moye.wgmma_op(d, dtype, dtype, Float32, "RS", "K", "MN"),
-                           make_layout((2, 1)))
+    mma_s, mma_o = consumers_mma(bN, dtype, "SS", "K"), consumers_mma(d, dtype, "RS", "MN")
     copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(rows_))
               for t, rows_ in ((q, BLOCK_M), (k, bN), (v, bN))]
-    args = (*copies, moye.make_tma_copy(moye.TMA_STORE, o, box(64)), lse, Sq, k.shape[2], Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV,
-            mma_s, mma_o, bN, stages, bool(causal), overlap)
+    args = (*copies, moye.make_tma_copy(moye.TMA_STORE, o, box(64)), lse, Sq, k.shape[2],
+            Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV, mma_s, mma_o, bN, stages,
+            bool(causal), overlap)
     replay.launch(attention_forward_sm90, ((-(-Sq // BLOCK_M), Hq, B), THREADS), args,
                   None if rows.backend_of(q) == "cuda" else "cpu")

@@ -12,28 +12,35 @@ warpgroups of 64 rows compute by wgmma. Each kernel's products:
   Q) is read MN-major from the tile TMA wrote;
 - dQ (a block 128 queries, walking key tiles): S = Q K^T and dP = dO V^T,
   then dS as the A operand of dQ += dS K, K read MN-major.
-No atomics: the same bits every run.
+Each kernel issues a tile's last products behind the next tile's first
+(dQ's always; dK and dV's at head dim 64, OVERLAP), so the tensor cores
+run while the next dS is computed. No atomics: the same bits every run.
 """
 import moye
 from moye import (Float32, Layout, MoYeArray, gemm, make_fragment_like, make_identity_array,
-                  make_layout, make_tiled_mma, size)
+                  make_layout, size)
 
 from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
 from .attention_sm80 import LOG2E, hidden, key_tiles
 from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots
-from .attention_sm90 import BLOCK_M, THREADS, box, fill_stage, k_major, load_rows, mn_major
+from .attention_sm90 import (BLOCK_M, THREADS, box, consumers_mma, fill_stage, k_major, load_rows,
+                             mn_major)
 from .gemm_sm90 import element_type
 
 HEAD_DIMS = (64, 128)       # 256: dK and dV's accumulators leave no registers for the rest
 BLOCK_N = 64                # the tiles a block walks: 64 rows
 STAGES = 2
+# head dim -> whether the dK/dV kernel issues a tile's dV and dK behind the next tile's
+# S^T and dP^T: at 128 the registers of both fragments in flight beside dK's and dV's
+# accumulators spill (ptxas then serializes the wgmma)
+OVERLAP = {64: True, 128: False}
 
 
 @moye.kernel(fast_math=True)
 def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk, groups, scale,
                         scale_log2, sKV_layout, sQ_layout, sQt_layout, mma_s, mma_g,
-                        causal: Constexpr):
+                        causal: Constexpr, overlap: Constexpr):
     d = size(sKV_layout, 1)
     bK, bQ = BLOCK_M, BLOCK_N                   # keys a block, queries a tile it walks
     ebytes = load_q.dtype.bits // 8
@@ -79,7 +86,8 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
         acc_s = thr_s.partition_fragment_C(make_layout((bK, bQ)))      # S^T, then P^T
         acc_p = thr_s.partition_fragment_C(make_layout((bK, bQ)))      # dP^T, then dS^T
         cS = thr_s.partition_C(make_identity_array((bK, bQ)))          # (key, query) in the tile
-        a16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))
+        a16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))          # P^T in 16 bits
+        b16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))          # dS^T (overlap)
         acc_dv = thr_g.partition_fragment_C(make_layout((bK, d)))
         acc_dk = thr_g.partition_fragment_C(make_layout((bK, d)))
         cG = thr_g.partition_C(make_identity_array((bK, d)))
@@ -87,23 +95,20 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
             acc_dv[i] = 0.0
             acc_dk[i] = 0.0
         moye.mbarrier_wait(kv_full, 0)
+        # the query tiles of each query head that reads this key head, one after another;
+        # with `overlap`, dV += P^T dO and dK += dS^T Q of tile t-1 are issued behind tile t's
+        # S^T and dP^T and run while tile t's P^T and dS^T are computed
+        per = m_tiles - first
+        total = groups * per
         stage, phase = 0, 0
-        for g in range(groups):
-            h = hk * groups + g
-            for i in range(first, m_tiles):
+        if not overlap:         # one tile at a time: P^T and dS^T share a16's registers
+            for t in range(total):
                 pipe.consumer_wait(stage, phase)
                 products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
-                         tSsdO[:, :, :, stage])                 # S^T = K Q^T, dP^T = V dO^T
+                         tSsdO[:, :, :, stage])             # S^T = K Q^T, dP^T = V dO^T
                 moye.wgmma_wait(0)
-                for e in range_constexpr(size(acc_s)):
-                    key, col = cS[e]
-                    query = i * bQ + col
-                    row = moye.minimum(query, Sq - 1)
-                    p = moye.exp2(acc_s[e] * scale_log2 - LSE[b, h, row] * LOG2E)
-                    p = moye.ifelse((query >= Sq) | hidden(query, nb * bK + key, Sk, diagonal,
-                                                           causal), 0.0, p)
-                    acc_s[e] = p                                            # P^T
-                    acc_p[e] = p * (acc_p[e] - D[b, h, row])                # dS^T
+                p_ds_tile(acc_s, acc_p, cS, LSE, D, b, hk * groups + t // per,
+                          (first + t % per) * bQ, nb * bK, Sq, Sk, scale_log2, diagonal, causal)
                 for e in range_constexpr(size(a16)):
                     a16[e] = moye.cast(acc_s[e], load_q.dtype)
                 gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, stage], acc_dv)     # dV += P^T dO
@@ -115,6 +120,38 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
                 if lane0:
                     pipe.consumer_release(stage)
                 stage, phase = pipe.advance(stage, phase)
+        elif total > 0:
+            pipe.consumer_wait(stage, phase)
+            products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
+                     tSsdO[:, :, :, stage])
+            moye.wgmma_wait(0)
+            p_ds_tile(acc_s, acc_p, cS, LSE, D, b, hk * groups, first * bQ, nb * bK, Sq, Sk,
+                      scale_log2, diagonal, causal)
+            for e in range_constexpr(size(a16)):
+                a16[e] = moye.cast(acc_s[e], load_q.dtype)
+                b16[e] = moye.cast(acc_p[e], load_q.dtype)
+            for t in range(1, total):
+                held = stage
+                stage, phase = pipe.advance(stage, phase)
+                pipe.consumer_wait(stage, phase)
+                products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
+                         tSsdO[:, :, :, stage])
+                gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, held], acc_dv)     # dV += P^T dO
+                gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, held], acc_dk)      # dK += dS^T Q
+                moye.wgmma_wait(2)                                          # S^T, dP^T done
+                p_ds_tile(acc_s, acc_p, cS, LSE, D, b, hk * groups + t // per,
+                          (first + t % per) * bQ, nb * bK, Sq, Sk, scale_log2, diagonal, causal)
+                moye.wgmma_wait(0)
+                if lane0:
+                    pipe.consumer_release(held)
+                for e in range_constexpr(size(a16)):
+                    a16[e] = moye.cast(acc_s[e], load_q.dtype)
+                    b16[e] = moye.cast(acc_p[e], load_q.dtype)
+            gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, stage], acc_dv)
+            gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, stage], acc_dk)
+            moye.wgmma_wait(0)
+            if lane0:
+                pipe.consumer_release(stage)
         for e in range_constexpr(size(acc_dk)):
             key, col = cG[e]
             if nb * bK + key < Sk:
@@ -129,7 +166,8 @@ def attention_dq_sm90(load_q, load_k, load_v, load_do, dQ, LSE, D, Sq, Sk, group
     d = size(sQ_layout, 1)
     bM, bN = BLOCK_M, BLOCK_N
     ebytes = load_q.dtype.bits // 8
-    mb, h, b = moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
+    # the last query blocks first: under a causal mask they see the most keys
+    mb, h, b = moye.grid_dim.x - 1 - moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
     sQ = moye.shared_array(load_q.dtype, sQ_layout, align=1024)         # (bM, d)
     sdO = moye.shared_array(load_q.dtype, sQ_layout, align=1024)
     sK = moye.shared_array(load_k.dtype, sKV_layout, align=1024)        # (bN, d, stages)
@@ -182,26 +220,70 @@ def attention_dq_sm90(load_q, load_k, load_v, load_do, dQ, LSE, D, Sq, Sk, group
             if row < Sq:
                 rows_lse[r] = LSE[b, h, row] * LOG2E
                 rows_d[r] = D[b, h, row]
+        # dQ += dS_{j-1} K_{j-1} is issued behind tile j's S and dP and runs while dS_j is
+        # computed (as the forward's P V behind S)
         stage, phase = 0, 0
-        for j in range(n_tiles):
+        if n_tiles > 0:
             pipe.consumer_wait(stage, phase)
             products(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage], acc_p, tSsdO,
                      tSsV[:, :, :, stage])                          # S = Q K^T, dP = dO V^T
             moye.wgmma_wait(0)
-            for e in range_constexpr(size(acc_s)):
-                row, key = cS[e]
-                p = moye.exp2(acc_s[e] * scale_log2 - rows_lse[e % 4 // 2])
-                p = moye.ifelse(hidden(mb * bM + row, j * bN + key, Sk, diagonal, causal), 0.0, p)
-                a16[e] = moye.cast(p * (acc_p[e] - rows_d[e % 4 // 2]), load_q.dtype)    # dS
-            gemm(mma_g, acc_dq, a16, tGsKt[:, :, :, stage], acc_dq)          # dQ += dS K
+            ds_tile(acc_s, acc_p, cS, rows_lse, rows_d, scale_log2, mb * bM, 0, Sk, diagonal,
+                    causal)
+            for e in range_constexpr(size(a16)):
+                a16[e] = moye.cast(acc_s[e], load_q.dtype)
+            for j in range(1, n_tiles):
+                held = stage
+                stage, phase = pipe.advance(stage, phase)
+                pipe.consumer_wait(stage, phase)
+                products(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage], acc_p, tSsdO,
+                         tSsV[:, :, :, stage])
+                gemm(mma_g, acc_dq, a16, tGsKt[:, :, :, held], acc_dq)      # dQ += dS K
+                moye.wgmma_wait(1)                                          # S, dP done
+                ds_tile(acc_s, acc_p, cS, rows_lse, rows_d, scale_log2, mb * bM, j * bN, Sk,
+                        diagonal, causal)
+                moye.wgmma_wait(0)
+                if lane0:
+                    pipe.consumer_release(held)
+                for e in range_constexpr(size(a16)):
+                    a16[e] = moye.cast(acc_s[e], load_q.dtype)
+            gemm(mma_g, acc_dq, a16, tGsKt[:, :, :, stage], acc_dq)
             moye.wgmma_wait(0)
             if lane0:
                 pipe.consumer_release(stage)
-            stage, phase = pipe.advance(stage, phase)
         for e in range_constexpr(size(acc_dq)):
             row, col = cG[e]
             if mb * bM + row < Sq:
                 dQ[b, h, mb * bM + row, col] = moye.cast(acc_dq[e] * scale, dQ.dtype)
+
+
+@moye.func
+def p_ds_tile(acc_s, acc_p, cS, LSE, D, b, h, query0, key0, Sq, Sk, scale_log2, diagonal, causal):
+    """P^T in acc_s and dS^T = P^T * (dP^T - D) in acc_p, from S^T in acc_s
+    and dP^T in acc_p (a key tile's, keys key0.., against the query tile
+    of head h from query0 on): P^T = exp2(S^T scaled less the query's LSE),
+    0 for queries past Sq or hidden."""
+    for e in range_constexpr(size(acc_s)):
+        key, col = cS[e]
+        query = query0 + col
+        row = moye.minimum(query, Sq - 1)
+        p = moye.exp2(acc_s[e] * scale_log2 - LSE[b, h, row] * LOG2E)
+        p = moye.ifelse((query >= Sq) | hidden(query, key0 + key, Sk, diagonal, causal), 0.0, p)
+        acc_s[e] = p
+        acc_p[e] = p * (acc_p[e] - D[b, h, row])
+
+
+@moye.func
+def ds_tile(acc_s, acc_p, cS, rows_lse, rows_d, scale_log2, row0, key0, Sk, diagonal, causal):
+    """dS = P * (dP - D) in acc_s, from S in acc_s and dP in acc_p (a
+    query tile's, rows row0.., keys key0..): P = exp2(S scaled less the
+    row's LSE), 0 where hidden; a thread's rows' LSE (log2 units) and D in
+    rows_lse and rows_d (value e lies in row half e % 4 // 2)."""
+    for e in range_constexpr(size(acc_s)):
+        row, key = cS[e]
+        p = moye.exp2(acc_s[e] * scale_log2 - rows_lse[e % 4 // 2])
+        p = moye.ifelse(hidden(row0 + row, key0 + key, Sk, diagonal, causal), 0.0, p)
+        acc_s[e] = p * (acc_p[e] - rows_d[e % 4 // 2])
 
 
 @moye.func
@@ -226,10 +308,7 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
     replay.launch(attention_row_dots, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
                   (D, do, o, dlse), backend)
     dtype = element_type(q)
-    mma_s = make_tiled_mma(moye.wgmma_op(BLOCK_N, dtype, dtype, Float32, "SS", "K", "K"),
-                           make_layout((2, 1)))
-    mma_g = make_tiled_mma(moye.wgmma_op(d, dtype, dtype, Float32, "RS", "K", "MN"),
-                           make_layout((2, 1)))
+    mma_s, mma_g = consumers_mma(BLOCK_N, dtype, "SS", "K"), consumers_mma(d, dtype, "RS", "MN")
     big, small = box(BLOCK_M), box(BLOCK_N)
     common = (float(scale), float(scale * LOG2E))
     dq_copies = [moye.make_tma_copy(moye.TMA_LOAD, t, x) for t, x in ((q, big), (k, small),
@@ -243,4 +322,4 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
     replay.launch(attention_dkdv_sm90, ((-(-Sk // BLOCK_M), Hk, B), THREADS),
                   (*kv_copies, dk, dv, lse, D, Sq, Sk, Hq // Hk, *common,
                    k_major(dtype, BLOCK_M, d), k_major(dtype, BLOCK_N, d, STAGES),
-                   mn_major(d, BLOCK_N, STAGES), mma_s, mma_g, bool(causal)), backend)
+                   mn_major(d, BLOCK_N, STAGES), mma_s, mma_g, bool(causal), OVERLAP[d]), backend)

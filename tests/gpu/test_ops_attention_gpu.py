@@ -33,8 +33,11 @@ def reference(torch, q, k, v, causal, scale, do):
 
 def close(torch, got, want, dtype, what):
     """Every element within 8 units of the 16-bit type's rounding of the
-    tensor's largest value (P and dS are 16-bit operands of float32 GEMMs)."""
-    bound = 8 * EPS[dtype] * float(want.abs().max()) + 1e-6
+    tensor's largest value (P and dS are 16-bit operands of float32 GEMMs),
+    and 1e-5 absolute: a gradient that is 0 in exact arithmetic (dk of a
+    sequence of one key, whose softmax is 1 whatever the scores) comes out
+    as float32 rounding of sums of 16-bit products."""
+    bound = 8 * EPS[dtype] * float(want.abs().max()) + 1e-5
     err = (got.double() - want).abs()
     bad = ~(err <= bound)
     assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.numel()} off (largest "
@@ -98,8 +101,10 @@ def test_torch_compile_and_cuda_graph(torch):
 
 
 def test_varlen_matches_each_sequence(torch):
-    """attention_varlen on packed sequences (one empty) gives, bit for bit,
-    what attention gives each sequence alone, forward and backward."""
+    """attention_varlen on packed sequences (one empty, one key-less tail)
+    gives, sequence by sequence, the float64 reference's o, lse and
+    gradients (on Hopper varlen runs the mma.sync kernels, which attention
+    runs only off Hopper, so the two are compared through the reference)."""
     lq, lk = [300, 0, 1000, 77], [500, 64, 1000, 1]
     cq = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32,
                       device="cuda")
@@ -118,11 +123,15 @@ def test_varlen_matches_each_sequence(torch):
         if lq[b] == 0:
             assert not dk[ks].any() and not dv[ks].any()
             continue
-        qb, kb, vb = (t.detach()[s].transpose(0, 1)[None].requires_grad_()
-                      for t, s in ((q, qs), (k, ks), (v, ks)))
-        ob, lb = ops.attention(qb, kb, vb, causal=True, return_lse=True)
-        grads = torch.autograd.grad(ob, (qb, kb, vb), do[qs].transpose(0, 1)[None])
-        torch.testing.assert_close(o[qs].transpose(0, 1)[None], ob, atol=0, rtol=0)
-        torch.testing.assert_close(lse[:, qs][None], lb, atol=0, rtol=0)
-        for got, want in zip((dq[qs], dk[ks], dv[ks]), grads):
-            torch.testing.assert_close(got.transpose(0, 1)[None], want, atol=0, rtol=0)
+        qb, kb, vb, dob = (t.detach()[s].transpose(0, 1)[None]
+                           for t, s in ((q, qs), (k, ks), (v, ks), (do, qs)))
+        want = reference(torch, qb, kb, vb, True, 1 / math.sqrt(128), dob)
+        got = (o[qs], lse[:, qs].transpose(0, 1), dq[qs], dk[ks], dv[ks])
+        for what, x, ref in zip(("o", "lse", "dq", "dk", "dv"), got, want):
+            x = x.transpose(0, 1)[None]
+            if what == "lse":
+                finite = torch.isfinite(ref)
+                assert torch.equal(torch.isinf(x), ~finite)
+                assert float((x[finite].double() - ref[finite]).abs().max()) < 1e-3
+            else:
+                close(torch, x, ref, "float16", f"sequence {b}: {what}")
