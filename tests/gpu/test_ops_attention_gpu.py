@@ -82,6 +82,23 @@ def test_views_and_repeat_calls(torch):
         close(torch, o, ref, "float16", f"o (call {seed})")
 
 
+def test_training_steps_repeat(torch):
+    """Forward and backward on new tensors each step (keyword arguments, the
+    recorded and replayed paths alike): every step's o and gradients are
+    its own."""
+    for step in range(3):
+        g = torch.Generator(device="cuda").manual_seed(100 + step)
+        q, k, v = (torch.randn(1, 4, 333, 128, device="cuda", generator=g).bfloat16()
+                   .requires_grad_() for _ in range(3))
+        do = torch.randn(1, 4, 333, 128, device="cuda", generator=g).bfloat16()
+        o = ops.attention(q, k, v, causal=True, scale=0.1)
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+        want = reference(torch, q, k, v, True, 0.1, do)
+        for what, got, ref in zip(("o", "dq", "dk", "dv"), (o, dq, dk, dv),
+                                  (want[0], *want[2:])):
+            close(torch, got, ref, "bfloat16", f"step {step}: {what}")
+
+
 def test_torch_compile_and_cuda_graph(torch):
     q, k, v = (torch.randn(1, 4, 256, 64, device="cuda").half() for _ in range(3))
     want = ops.attention(q, k, v, causal=True)

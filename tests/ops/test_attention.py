@@ -737,3 +737,23 @@ def test_torch_compile_with_a_scale():
     q = torch.tensor(np.random.default_rng(4).standard_normal((1, 2, 70, 64)), dtype=torch.half)
     f = torch.compile(lambda q: ops.attention(q, q, q, causal=True, scale=0.3), fullgraph=True)
     assert torch.equal(f(q), ops.attention(q, q, q, causal=True, scale=0.3))
+
+
+def test_torch_calls_with_keywords_are_replayed():
+    """ops.attention(q, k, v, causal=..., scale=...) on torch tensors: the
+    first call of a signature is recorded, later ones (new tensors, the
+    same kinds) replay it and give what a call in full gives; calls with
+    other keyword values are records of their own (replay.py)."""
+    torch = pytest.importorskip("torch")
+    from moye.ops import functional, replay
+    replay.forget()
+    for seed, causal, scale in ((1, True, None), (2, True, None), (3, False, 0.3),
+                                (4, False, 0.3)):
+        q, k, v = (tensor(x) for x in qkv(seed, F16, 1, 2, 1, 40, 50, 64))
+        o, lse = ops.attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+        want = functional.attention.__wrapped__(q, k, v, causal=causal, scale=scale,
+                                                return_lse=True)
+        assert torch.equal(o, want[0]) and torch.equal(lse, want[1])
+        key = replay.signature((q, k, v, causal, scale, True))
+        assert isinstance(functional.attention.recipes.get(key), replay.Recipe)
+    assert len(functional.attention.recipes) == 2
