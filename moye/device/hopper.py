@@ -30,7 +30,8 @@ import functools
 import numpy as np
 
 from .. import types as T
-from ..atom.arch.tma import TMA_LOAD, TMA_STORE, TMAOp, layout_offsets, tensor_map_args
+from ..atom.arch.tma import (REDUCE_ADD_TYPES, TMA_LOAD, TMA_REDUCE_ADD, TMA_STORE, TMAOp,
+                             layout_offsets, tensor_map_args)
 from ..errors import MoyeError
 from ..layout.swizzle import ComposedLayout
 from .. import ir
@@ -101,11 +102,15 @@ def make_tma_copy(op, gmem, smem_layout):
         TMACopy(TMA_LOAD, Float16, tile (8, 64), smem Sw<3,3,3> o 0 o (8,64):(64,1), swizzle 128B)
     """
     if not isinstance(op, TMAOp):
-        raise MoyeError(f"make_tma_copy: op must be TMA_LOAD or TMA_STORE, got {op!r}")
+        raise MoyeError(f"make_tma_copy: op must be TMA_LOAD, TMA_STORE or TMA_REDUCE_ADD, got "
+                        f"{op!r}")
     arr = as_array_arg(gmem, "gmem")
     if arr is None:
         raise MoyeError(f"make_tma_copy: gmem must be an array (torch, CuPy, DLPack, NumPy), "
                         f"got {type(gmem).__name__}")
+    if op is TMA_REDUCE_ADD and arr.dtype.name not in REDUCE_ADD_TYPES:
+        raise MoyeError(f"make_tma_copy: TMA_REDUCE_ADD adds {', '.join(REDUCE_ADD_TYPES)} "
+                        f"elements; gmem is {arr.dtype}")
     args, perm = tensor_map_args(arr.dtype, arr.shape, arr.strides, arr.ptr, smem_layout)
     return TMACopy(op, arr, smem_layout, args, perm)
 
@@ -251,8 +256,8 @@ def _descriptor(tma, kind, what):
         raise KernelError(f"{what}: expected a TMACopy kernel argument (make_tma_copy), got "
                           f"{tma!r}")
     if tma.op.kind != kind:
-        raise KernelError(f"{what}: {tma.copy!r} was made for {tma.op}; make one with "
-                          f"{TMA_LOAD if kind == 'load' else TMA_STORE}")
+        wanted = {"load": TMA_LOAD, "store": TMA_STORE, "reduce_add": TMA_REDUCE_ADD}[kind]
+        raise KernelError(f"{what}: {tma.copy!r} was made for {tma.op}; make one with {wanted}")
     return tma
 
 
@@ -329,6 +334,21 @@ def tma_store(tma, coords, src):
     c = _coords(tma, coords, what)
     base, idx = _smem(tma, src, what)
     current().instr("tma_store", (tma.param, base, idx, *c), rank=len(c), bytes=tma.bytes)
+
+
+def tma_reduce_add(tma, coords, src):
+    """Add the shared tile `src` to the tile at element `coords` of the
+    copy's array (made with TMA_REDUCE_ADD), each element atomically, in
+    this thread's open bulk group, as tma_store stores
+    (cp.reduce.async.bulk.tensor...add.tile.bulk_group; CuTe:
+    SM90_TMA_REDUCE_ADD). Commit with tma_store_commit; tma_store_wait
+    waits for src to be read. Float32, Int32, UInt32, UInt64. sm_90."""
+    what = "tma_reduce_add"
+    tma = _descriptor(tma, "reduce_add", what)
+    c = _coords(tma, coords, what)
+    base, idx = _smem(tma, src, what)
+    current().instr("tma_reduce_add", (tma.param, base, idx, *c), rank=len(c),
+                    bytes=tma.bytes)
 
 
 def tma_store_commit():
@@ -409,5 +429,5 @@ def warp_idx():
 __all__ = ["TMACopy", "make_tma_copy", "TMADescriptor", "MBarrier", "mbarrier", "mbarrier_array",
            "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
            "mbarrier_wait", "fence_proxy_async", "fence_barrier_init", "tma_load", "tma_store",
-           "tma_store_commit", "tma_store_wait", "named_barrier_sync",
+           "tma_reduce_add", "tma_store_commit", "tma_store_wait", "named_barrier_sync",
            "named_barrier_arrive", "setmaxnreg_inc", "setmaxnreg_dec", "warp_idx"] + _cluster_all

@@ -212,6 +212,28 @@ def _run_tma_store(b, s, mask):
     b.hopper.store(s, mask)
 
 
+class TmaReduceAdd(TmaStore):
+    """cp.reduce.async.bulk.tensor.{rank}d.global.shared::cta.add.tile.bulk_group:
+    a TMA store that adds the shared tile to the global one, each element
+    atomically (the global tile's other writers may add too)."""
+    op = "tma_reduce_add"
+
+
+@lowering("cuda", TmaReduceAdd)
+def _emit_tma_reduce_add(w, s, ind, decl):
+    r = s.rank
+    text = (f"cp.reduce.async.bulk.tensor.{r}d.global.shared::cta.add.tile.bulk_group "
+            f"[%0, {w.brace(2, r)}], [%1]")
+    memory_asm_with(w, ind, text, [("l", tensor_map(w, s.tmap)),
+                                   ("r", w.smem_addr(s.src, s.src_idx))]
+                    + [("r", w.operand(c)) for c in s.coords])
+
+
+@lowering("cpu", TmaReduceAdd)
+def _run_tma_reduce_add(b, s, mask):
+    b.hopper.store(s, mask, add=True)
+
+
 class TmaStoreCommit(Instr):
     """cp.async.bulk.commit_group."""
     op = "tma_store_commit"

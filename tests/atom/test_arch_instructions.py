@@ -22,11 +22,11 @@ OPS = {
     "sm80": list(sm80.SM80_OPS),
     "sm90": list(sm90.SM90_OPS) + [sm90.wgmma_op(64, moye.Float8E4M3, moye.Float8E5M2,
                                                  moye.Float32)],
-    "tma": [tma.TMA_LOAD, tma.TMA_STORE],
+    "tma": [tma.TMA_LOAD, tma.TMA_STORE, tma.TMA_REDUCE_ADD],
 }
 EXPECTED = {"cp_async": ir.CpAsync, "ldmatrix": ir.LdMatrix, "stmatrix": ir.StMatrix,
             "sm70": ir.Mma, "sm75": ir.Mma, "sm80": ir.Mma, "sm90": ir.Wgmma,
-            "tma": (ir.TmaLoad, ir.TmaStore)}
+            "tma": (ir.TmaLoad, ir.TmaStore, ir.TmaReduceAdd)}
 
 
 def test_every_arch_module_is_covered():

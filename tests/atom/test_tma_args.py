@@ -104,7 +104,7 @@ def test_make_tma_copy_and_the_driver_call():
 
 
 def test_make_tma_copy_bad_arguments():
-    with pytest.raises(MoyeError, match="op must be TMA_LOAD or TMA_STORE"):
+    with pytest.raises(MoyeError, match="op must be TMA_LOAD, TMA_STORE or TMA_REDUCE_ADD"):
         moye.make_tma_copy("load", np.zeros((8, 8), np.float32), Layout((8, 8), (8, 1)))
     with pytest.raises(MoyeError, match="gmem must be an array"):
         moye.make_tma_copy(moye.TMA_LOAD, [1, 2], Layout(2))

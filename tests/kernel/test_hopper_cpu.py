@@ -298,3 +298,70 @@ def test_sm80_target_is_refused():
     with pytest.raises(MoyeError, match="uses fence_barrier_init .* a Hopper "
                                          "instruction, but compiles for sm_80"):
         BACKENDS["cuda"].compile_only(kernel, (128, 1, 1), "sm_80")
+
+
+@moye.kernel
+def add_tiles_kernel(load, add, copies: moye.Constexpr):
+    """Each block loads its tile of `load`'s array and adds it, `copies`
+    times, to the same tile of `add`'s: blocks of one grid x add to one tile."""
+    smem = moye.shared_array(load.dtype, load.smem_layout)
+    bar = moye.mbarrier()
+    at = (moye.block_idx.y * load.tile[0], 0)
+    if moye.thread_idx.x == 0:
+        moye.mbarrier_init(bar, 1)
+        moye.mbarrier_arrive_expect_tx(bar, load.bytes)
+        moye.tma_load(load, smem, (moye.block_idx.x * 8 + at[0], 0), bar)
+        moye.mbarrier_wait(bar, 0)
+        for _ in range(copies):
+            moye.tma_reduce_add(add, at, smem)
+        moye.tma_store_commit()
+        moye.tma_store_wait(0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_tma_reduce_add_sums_every_block(mode, dtype):
+    """tma_reduce_add adds each block's tile to the global one (blocks of a
+    grid row onto one tile, twice each), every element; rows past the array
+    are dropped, as a store drops them."""
+    src = (rng.standard_normal((48, 16)) * 100).astype(dtype)
+    dst = (rng.standard_normal((13, 16)) * 100).astype(dtype)           # the second tile ragged
+    tile = Layout((8, 16), (16, 1))
+    load = moye.make_tma_copy(moye.TMA_LOAD, src, tile)
+    add = moye.make_tma_copy(moye.TMA_REDUCE_ADD, dst, tile)
+    want = dst.astype(np.float64)                   # block (x, y) loads rows 8x + 8y.. of src
+    for y in range(2):
+        for x in range(3):
+            part = src[x * 8 + y * 8:x * 8 + y * 8 + 8].astype(np.float64)
+            n = min(8, 13 - y * 8)
+            want[y * 8:y * 8 + n] += 2 * part[:n]
+    add_tiles_kernel[(3, 2), 32](load, add, 2)
+    if dtype == np.int32:
+        np.testing.assert_array_equal(dst, want.astype(dtype))
+    else:           # 7 float32 additions in some order: each rounds by half an ulp of a sum
+        bound = 7 * 2.0 ** -24 * (np.abs(want) + 6 * np.abs(src).max())
+        assert (np.abs(dst - want) <= bound).all(), np.abs(dst - want).max()
+
+
+def test_tma_reduce_add_bad_inputs():
+    """A type TMA cannot add, and a copy made for another direction."""
+    tile = Layout((8, 16), (16, 1))
+    with pytest.raises(MoyeError, match="TMA_REDUCE_ADD adds Float32.*gmem is Float16"):
+        moye.make_tma_copy(moye.TMA_REDUCE_ADD, np.zeros((8, 16), np.float16), tile)
+    src = np.zeros((8, 16), np.float32)
+    store = moye.make_tma_copy(moye.TMA_STORE, src, tile)
+    with pytest.raises(MoyeError, match="was made for TMA_STORE; make one with TMA_REDUCE_ADD"):
+        add_tiles_kernel[1, 32](moye.make_tma_copy(moye.TMA_LOAD, src, tile), store, 1)
+
+
+def test_tma_reduce_add_compiles_for_sm90a():
+    """NVRTC takes the PTX: cp.reduce.async.bulk.tensor.2d...add.tile.bulk_group."""
+    from moye.compiler.frontend import BACKENDS
+    src, dst = np.zeros((48, 16), np.float32), np.zeros((13, 16), np.float32)
+    tile = Layout((8, 16), (16, 1))
+    args = (moye.make_tma_copy(moye.TMA_LOAD, src, tile),
+            moye.make_tma_copy(moye.TMA_REDUCE_ADD, dst, tile), 2)
+    source = add_tiles_kernel.cuda_source(*args, block=32)
+    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group" in source
+    module = BACKENDS["cuda"].compile_only(add_tiles_kernel.trace(*args, block=32)[0],
+                                           (32, 1, 1), "sm_90a")
+    assert module.cubin[:4] == b"\x7fELF"

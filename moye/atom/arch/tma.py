@@ -33,8 +33,9 @@ from ...types import as_element_type
 
 class TMAOp:
     """A TMA copy direction: TMA_LOAD (global to shared memory, completing on
-    an mbarrier) or TMA_STORE (shared to global memory, in bulk groups).
-    CuTe: SM90_TMA_LOAD, SM90_TMA_STORE. `instruction` is the IR class it
+    an mbarrier), TMA_STORE (shared to global memory, in bulk groups) or
+    TMA_REDUCE_ADD (a store that adds to global memory, element by element
+    atomically). CuTe: SM90_TMA_LOAD, SM90_TMA_STORE, SM90_TMA_REDUCE_ADD. `instruction` is the IR class it
     becomes, whose rules in `ir.lowering` are its C++ and CPU semantics."""
 
     def __init__(self, name, kind, ptx, instruction):
@@ -48,7 +49,11 @@ TMA_LOAD = TMAOp("TMA_LOAD", "load", "cp.async.bulk.tensor.{r}d.shared::cluster.
                  ".mbarrier::complete_tx::bytes", ir.TmaLoad)
 TMA_STORE = TMAOp("TMA_STORE", "store", "cp.async.bulk.tensor.{r}d.global.shared::cta"
                   ".bulk_group", ir.TmaStore)
-SM90_TMA_LOAD, SM90_TMA_STORE = TMA_LOAD, TMA_STORE
+TMA_REDUCE_ADD = TMAOp("TMA_REDUCE_ADD", "reduce_add", "cp.reduce.async.bulk.tensor.{r}d.global"
+                       ".shared::cta.add.tile.bulk_group", ir.TmaReduceAdd)
+SM90_TMA_LOAD, SM90_TMA_STORE, SM90_TMA_REDUCE_ADD = TMA_LOAD, TMA_STORE, TMA_REDUCE_ADD
+# the element types TMA_REDUCE_ADD adds (cp.reduce.async.bulk.tensor's .add)
+REDUCE_ADD_TYPES = ("Float32", "Int32", "UInt32", "UInt64")
 
 # cuTensorMapEncodeTiled's CUtensorMapDataType by element type (names without the prefix);
 # types it has no name for move as unsigned integers of their size (bit copies)
@@ -252,4 +257,5 @@ def _dense_strides(box, perm):
     return tuple(strides)
 
 
-__all__ = ["TMA_LOAD", "TMA_STORE", "SM90_TMA_LOAD", "SM90_TMA_STORE", "TMAOp"]
+__all__ = ["TMA_LOAD", "TMA_STORE", "TMA_REDUCE_ADD", "SM90_TMA_LOAD", "SM90_TMA_STORE",
+           "SM90_TMA_REDUCE_ADD", "TMAOp"]

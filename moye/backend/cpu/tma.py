@@ -274,8 +274,9 @@ class Hopper:
             self.loads.append(PendingLoad(bar=key, arr=arr, dst=raw, row=row, bytes=pos, data=data,
                                     lane=lane, loc=s.loc))
 
-    def store(self, s, mask):
-        """tma_store(tmap, src, src_idx, c...)"""
+    def store(self, s, mask, add=False):
+        """tma_store(tmap, src, src_idx, c...); with `add`, tma_reduce_add's
+        (the tile added to the global elements)."""
         b = self.block
         tmap = b.get(s.args[0])
         for lane in np.nonzero(mask)[0]:
@@ -284,8 +285,12 @@ class Hopper:
                 b.race.bulk_read(s, arr, lane, row, pos.ravel(), tmap.args.element_bytes)
             data = raw[row][pos]
             inside, index = tmap.elements(self._coords(s, 3, lane))
-            dst = tmap.buf.view(np.uint8).reshape(-1, tmap.args.element_bytes)
-            dst[index[inside]] = data[inside]
+            if add:
+                values = np.ascontiguousarray(data[inside]).view(tmap.buf.dtype).ravel()
+                np.add.at(tmap.buf, index[inside], values)
+            else:
+                dst = tmap.buf.view(np.uint8).reshape(-1, tmap.args.element_bytes)
+                dst[index[inside]] = data[inside]
             self.stores.append((lane, self.committed[lane], arr, row, pos.ravel()))
 
     def commit(self, mask):
