@@ -1,6 +1,7 @@
 """TMA and mbarriers on a Hopper GPU against torch: the TMA example's copy
 and transpose at awkward sizes (outputs poisoned, every element checked),
-zeros for a tile that overhangs the array, a 3-D copy, and the SASS of the
+zeros for a tile that overhangs the array, a 3-D copy, TMA reduce-adds from
+several blocks onto one tile, and the SASS of the
 copy kernel (UTMALDG / UTMASTG where cuobjdump is installed)."""
 import os
 import shutil
@@ -62,6 +63,31 @@ def test_tma_3d(torch):
     copy3d_kernel[(2, 5, 2), 32](load, store)
     torch.cuda.synchronize()
     assert torch.equal(dst, src)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_tma_reduce_add(torch, dtype):
+    """Blocks add their tiles to one global tile, twice each (the CPU
+    test's kernel): the sum of them all, every element; rows past the
+    array dropped."""
+    from tests.kernel.test_hopper_cpu import add_tiles_kernel
+    dt = getattr(torch, dtype)
+    src = (torch.randn(48, 16, device="cuda") * 100).to(dt)
+    dst = (torch.randn(13, 16, device="cuda") * 100).to(dt)
+    want = dst.double().clone()
+    for y in range(2):
+        for x in range(3):
+            n = min(8, 13 - y * 8)
+            want[y * 8:y * 8 + n] += 2 * src[x * 8 + y * 8:x * 8 + y * 8 + n].double()
+    tile = Layout((8, 16), (16, 1))
+    add_tiles_kernel[(3, 2), 32](moye.make_tma_copy(moye.TMA_LOAD, src, tile),
+                                 moye.make_tma_copy(moye.TMA_REDUCE_ADD, dst, tile), 2)
+    torch.cuda.synchronize()
+    if dtype == "int32":
+        assert torch.equal(dst, want.to(dt))
+    else:
+        bound = 7 * 2.0 ** -24 * (want.abs() + 6 * src.abs().max().double())
+        assert ((dst.double() - want).abs() <= bound).all()
 
 
 def test_sass_has_tma_instructions(torch, tmp_path):
