@@ -192,16 +192,25 @@ def _run_tma_load(b, s, mask):
 class TmaStore(Instr):
     """cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group: the reverse."""
     op = "tma_store"
+    ptx = "cp.async.bulk.tensor.{r}d.global.shared::cta.bulk_group"     # {r}: the rank
     operands = ("tmap", "src", "src_idx", "*coords")
     writes = "tmap"
     attributes = {"rank": 1, "bytes": 0}
     arch = "sm_90"
 
 
-@lowering("cuda", TmaStore)
+class TmaReduceAdd(TmaStore):
+    """cp.reduce.async.bulk.tensor.{rank}d.global.shared::cta.add.tile.bulk_group:
+    a TMA store that adds the shared tile to the global one, each element
+    atomically (the global tile's other writers may add too)."""
+    op = "tma_reduce_add"
+    ptx = "cp.reduce.async.bulk.tensor.{r}d.global.shared::cta.add.tile.bulk_group"
+
+
+@lowering("cuda", TmaStore, TmaReduceAdd)
 def _emit_tma_store(w, s, ind, decl):
     r = s.rank
-    text = f"cp.async.bulk.tensor.{r}d.global.shared::cta.bulk_group [%0, {w.brace(2, r)}], [%1]"
+    text = f"{s.ptx.format(r=r)} [%0, {w.brace(2, r)}], [%1]"
     memory_asm_with(w, ind, text, [("l", tensor_map(w, s.tmap)),
                                    ("r", w.smem_addr(s.src, s.src_idx))]
                     + [("r", w.operand(c)) for c in s.coords])
@@ -210,23 +219,6 @@ def _emit_tma_store(w, s, ind, decl):
 @lowering("cpu", TmaStore)
 def _run_tma_store(b, s, mask):
     b.hopper.store(s, mask)
-
-
-class TmaReduceAdd(TmaStore):
-    """cp.reduce.async.bulk.tensor.{rank}d.global.shared::cta.add.tile.bulk_group:
-    a TMA store that adds the shared tile to the global one, each element
-    atomically (the global tile's other writers may add too)."""
-    op = "tma_reduce_add"
-
-
-@lowering("cuda", TmaReduceAdd)
-def _emit_tma_reduce_add(w, s, ind, decl):
-    r = s.rank
-    text = (f"cp.reduce.async.bulk.tensor.{r}d.global.shared::cta.add.tile.bulk_group "
-            f"[%0, {w.brace(2, r)}], [%1]")
-    memory_asm_with(w, ind, text, [("l", tensor_map(w, s.tmap)),
-                                   ("r", w.smem_addr(s.src, s.src_idx))]
-                    + [("r", w.operand(c)) for c in s.coords])
 
 
 @lowering("cpu", TmaReduceAdd)

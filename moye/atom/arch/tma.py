@@ -35,8 +35,9 @@ class TMAOp:
     """A TMA copy direction: TMA_LOAD (global to shared memory, completing on
     an mbarrier), TMA_STORE (shared to global memory, in bulk groups) or
     TMA_REDUCE_ADD (a store that adds to global memory, element by element
-    atomically). CuTe: SM90_TMA_LOAD, SM90_TMA_STORE, SM90_TMA_REDUCE_ADD. `instruction` is the IR class it
-    becomes, whose rules in `ir.lowering` are its C++ and CPU semantics."""
+    atomically). CuTe: SM90_TMA_LOAD, SM90_TMA_STORE, SM90_TMA_REDUCE_ADD.
+    `instruction` is the IR class it becomes, whose rules in `ir.lowering`
+    are its C++ and CPU semantics."""
 
     def __init__(self, name, kind, ptx, instruction):
         self.name, self.kind, self.ptx, self.instruction = name, kind, ptx, instruction
@@ -47,10 +48,8 @@ class TMAOp:
 
 TMA_LOAD = TMAOp("TMA_LOAD", "load", "cp.async.bulk.tensor.{r}d.shared::cluster.global"
                  ".mbarrier::complete_tx::bytes", ir.TmaLoad)
-TMA_STORE = TMAOp("TMA_STORE", "store", "cp.async.bulk.tensor.{r}d.global.shared::cta"
-                  ".bulk_group", ir.TmaStore)
-TMA_REDUCE_ADD = TMAOp("TMA_REDUCE_ADD", "reduce_add", "cp.reduce.async.bulk.tensor.{r}d.global"
-                       ".shared::cta.add.tile.bulk_group", ir.TmaReduceAdd)
+TMA_STORE = TMAOp("TMA_STORE", "store", ir.TmaStore.ptx, ir.TmaStore)
+TMA_REDUCE_ADD = TMAOp("TMA_REDUCE_ADD", "reduce_add", ir.TmaReduceAdd.ptx, ir.TmaReduceAdd)
 SM90_TMA_LOAD, SM90_TMA_STORE, SM90_TMA_REDUCE_ADD = TMA_LOAD, TMA_STORE, TMA_REDUCE_ADD
 # the element types TMA_REDUCE_ADD adds (cp.reduce.async.bulk.tensor's .add)
 REDUCE_ADD_TYPES = ("Float32", "Int32", "UInt32", "UInt64")

@@ -148,8 +148,9 @@ class _Writer:
 
     def _float_lit(self, x, t):
         x = float(x)
-        f = "" if t is not None and t.name == "Float64" else "f"   # a double only where asked:
-        if not math.isfinite(x):            # max(-inf, float) would otherwise run in FP64
+        # a double only for Float64: a float's max(-inf, x) would otherwise run in FP64
+        f = "" if t is not None and t.name == "Float64" else "f"
+        if not math.isfinite(x):
             return f"(1.0{f}/0.0{f})" if x > 0 else f"(-1.0{f}/0.0{f})" if x < 0 else \
                 f"(0.0{f}/0.0{f})"
         return repr(x) + f
