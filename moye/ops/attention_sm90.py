@@ -5,9 +5,11 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
 - A block owns 128 rows of Q of one head: a producer warpgroup and two
   consumer warpgroups of 64 rows each (setmaxnreg moves the producer's
   registers to them).
-- The producer's first thread TMA-loads Q once, then K and V tiles into a
-  ring of stages (TmaPipeline: full and empty mbarriers), skipping the
-  causal tiles past the block's last visible key.
+- The producer's first thread TMA-loads Q once, then K and V tiles into
+  rings of stages, one for K and one for V (TmaPipeline: full and empty
+  mbarriers), K one tile ahead, skipping the causal tiles past the block's
+  last visible key. K_j's stage is free once S_j is computed, so K_{j+1}
+  loads while the softmax and P_{j-1} V_{j-1} run.
 - Each consumer computes S = Q K^T by wgmma from shared memory, the online
   softmax in registers (exp2, the scale folded in, a row's values in the 4
   lanes of a quad), converts P to 16 bits in registers (the accumulator's
@@ -18,7 +20,7 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
   intra-warpgroup overlap): S_j's wgmma are issued, then P_{j-1} V_{j-1}'s,
   and the softmax waits for S_j's alone; and the two consumer warpgroups
   take turns to issue their wgmma (ping-pong: one's softmax runs while the
-  other's GEMMs do). Both at head dims 64 and 128.
+  other's GEMMs do). Both at every head dim (TILES).
 - The epilogue divides by the row sums, writes each warpgroup's O into
   its rows of Q's tile and TMA-stores them; LSE from the registers.
 Q, K, V tiles are (rows, D) boxes of 64 values (128 bytes) each, one after
@@ -40,11 +42,11 @@ from .gemm_sm90 import batched_tile, element_type
 BLOCK_M = 128               # two consumer warpgroups of 64 rows
 CHUNK = 64                  # values of a 128-byte swizzle row: a TMA box's columns
 HEAD_DIMS = (64, 128, 256)
-# head dim -> (keys a tile, stages, overlap): a stage's K and V are freed together once P V
-# is done, so the ring holds the tile in P V, the tile in S and one loading ahead (3 stages
-# at 128: 224 KiB with Q's tile); at 256, O's 128 accumulators leave too few registers for
-# S_j beside P_{j-1} (ptxas spills), so its softmax does not overlap P V
-TILES = {64: (128, 4, True), 128: (128, 3, True), 256: (64, 2, False)}
+# head dim -> (keys a tile, stages of each of the K and V rings, overlap). At 256 (Q's tile
+# and 2 stages of 80 keys: 224 KiB) the overlap spills ~52 B (O's 128 accumulators, S_j's
+# 40 and P_{j-1}'s 20 live together), and is still faster: 664 against 550 TFLOP/s without
+# it, at 4k keys on an H200 (benchmarks/RESULTS.md)
+TILES = {64: (128, 4, True), 128: (128, 3, True), 256: (80, 2, True)}
 THREADS = 384
 PINGPONG = 1                # named barriers 1 and 2: the consumer warpgroups' turns
 STORE_BARRIER = 3           # 3 and 4: a consumer warpgroup's O in shared memory, for TMA
@@ -65,11 +67,15 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
     sK = moye.shared_array(load_k.dtype, sK_layout, align=1024)         # (bN, d, stages)
     sV = moye.shared_array(load_v.dtype, sV_layout, align=1024)         # (d, bN, stages): V^T
     q_full = moye.mbarrier()
-    pipe = moye.TmaPipeline(stages, consumers=8)            # lane 0 of the 8 consumer warps
+    # K and V in rings of their own (lane 0 of the 8 consumer warps frees a stage): K_j is
+    # free once S_j is, so K_{j+1} loads while P_{j-1} V_{j-1} and the softmax run
+    pipe_k = moye.TmaPipeline(stages, consumers=8)
+    pipe_v = moye.TmaPipeline(stages, consumers=8)
     tid = moye.thread_idx.x
     if tid == 0:
         moye.mbarrier_init(q_full, 1)
-        pipe.init()
+        pipe_k.init()
+        pipe_v.init()
     moye.sync_threads()
     n_tiles = key_tiles(mb * bM, bM, bN, Sq, Sk, causal)
     warpgroup = moye.warp_idx() // 4
@@ -78,25 +84,34 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
         if tid == 0:
             moye.mbarrier_arrive_expect_tx(q_full, bM * d * ebytes)
             load_rows(load_q, sQ, b, h, mb * bM, d, bM, q_full)
-            stage, phase = 0, 0
-            for j in range(n_tiles):
-                stage, phase = fill_stage(pipe, stage, phase, load_k, sK, load_v, sV, b,
-                                          h // groups, j * bN, d, bN)
-    elif overlap:           # ping-pong: each consumer warpgroup runs its own copy of the loop,
-        if warpgroup == 1:  # whose turns take static barrier ids
-            consume(0, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM,
-                    Sq, Sk, scale_log2, bN, causal, overlap)
-        else:
-            consume(1, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM,
-                    Sq, Sk, scale_log2, bN, causal, overlap)
+            if n_tiles > 0:
+                kv = h // groups
+                k_stage, k_phase = fill_stage(pipe_k, 0, 0, b, kv, 0, d, bN, load_k, sK)
+                v_stage, v_phase = 0, 0
+                for j in range(1, n_tiles):                 # K one tile ahead of V
+                    k_stage, k_phase = fill_stage(pipe_k, k_stage, k_phase, b, kv, j * bN, d,
+                                                  bN, load_k, sK)
+                    v_stage, v_phase = fill_stage(pipe_v, v_stage, v_phase, b, kv, (j - 1) * bN,
+                                                  d, bN, load_v, sV)
+                fill_stage(pipe_v, v_stage, v_phase, b, kv, (n_tiles - 1) * bN, d, bN, load_v,
+                           sV)
     else:
-        consume(-1, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM, Sq,
-                Sk, scale_log2, bN, causal, overlap)
+        # ping-pong: each consumer warpgroup runs its own copy of the loop, whose turns take
+        # static barrier ids
+        rings = (sQ, sK, sV, q_full, pipe_k, pipe_v)
+        rest = (mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM, Sq, Sk, scale_log2, bN,
+                causal, overlap)
+        if not overlap:
+            consume(-1, *rings, *rest)
+        elif warpgroup == 1:
+            consume(0, *rings, *rest)
+        else:
+            consume(1, *rings, *rest)
 
 
 @moye.func
-def consume(wg, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b, h, row0, Sq, Sk,
-            scale_log2, bN, causal, overlap):
+def consume(wg, sQ, sK, sV, q_full, pipe_k, pipe_v, mma_s, mma_o, store_o, LSE, n_tiles, b, h,
+            row0, Sq, Sk, scale_log2, bN, causal, overlap):
     """A consumer warpgroup's work on the block's key tiles (see the module
     doc): `wg` its index (0, 1) where the two take turns (ping-pong), -1
     where they do not."""
@@ -124,51 +139,51 @@ def consume(wg, sQ, sK, sV, q_full, pipe, mma_s, mma_o, store_o, LSE, n_tiles, b
         row_max[r] = -math.inf
         row_sum[r] = 0.0
     moye.mbarrier_wait(q_full, 0)
-    stage, phase = 0, 0
+    k_stage, k_phase, v_stage, v_phase = 0, 0, 0, 0
     if n_tiles > 0:
         # with `overlap`, the softmax of tile j runs while the wgmma of O += P_{j-1}
         # V_{j-1} do (FA3's intra-warpgroup overlap): S_j is issued first, waited for alone
         if overlap and wg == 1:
             moye.named_barrier_arrive(PINGPONG, 256)        # warpgroup 0 issues first
-        pipe.consumer_wait(stage, phase)
+        pipe_k.consumer_wait(k_stage, k_phase)
         turn(overlap, wg, True, False)
-        scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])
+        scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])
         turn(overlap, wg, False, False)
         moye.wgmma_wait(0)
+        k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
         softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, 0, bN, row0,
                      Sk, diagonal, causal)
         for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators, in order
             p16[i] = moye.cast(acc_s[i], dtype)
         for j in range(1, n_tiles):
-            held = stage                        # P_{j-1}'s V
-            stage, phase = pipe.advance(stage, phase)
-            pipe.consumer_wait(stage, phase)
+            pipe_k.consumer_wait(k_stage, k_phase)
+            pipe_v.consumer_wait(v_stage, v_phase)                          # V_{j-1}
             if overlap:
                 turn(overlap, wg, True, False)
-                scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])            # S_j
-                gemm(mma_o, acc_o, p16, tOsV[:, :, :, held], acc_o)        # O += P V
+                scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])          # S_j
+                gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)     # O += P V
                 turn(overlap, wg, False, False)
                 moye.wgmma_wait(1)              # S_j is done; P V runs on
             else:                               # P V, then S_j: fewer registers live
-                gemm(mma_o, acc_o, p16, tOsV[:, :, :, held], acc_o)
+                gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)
                 moye.wgmma_wait(0)
-                scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage])
+                scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])
                 moye.wgmma_wait(0)
+            k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
             softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN,
                          row0, Sk, diagonal, causal)
             moye.wgmma_wait(0)
-            if lane0:
-                pipe.consumer_release(held)
+            v_stage, v_phase = release(pipe_v, v_stage, v_phase, lane0)
             for i in range_constexpr(size(acc_o)):
                 acc_o[i] = acc_o[i] * correction[i % 4 // 2]
             for i in range_constexpr(size(p16)):
                 p16[i] = moye.cast(acc_s[i], dtype)
+        pipe_v.consumer_wait(v_stage, v_phase)
         turn(overlap, wg, True, False)
-        gemm(mma_o, acc_o, p16, tOsV[:, :, :, stage], acc_o)
+        gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)
         turn(overlap, wg, False, True)
         moye.wgmma_wait(0)
-        if lane0:
-            pipe.consumer_release(stage)
+        release(pipe_v, v_stage, v_phase, lane0)
     store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq)
 
 
@@ -260,13 +275,24 @@ def store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq):
 
 
 @moye.func
-def fill_stage(pipe, stage, phase, load1, ring1, load2, ring2, b, h, row0, d, rows):
+def fill_stage(pipe, stage, phase, b, h, row0, d, rows, load1, ring1, load2=None, ring2=None):
     """The producer's step: wait until `stage` of the ring is free, then
-    TMA-load rows row0.. (`rows` of them) of head h of batch b of two arrays
-    into their rings' stage; the next (stage, phase)."""
-    full = pipe.producer_acquire(stage, phase, 2 * rows * d * (load1.dtype.bits // 8))
+    TMA-load rows row0.. (`rows` of them) of head h of batch b of one array
+    (or two) into its ring's stage; the next (stage, phase)."""
+    nbytes = rows * d * (load1.dtype.bits // 8) * (1 if load2 is None else 2)
+    full = pipe.producer_acquire(stage, phase, nbytes)
     load_rows(load1, ring1[:, :, stage], b, h, row0, d, rows, full)
-    load_rows(load2, ring2[:, :, stage], b, h, row0, d, rows, full)
+    if load2 is not None:
+        load_rows(load2, ring2[:, :, stage], b, h, row0, d, rows, full)
+    return pipe.advance(stage, phase)
+
+
+@moye.func
+def release(pipe, stage, phase, lane0):
+    """A consumer warp is done reading `stage` (its lane 0 says so); the
+    next (stage, phase)."""
+    if lane0:
+        pipe.consumer_release(stage)
     return pipe.advance(stage, phase)
 
 

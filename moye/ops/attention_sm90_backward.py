@@ -73,8 +73,8 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
             stage, phase = 0, 0
             for g in range(groups):
                 for i in range(first, m_tiles):
-                    stage, phase = fill_stage(pipe, stage, phase, load_q, sQ, load_do, sdO, b,
-                                              hk * groups + g, i * bQ, d, bQ)
+                    stage, phase = fill_stage(pipe, stage, phase, b, hk * groups + g, i * bQ,
+                                              d, bQ, load_q, sQ, load_do, sdO)
     else:                                                   # the consumers: 64 keys each
         moye.setmaxnreg_inc(240)
         ctid = tid - 128
@@ -191,8 +191,8 @@ def attention_dq_sm90(load_q, load_k, load_v, load_do, dQ, LSE, D, Sq, Sk, group
             load_rows(load_do, sdO, b, h, mb * bM, d, bM, q_full)
             stage, phase = 0, 0
             for j in range(n_tiles):
-                stage, phase = fill_stage(pipe, stage, phase, load_k, sK, load_v, sV, b,
-                                          h // groups, j * bN, d, bN)
+                stage, phase = fill_stage(pipe, stage, phase, b, h // groups, j * bN, d, bN,
+                                          load_k, sK, load_v, sV)
     else:                                                   # the consumers: 64 queries each
         moye.setmaxnreg_inc(240)
         ctid = tid - 128
