@@ -20,8 +20,9 @@ and cannot overflow. As in CuTe, a tiler that crosses top-level modes (a
 coalesce.
 
 Each coordinate must stay below its digit's capacity, tile overhang included:
-digit 0 below 2**31; for two modes digit 1 below 2**32; for n > 2 modes,
-digits 1..n-1 below 2**b (2**16 for three modes). Static extents are checked.
+digits 0 and (for two modes) 1 below 2**31; for n > 2 modes, digits 1..n-1
+below 2**b (2**16 for three modes). Static extents are checked. A digit
+decoded in a kernel is 32-bit again.
 """
 import numpy as np
 
@@ -29,6 +30,7 @@ from ..errors import MoyeError
 from ..layout import Layout, size
 from ..layout import inttuple as T
 from ..layout import scalar as S
+from ..types import Int32
 from .array import MoYeArray
 from .engine import layout_offsets
 
@@ -84,8 +86,18 @@ def _digit_units(n):
         return (1,), (1 << 63,)
     b = 32 // (n - 1)
     units = (1,) + tuple(1 << (31 + (j - 1) * b) for j in range(1, n))
-    caps = (1 << 31,) + ((1 << 32,) if n == 2 else tuple(1 << b for _ in range(1, n)))
+    caps = (1 << 31,) + ((1 << 31,) if n == 2 else tuple(1 << b for _ in range(1, n)))
     return units, caps
+
+
+def _narrow(digit):
+    """A digit decoded from a 64-bit offset, as a 32-bit value (below its
+    capacity, 2**31 at most, it fits): the comparisons and sums a kernel
+    makes of a coordinate (masks, predicates) then stay 32-bit."""
+    cast = getattr(type(digit), "cast", None)
+    if cast is None or getattr(getattr(digit, "type", None), "bits", 32) <= 32:
+        return digit
+    return cast(digit, Int32)
 
 
 class CoordinateEngine:
@@ -117,7 +129,7 @@ class CoordinateEngine:
                 out.append(0)           # k is a multiple of the next digit's unit
                 continue
             d = S.floordiv(k, u)
-            out.append(d % (self.units[j + 1] // u) if j + 1 < len(self.units) else d)
+            out.append(_narrow(d % (self.units[j + 1] // u) if j + 1 < len(self.units) else d))
         return tuple(out)
 
     def offset_by(self, k):

@@ -71,7 +71,9 @@ def test_read_only_and_capacity_errors():
         c[1, 1] = (0, 0)
     with pytest.raises(MoyeError, match="extent 40000 of mode 1 of shape"):
         make_identity_array((4, 40000, 3))                  # 3 modes: 16-bit digits
-    make_identity_array((2 ** 30, 2 ** 31))                 # 2 modes: 31 and 32 bits
+    make_identity_array((2 ** 30, 2 ** 30))                 # 2 modes: 31 bits each
+    with pytest.raises(MoyeError, match="extent 2147483648 of mode 1 of shape"):
+        make_identity_array((4, 2 ** 31))                   # 32-bit in a kernel: refused
 
 
 # -- the law: an identity array is transformed exactly as a data array ----------------

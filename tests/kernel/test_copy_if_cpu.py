@@ -1,6 +1,8 @@
 """Identity arrays and copy_if inside kernels, on the CPU backend: block
 offsets are dynamic there, cp.async takes its zero-filling form and other
 copies run under `if`; every element checked, outputs poisoned."""
+import re
+
 import numpy as np
 import pytest
 
@@ -8,8 +10,9 @@ import moye
 from moye import (CPOP_ASYNC_CACHEGLOBAL, CopyAtom, Float16, Layout, MoYeArray, UInt128,
                   UniversalCopy, copy_if, copyto, elem_less, get_slice, make_copy_predicate,
                   make_identity_array, make_tiled_copy, parallelize, partition_D, partition_S,
-                  shape, size, tile)
+                  local_partition, shape, size, tile)
 from moye.backend.cpu import race_checking
+from moye.compiler.frontend import BACKENDS
 
 rng = np.random.default_rng(7)
 
@@ -101,3 +104,27 @@ def test_generated_cuda_predicates_cp_async_by_its_source_size_and_stores_by_if(
         "cp.async.cg.shared.global [%0], [%1], 16, %2;" in ln and "? 16 : 0) : \"memory\");" in ln
         for ln in cp)
     assert sum(ln.startswith("if (") for ln in lines) == 16     # one per element stored
+
+
+@moye.kernel
+def coordinates_of_threads(out):
+    """Each of 32 threads writes row * 1000 + col at the coordinates of its
+    elements of a (64, 48) identity array, partitioned 8 x 4."""
+    c = make_identity_array((64, 48))
+    mine = local_partition(c, Layout((8, 4)), moye.thread_idx.x)
+    for i in range(size(mine)):
+        row, col = mine[i]
+        out[row, col] = row * 1000 + col
+
+
+def test_thread_coordinates_are_exact_and_32_bit():
+    """A coordinate decoded from a thread's offset into a 2-mode identity
+    array (packed in 64 bits) is exact and 32-bit again: the comparisons a
+    kernel makes of it (masks, predicates) are 32-bit."""
+    out = np.full((64, 48), -1, np.int32)
+    coordinates_of_threads[1, 32](out)
+    assert (out == np.arange(64)[:, None] * 1000 + np.arange(48)).all()
+    kernel = coordinates_of_threads.trace(out, block=32)[0]
+    src = BACKENDS["cuda"].source(kernel, (32, 1, 1))
+    assert " / 2147483648ll;" in src                # the packed offset is 64-bit
+    assert re.search(r"const int v\d+ = v\d+ \* 1000;", src), src  # row * 1000: 32-bit
