@@ -2,6 +2,7 @@
 the CPU backend within the PTX ISA's bounds against float64 NumPy, the C++
 and the cache key the switch changes, NVRTC for sm_80 and sm_90a, and the
 refusals."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -231,3 +232,102 @@ def test_approximations_refuse_float64_and_non_numbers():
         array[1, 1](np.zeros(1, np.float32), np.ones(1, np.float32))
     with pytest.raises(moye.MoyeTypeError, match="rcp_approx: x must be a number"):
         moye.rcp_approx("2")
+
+
+# -- exp2 of a packed pair of halves (ex2.approx.f16x2, ex2.approx.ftz.bf16x2) ---------
+
+@moye.kernel
+def pair_powers(out, x, dtype: moye.Constexpr):
+    """out[i], out[i + 1] = 2^x[i], 2^x[i + 1] (i even) by one packed instruction."""
+    i = 2 * (moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x)
+    out[i], out[i + 1] = moye.exp2_approx_pair(x[i], x[i + 1], dtype)
+
+
+PAIR_BOUNDS = {"float16": 2 ** -9.9, "bfloat16": 2 ** -7}
+
+
+def pair_inputs(seed=5, n=N):
+    """x over the halves' range of results (2^-24 .. 2^15 for Float16), and
+    the special values: -inf, +inf, NaN, 0, a result past Float16."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-24, 15.9, n).astype(np.float32)
+    x[:6] = [-np.inf, np.inf, np.nan, 0.0, 16.5, -140.0]
+    return x
+
+
+def check_pairs(got, x, dtype):
+    """Each result within the ISA's relative bound of 2^(x rounded to
+    dtype), exactly a value of dtype; the special values as the ISA gives
+    them (bf16: subnormal results flushed to 0)."""
+    half = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    got = np.asarray(got)
+    assert got.dtype == half
+    exact = np.exp2(x.astype(half).astype(np.float64))
+    g = got.astype(np.float64)
+    assert g[0] == 0.0 and g[1] == np.inf and np.isnan(g[2]) and g[3] == 1.0
+    assert g[4] == (np.inf if dtype == "float16" else exact[4]) or \
+        abs(g[4] / exact[4] - 1) <= PAIR_BOUNDS[dtype]
+    assert g[5] == 0.0                                  # 2^-140: below both halves
+    normal = (exact[6:] >= (2.0 ** -14 if dtype == "float16" else 2.0 ** -126))
+    rel = np.abs(g[6:] / exact[6:] - 1)
+    assert rel[normal].max() <= PAIR_BOUNDS[dtype], rel[normal].max()
+    if dtype == "float16":                              # subnormal results: within an ulp
+        assert np.abs(g[6:] - exact[6:])[~normal].max(initial=0) <= 2.0 ** -24
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_exp2_of_a_pair_is_within_its_ptx_bound_on_the_cpu(dtype):
+    x = pair_inputs()
+    half = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    out = np.full(N, np.nan, half)                      # poison
+    pair_powers[N // 128, 64](out, x, getattr(moye, "BFloat16" if dtype == "bfloat16"
+                                              else "Float16"))
+    check_pairs(out, x, dtype)
+
+
+def test_exp2_of_a_pair_keeps_no_more_precision_than_the_bound():
+    """The CPU's results are 9 fraction bits (of Float16's 10): a kernel
+    tested there does not count on the last bit."""
+    x = np.linspace(-1, 0, N, dtype=np.float32)
+    out = np.zeros(N, np.float16)
+    pair_powers[N // 128, 64](out, x, moye.Float16)
+    mantissa = out.view(np.uint16) & 0x3FF
+    assert (mantissa % 2 == 0).all() and (out.astype(np.float64) != 1.0).any()
+
+
+@moye.kernel
+def pair_with_a_number(out, x):
+    out[0], out[1] = moye.exp2_approx_pair(x[0], 3)
+
+
+def test_exp2_of_a_pair_takes_a_static_number_and_host_numbers():
+    out = np.zeros(2, np.float16)
+    pair_with_a_number[1, 1](out, np.array([-2.0], np.float32))
+    assert out.tolist() == [0.25, 8.0]
+    assert moye.exp2_approx_pair(1, -1) == (2.0, 0.5)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("dtype", ["Float16", "BFloat16"])
+def test_nvrtc_compiles_exp2_of_a_pair(arch, dtype):
+    half = ml_dtypes.bfloat16 if dtype == "BFloat16" else np.float16
+    kernel = pair_powers.trace(np.zeros(N, half), np.zeros(N, np.float32),
+                               getattr(moye, dtype), block=64)[0]
+    src = BACKENDS["cuda"].source(kernel, (64, 1, 1))
+    assert ("ex2.approx.f16x2" if dtype == "Float16" else "ex2.approx.ftz.bf16x2") in src
+    assert BACKENDS["cuda"].compile_only(kernel, (64, 1, 1), arch)
+
+
+@moye.kernel
+def pair_of(out, x, y, dtype: moye.Constexpr):
+    out[0], out[1] = moye.exp2_approx_pair(x[0], y[0], dtype)
+
+
+def test_exp2_of_a_pair_refuses_other_types():
+    out = np.zeros(2, np.float16)
+    with pytest.raises(moye.MoyeError, match="dtype must be Float16 or BFloat16.*Float32"):
+        pair_of[1, 1](out, np.zeros(1, np.float32), np.zeros(1, np.float32), moye.Float32)
+    with pytest.raises(moye.MoyeError, match="exp2_approx_pair: x1 is a Float64"):
+        pair_of[1, 1](out, np.zeros(1, np.float32), np.zeros(1, np.float64), moye.Float16)
+    with pytest.raises(moye.MoyeError, match="exp2_approx_pair: x0 must be a number"):
+        moye.exp2_approx_pair("1", 2.0)
