@@ -227,19 +227,3 @@ def register_allocate(dtype, size):
         arr = ir.Array(dtype, size, "local", 16)
     current().kernel.arrays.append(arr)
     return PointerEngine(arr, dtype, "local", 0, 16)
-
-
-def pack_pair(pair, elem):
-    """Two `elem` values (16 bits each) as one UInt32 word, the first in the
-    low half, through a register pair (CUDA: a __half2 / __nv_bfloat162)."""
-    halves = register_allocate(elem, 2)
-    for k, v in enumerate(pair):
-        halves.store(k, v)
-    return halves.load(0, width=2).value
-
-
-def unpack_pair(word, elem):
-    """The two `elem` halves of a UInt32 word, the low one first."""
-    halves = register_allocate(elem, 2)
-    halves.store(0, Sym(word, T.UInt32), width=2)
-    return halves.load(0), halves.load(1)

@@ -21,7 +21,7 @@ import numbers
 
 from .. import ir
 from .. import types as T
-from ..compiler.memory import PointerEngine, pack_pair, unpack_pair
+from ..compiler.memory import PointerEngine, register_allocate
 from ..compiler.tracer import KernelError, Sym, coerce, current
 from ..errors import MoyeTypeError
 
@@ -78,8 +78,17 @@ def _pack(fn, name, pair, elem):
     """A pair of numbers as the UInt32 word of two `elem` halves, low one first."""
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise MoyeTypeError(f"{fn}: {name} of a packed pair must be two numbers, got {pair!r}")
-    values = [_scalar(fn, name, x, elem) for x in pair]
-    return pack_pair([Sym(v, elem) if isinstance(v, ir.Value) else v for v in values], elem)
+    halves = register_allocate(elem, 2)
+    for k, x in enumerate(pair):
+        v = _scalar(fn, name, x, elem)
+        halves.store(k, Sym(v, elem) if isinstance(v, ir.Value) else v)
+    return halves.load(0, width=2).value
+
+
+def _unpack(word, elem):
+    halves = register_allocate(elem, 2)
+    halves.store(0, Sym(word, T.UInt32), width=2)
+    return halves.load(0), halves.load(1)
 
 
 def _atomic(fn, cls, array, index, *values):
@@ -89,7 +98,7 @@ def _atomic(fn, cls, array, index, *values):
     if pair:
         ops = tuple(_pack(fn, n, v, elem) for n, v in zip(names, values))
         word = current().instr(cls.op, (base, offset) + ops, T.UInt32, elem=elem, width=2)
-        return unpack_pair(word, elem)
+        return _unpack(word, elem)
     ops = tuple(_scalar(fn, n, v, elem) for n, v in zip(names, values))
     return Sym(current().instr(cls.op, (base, offset) + ops, elem, elem=elem), elem)
 

@@ -16,7 +16,6 @@ import numbers
 
 from .. import types as T
 from ..errors import MoyeTypeError
-from ..compiler.memory import pack_pair, unpack_pair
 from ..compiler.tracer import Sym, coerce, current
 
 LOG2_E = 1.4426950408889634     # exp(x) = 2^(x log2(e))
@@ -131,40 +130,9 @@ def div_approx(x, y):
     return Sym(current().instr("approx", ops, T.Float32, fn="div"), T.Float32)
 
 
-def exp2_approx_pair(x0, x1, dtype=T.Float16):
-    """(2^x0, 2^x1) in `dtype` (Float16 or BFloat16), approximately, by one
-    instruction on the packed pair: each x is rounded to `dtype` first, each
-    result is within relative 2^-9.9 (Float16) or 2^-7 (BFloat16, which
-    flushes subnormals to 0). Where the results are 16-bit anyway (the P of
-    attention), it halves the work of the MUFU unit that exp2_approx runs
-    on. PTX: ex2.approx.f16x2, ex2.approx.ftz.bf16x2 (sm_90; CUDA's h2exp2
-    before).
-        >>> import moye
-        >>> @moye.kernel
-        ... def powers(out, x):
-        ...     i = 2 * moye.thread_idx.x
-        ...     out[i], out[i + 1] = moye.exp2_approx_pair(x[i], x[i + 1])
-        >>> out = np.zeros(4, np.float16)
-        >>> powers[1, 2](out, np.array([-1.0, 0.0, 3.0, -20.0], np.float32))
-        >>> out.tolist()
-        [0.5, 1.0, 8.0, 9.5367431640625e-07]
-    """
-    elem = T.as_element_type(dtype)
-    if elem not in (T.Float16, T.BFloat16):
-        raise MoyeTypeError(f"exp2_approx_pair: dtype must be Float16 or BFloat16 (the halves "
-                            f"of a packed pair), got {elem}")
-    ops = [_operand("exp2_approx_pair", name, x) for name, x in (("x0", x0), ("x1", x1))]
-    if ops[0] is None and ops[1] is None:
-        return tuple(overflow_to_inf(lambda v: 2.0 ** v)(float(x)) for x in (x0, x1))
-    halves = [Sym.cast(Sym(v, T.Float32) if v is not None else float(x), elem)
-              for v, x in zip(ops, (x0, x1))]
-    word = current().instr("approx_pair", (pack_pair(halves, elem),), T.UInt32, elem=elem)
-    return unpack_pair(word, elem)
-
-
 FAST_FORMS = {"exp": exp_approx, "exp2": exp2_approx, "rsqrt": rsqrt_approx,
               "tanh": tanh_approx}
 """The approximate form of each accurate function that fast_math replaces."""
 
-__all__ = ["exp2_approx", "exp2_approx_pair", "exp_approx", "rsqrt_approx", "rcp_approx",
-           "tanh_approx", "div_approx"]
+__all__ = ["exp2_approx", "exp_approx", "rsqrt_approx", "rcp_approx", "tanh_approx",
+           "div_approx"]

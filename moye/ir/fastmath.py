@@ -15,8 +15,6 @@ accuracy than the GPU gives, and every result is within the ISA's bound:
 | rcp.approx.f32 | 1 ulp | 22 bits: 1 ulp |
 | div.approx.f32 | 2 ulp for 2^-126 <= abs(b) <= 2^126; 0 beyond | 22 bits: 1 ulp |
 | tanh.approx.f32 | relative 2^-11 (sm_75 and later) | 10 bits: 2^-11 |
-| ex2.approx.f16x2 | relative 2^-9.9 (sm_75 and later) | 9 bits: 2^-10 |
-| ex2.approx.ftz.bf16x2 | relative 2^-7 (sm_90; CUDA's h2exp2 before) | 6 bits: 2^-7 |
 
     >>> from moye import ir
     >>> ir.Approx.FUNCTIONS["tanh"]
@@ -112,65 +110,3 @@ def _run_approx(b, s, mask):
     xs = [b.vec(x).astype(np.float32).astype(np.float64) for x in s.xs]
     with np.errstate(over="ignore"):        # beyond Float32: infinity, as on the GPU
         b.set_result(s, approximate(s.fn, xs).astype(np.float32), mask)
-
-
-class ApproxPair(Instr):
-    """ex2.approx of a packed pair of Float16 (f16x2) or BFloat16 (ftz.bf16x2)
-    values: one UInt32 word in (the low half first), one out."""
-    op = "approx_pair"
-    operands = ("x",)
-    attributes = {"elem": None}
-    pure = True
-    PTX = {"Float16": "ex2.approx.f16x2", "BFloat16": "ex2.approx.ftz.bf16x2"}
-    BITS = {"Float16": 9, "BFloat16": 6}
-
-    def result_type(self):
-        return T.UInt32
-
-    def check(self):
-        if self.elem is None or self.elem.name not in self.PTX:
-            return f"ex2 of a packed pair takes Float16 or BFloat16 halves, not {self.elem}"
-        t = type_of(self.x)
-        if t is not None and t is not T.UInt32:
-            return f"the packed pair is a {t}, not a UInt32 word"
-        return None
-
-
-@lowering("cuda", ApproxPair)
-def _emit_approx_pair(w, s, ind, decl):
-    """bf16x2's instruction needs sm_90; before it, CUDA's h2exp2 (through
-    Float32) gives the pair."""
-    r, x = w.name(s.result), w.arg(s.x, T.UInt32)
-    asm = f'asm("{s.PTX[s.elem.name]} %0, %1;" : "=r"({r}) : "r"({x}));'
-    w.emit(ind, f"uint32_t {r};")
-    if s.elem is T.BFloat16:
-        w.emit(ind, "#if __CUDA_ARCH__ >= 900")
-        w.emit(ind, asm)
-        w.emit(ind, "#else")
-        w.emit(ind, f"{{ __nv_bfloat162 h = h2exp2("
-               f"*reinterpret_cast<const __nv_bfloat162*>(&{x})); "
-               f"{r} = *reinterpret_cast<uint32_t*>(&h); }}")
-        w.emit(ind, "#endif")
-    else:
-        w.emit(ind, asm)
-
-
-def approximate_pair(elem, words):
-    """What the CPU gives for ApproxPair on the UInt32 `words`: each half's
-    exact 2^x rounded to the ISA's bound (BITS), in `elem` (bf16: ftz, a
-    subnormal input or result is 0)."""
-    half = elem.numpy
-    xs = np.ascontiguousarray(words, np.uint32).view(half).astype(np.float64)
-    tiny = 2.0 ** -126
-    with np.errstate(all="ignore"):
-        if elem is T.BFloat16:
-            xs = np.where(np.abs(xs) < tiny, 0.0, xs)
-        ys = _keep_bits(np.exp2(xs), ApproxPair.BITS[elem.name])
-        if elem is T.BFloat16:
-            ys = np.where(ys < tiny, 0.0, ys)
-        return ys.astype(half).view(np.uint32)
-
-
-@lowering("cpu", ApproxPair)
-def _run_approx_pair(b, s, mask):
-    b.set_result(s, approximate_pair(s.elem, b.vec(s.x).astype(np.uint32)), mask)
