@@ -65,17 +65,32 @@ def _unary(name, fn, python, doc):
     return f
 
 
-exp2_approx = _unary("exp2_approx", "ex2", overflow_to_inf(lambda x: 2.0 ** x), """\
-2^x, approximately: within 2 ulp over the whole range. PTX: ex2.approx.f32.
-    >>> import moye
-    >>> @moye.kernel
-    ... def powers(out, x):
-    ...     out[moye.thread_idx.x] = moye.exp2_approx(x[moye.thread_idx.x])
-    >>> out = np.zeros(3, np.float32)
-    >>> powers[1, 3](out, np.array([-1.0, 0.5, 10.0], np.float32))
-    >>> bool(np.abs(out / 2 ** np.array([-1.0, 0.5, 10.0]) - 1).max() < 2 ** -22)
-    True
-""")
+def exp2_approx(x, ftz=False):
+    """2^x, approximately: within 2 ulp over the whole range. PTX:
+    ex2.approx.f32; with `ftz`, ex2.approx.ftz.f32: subnormal inputs and
+    results are 0, which spares the instructions that ptxas wraps around
+    ex2 to keep them (a compare and two scalings an exponential: where
+    results below 2^-126 do not matter, as softmax's).
+        >>> import moye
+        >>> @moye.kernel
+        ... def powers(out, x):
+        ...     out[moye.thread_idx.x] = moye.exp2_approx(x[moye.thread_idx.x])
+        ...     out[3 + moye.thread_idx.x] = moye.exp2_approx(x[moye.thread_idx.x], ftz=True)
+        >>> out = np.zeros(6, np.float32)
+        >>> powers[1, 3](out, np.array([-1.0, 0.5, -130.0], np.float32))
+        >>> bool(np.abs(out[:2] / 2 ** np.array([-1.0, 0.5]) - 1).max() < 2 ** -22)
+        True
+        >>> out[2] > 0, out[5]
+        (np.True_, np.float32(0.0))
+    """
+    if not isinstance(ftz, bool):
+        raise MoyeTypeError(f"exp2_approx: ftz must be a bool, got {ftz!r}")
+    v = _operand("exp2_approx", "x", x)
+    if v is None:
+        y = overflow_to_inf(lambda t: 2.0 ** t)(float(x))
+        return 0.0 if ftz and y < 2.0 ** -126 else y
+    return Sym(current().instr("approx", (v,), T.Float32, fn="ex2", ftz=ftz), T.Float32)
+
 
 rsqrt_approx = _unary("rsqrt_approx", "rsqrt", lambda x: 1.0 / math.sqrt(x), """\
 1 / sqrt(x), approximately: relative error within 2^-22.9. PTX:

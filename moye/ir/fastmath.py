@@ -11,6 +11,7 @@ accuracy than the GPU gives, and every result is within the ISA's bound:
 | instruction | the PTX ISA's bound | kept |
 | --- | --- | --- |
 | ex2.approx.f32 | 2 ulp of the correctly rounded result | 22 bits: 1 ulp |
+| ex2.approx.ftz.f32 | the same, subnormal inputs and results flushed to 0 | 22 bits |
 | rsqrt.approx.f32 | relative 2^-22.9 | 22 bits: 2^-23 |
 | rcp.approx.f32 | 1 ulp | 22 bits: 1 ulp |
 | div.approx.f32 | 2 ulp for 2^-126 <= abs(b) <= 2^126; 0 beyond | 22 bits: 1 ulp |
@@ -29,10 +30,12 @@ from .lowering import lowering
 
 class Approx(Instr):
     """The PTX approximation `fn` (ex2, rsqrt, rcp, tanh: of x; div: x / y)
-    of Float32 operands, a Float32 result."""
+    of Float32 operands, a Float32 result; `ftz` (ex2 only) flushes
+    subnormal inputs and results to zero, which spares ex2 the scaling
+    instructions ptxas wraps around it otherwise."""
     op = "approx"
     operands = ("*xs",)
-    attributes = {"fn": None}
+    attributes = {"fn": None, "ftz": False}
     pure = True
     FUNCTIONS = {"ex2": "ex2.approx.f32", "rsqrt": "rsqrt.approx.f32", "rcp": "rcp.approx.f32",
                  "tanh": "tanh.approx.f32", "div": "div.approx.f32"}
@@ -45,6 +48,8 @@ class Approx(Instr):
     def check(self):
         if self.fn not in self.FUNCTIONS:
             return f"no approximation named {self.fn!r}: {', '.join(self.FUNCTIONS)}"
+        if self.ftz and self.fn != "ex2":
+            return f"ftz is for ex2 only, not {self.fn}"
         if len(self.xs) != self.ARITY.get(self.fn, 1):
             return f"{self.FUNCTIONS[self.fn]} takes {self.ARITY.get(self.fn, 1)} operand(s)"
         for x in self.xs:
@@ -61,7 +66,8 @@ def _emit_approx(w, s, ind, decl):
     r = w.name(s.result)
     args = [w.arg(x, T.Float32) for x in s.xs]
     operands = ", ".join(f"%{i + 1}" for i in range(len(args)))
-    asm = (f'asm("{s.FUNCTIONS[s.fn]} %0, {operands};" : "=f"({r}) : '
+    ptx = s.FUNCTIONS[s.fn].replace(".f32", ".ftz.f32") if s.ftz else s.FUNCTIONS[s.fn]
+    asm = (f'asm("{ptx} %0, {operands};" : "=f"({r}) : '
            + ", ".join(f'"f"({a})' for a in args) + ");")
     w.emit(ind, f"float {r};")
     if s.fn == "tanh":      # tanh.approx needs sm_75
@@ -84,10 +90,15 @@ def _keep_bits(x, bits):
     return np.ldexp(m, e)
 
 
-def approximate(fn, xs):
+def approximate(fn, xs, ftz=False):
     """What the CPU gives for Approx `fn` of the float64 vectors `xs`, as
     float64 (see the module docstring)."""
+    tiny = 2.0 ** -126                  # Float32's least normal number
     with np.errstate(all="ignore"):
+        if fn == "ex2" and ftz:
+            x = np.where(np.abs(xs[0]) < tiny, 0.0, xs[0])
+            exact = np.exp2(x)
+            return np.where(exact < tiny, 0.0, _keep_bits(exact, Approx.BITS[fn]))
         if fn == "ex2":
             exact = np.exp2(xs[0])
         elif fn == "rsqrt":
@@ -109,4 +120,4 @@ def approximate(fn, xs):
 def _run_approx(b, s, mask):
     xs = [b.vec(x).astype(np.float32).astype(np.float64) for x in s.xs]
     with np.errstate(over="ignore"):        # beyond Float32: infinity, as on the GPU
-        b.set_result(s, approximate(s.fn, xs).astype(np.float32), mask)
+        b.set_result(s, approximate(s.fn, xs, s.ftz).astype(np.float32), mask)

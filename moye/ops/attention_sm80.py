@@ -120,12 +120,12 @@ def attention_forward_sm80(Q, K, V, O, LSE, cu_q, cu_k, groups, scale_log2, sQ_l
                     m = moye.maximum(m, tSrS[c + 2 * r, 0, n])
             m_new = moye.maximum(row_max[r], moye.warp_reduce(m, "max", 4) * scale_log2)
             base = moye.ifelse(m_new == -math.inf, 0.0, m_new)     # a row that sees no key yet
-            correction = moye.exp2(row_max[r] - base)
+            correction = moye.exp2_approx(row_max[r] - base, ftz=True)
             row_max[r] = m_new
             total = 0.0
             for n in range(size(tSrS, 2)):
                 for c in range(2):
-                    p = moye.exp2(tSrS[c + 2 * r, 0, n] * scale_log2 - base)
+                    p = moye.exp2_approx(tSrS[c + 2 * r, 0, n] * scale_log2 - base, ftz=True)
                     tSrS[c + 2 * r, 0, n] = p
                     total = total + p
             row_sum[r] = row_sum[r] * correction + moye.warp_reduce(total, "sum", 4)

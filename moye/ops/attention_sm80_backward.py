@@ -129,7 +129,7 @@ def attention_dq_sm80(dQ, Q, K, V, dO, LSE, D, cu_q, cu_k, groups, scale, scale_
         for i in range(size(tSrS)):
             row, col = tScS[i]
             r = i % 4 // 2
-            p = moye.exp2(tSrS[i] * scale_log2 - base[r])
+            p = moye.exp2_approx(tSrS[i] * scale_log2 - base[r], ftz=True)
             if edge:
                 p = moye.ifelse(hidden(mb * bM + row, j * bN + col, Sk, diagonal, causal), 0.0,
                                 p)
@@ -215,7 +215,7 @@ def attention_dkdv_sm80(dK, dV, Q, K, V, dO, LSE, D, cu_q, cu_k, groups, scale, 
                 key, col = tScS[e]
                 query = i * bM + col
                 row = moye.minimum(query, Sq - 1)
-                p = moye.exp2(tSrS[e] * scale_log2 - LSE[bb, h, q0 + row] * LOG2E)
+                p = moye.exp2_approx(tSrS[e] * scale_log2 - LSE[bb, h, q0 + row] * LOG2E, ftz=True)
                 p = moye.ifelse((query >= Sq) | hidden(query, nb * bN + key, Sk, diagonal,
                                                        causal), 0.0, p)
                 tSrS[e] = p                                                  # P^T

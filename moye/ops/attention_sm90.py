@@ -231,12 +231,12 @@ def softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN, row
             m = moye.maximum(m, moye.maximum(acc_s[i], acc_s[i + 1]))
         m_new = moye.maximum(row_max[r], moye.warp_reduce(m, "max", 4) * scale_log2)
         base = moye.ifelse(m_new == -math.inf, 0.0, m_new)         # a row that sees no key yet
-        correction[r] = moye.exp2(row_max[r] - base)
+        correction[r] = moye.exp2_approx(row_max[r] - base, ftz=True)
         row_max[r] = m_new
         total = 0.0
         for i in range_constexpr(r * 2, size(acc_s), 4):
             for e in range_constexpr(2):
-                p = moye.exp2(acc_s[i + e] * scale_log2 - base)
+                p = moye.exp2_approx(acc_s[i + e] * scale_log2 - base, ftz=True)
                 acc_s[i + e] = p
                 total = total + p
         row_sum[r] = row_sum[r] * correction[r] + moye.warp_reduce(total, "sum", 4)

@@ -267,7 +267,7 @@ def p_ds_tile(acc_s, acc_p, cS, LSE, D, b, h, query0, key0, Sq, Sk, scale_log2, 
         key, col = cS[e]
         query = query0 + col
         row = moye.minimum(query, Sq - 1)
-        p = moye.exp2(acc_s[e] * scale_log2 - LSE[b, h, row] * LOG2E)
+        p = moye.exp2_approx(acc_s[e] * scale_log2 - LSE[b, h, row] * LOG2E, ftz=True)
         p = moye.ifelse((query >= Sq) | hidden(query, key0 + key, Sk, diagonal, causal), 0.0, p)
         acc_s[e] = p
         acc_p[e] = p * (acc_p[e] - D[b, h, row])
@@ -281,7 +281,7 @@ def ds_tile(acc_s, acc_p, cS, rows_lse, rows_d, scale_log2, row0, key0, Sk, diag
     rows_lse and rows_d (value e lies in row half e % 4 // 2)."""
     for e in range_constexpr(size(acc_s)):
         row, key = cS[e]
-        p = moye.exp2(acc_s[e] * scale_log2 - rows_lse[e % 4 // 2])
+        p = moye.exp2_approx(acc_s[e] * scale_log2 - rows_lse[e % 4 // 2], ftz=True)
         p = moye.ifelse(hidden(row0 + row, key0 + key, Sk, diagonal, causal), 0.0, p)
         acc_s[e] = p * (acc_p[e] - rows_d[e % 4 // 2])
 

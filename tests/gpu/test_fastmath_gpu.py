@@ -3,7 +3,8 @@ NumPy (the bounds the CPU backend emulates), by name and by fast_math."""
 import numpy as np
 import pytest
 
-from ..kernel.test_fastmath_cpu import N, approximations, check_bounds, fast, inputs, ulps
+from ..kernel.test_fastmath_cpu import (N, approximations, check_bounds, check_ftz, fast, ftz_inputs,
+                                        ftz_powers, inputs, ulps)
 
 pytestmark = pytest.mark.gpu
 
@@ -19,3 +20,13 @@ def test_approximations_within_their_bounds(torch, kern):
         assert ulps(got[3], 1 / y.astype(np.float64)).max() <= 2
         got[3] = 1 / y.astype(np.float64)
     check_bounds(got, x, y)
+
+
+def test_exp2_ftz_flushes_subnormals(torch):
+    """ex2.approx.ftz.f32 on the GPU: the bound where 2^x is normal, 0 where
+    it is not, as the CPU backend gives it."""
+    x = ftz_inputs(8)
+    out = torch.full((2, N), float("nan"), device="cuda", dtype=torch.float32)   # poison
+    ftz_powers[N // 128, 128](out, torch.from_numpy(x).cuda())
+    torch.cuda.synchronize()
+    check_ftz(out.cpu().numpy(), x)

@@ -231,3 +231,60 @@ def test_approximations_refuse_float64_and_non_numbers():
         array[1, 1](np.zeros(1, np.float32), np.ones(1, np.float32))
     with pytest.raises(moye.MoyeTypeError, match="rcp_approx: x must be a number"):
         moye.rcp_approx("2")
+
+
+# -- ex2.approx.ftz.f32: subnormal inputs and results flushed to zero ----------------
+
+@moye.kernel
+def ftz_powers(out, x):
+    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
+    out[0, i] = moye.exp2_approx(x[i], ftz=True)
+    out[1, i] = moye.exp2_approx(x[i])
+
+
+def ftz_inputs(seed=3, n=N):
+    """x over exp2's range and past its bottom, with the special values:
+    -inf, +inf, NaN, a subnormal x (2^x is 1), -130 and -149 (subnormal
+    results: 0 with ftz, kept without)."""
+    x = np.random.default_rng(seed).uniform(-160, 127, n).astype(np.float32)
+    x[:6] = [-np.inf, np.inf, np.nan, 2.0 ** -140, -130.0, -149.0]
+    return x
+
+
+def check_ftz(out, x):
+    """ftz: within 1 ulp where 2^x is normal, 0 where it is not; without
+    ftz, the subnormal results are kept."""
+    exact = np.exp2(x.astype(np.float64))
+    assert out[0, 0] == 0.0 and out[0, 1] == np.inf and np.isnan(out[0, 2])
+    assert out[0, 3] == 1.0
+    assert out[0, 4] == 0.0 and out[0, 5] == 0.0 and out[1, 4] > 0 and out[1, 5] > 0
+    normal = (exact >= 2.0 ** -126) & np.isfinite(exact)
+    normal[:6] = False
+    assert ulps(out[0][normal], exact[normal]).max() <= 2
+    assert (out[0][6:][exact[6:] < 2.0 ** -126] == 0.0).all()
+    assert (exact[6:] < 2.0 ** -126).sum() > 10          # the flushed range is exercised
+
+
+def test_exp2_ftz_flushes_subnormals_on_the_cpu():
+    x = ftz_inputs()
+    out = np.full((2, N), np.nan, np.float32)           # poison
+    ftz_powers[N // 128, 128](out, x)
+    check_ftz(out, x)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_exp2_ftz_compiles_to_its_instruction(arch):
+    kernel = ftz_powers.trace(np.zeros((2, 128), np.float32), np.zeros(128, np.float32),
+                              block=128)[0]
+    src = BACKENDS["cuda"].source(kernel, (128, 1, 1))
+    assert "ex2.approx.ftz.f32" in src and "ex2.approx.f32" in src
+    assert BACKENDS["cuda"].compile_only(kernel, (128, 1, 1), arch)
+
+
+def test_exp2_ftz_refusals():
+    with pytest.raises(moye.MoyeTypeError, match="exp2_approx: ftz must be a bool"):
+        moye.exp2_approx(1.0, ftz=1)
+    assert moye.exp2_approx(-140.0, ftz=True) == 0.0 and moye.exp2_approx(-140.0) > 0
+    from moye import ir
+    bad = ir.Approx(1.0, fn="rsqrt", ftz=True)
+    assert "ftz is for ex2 only" in bad.check()

@@ -90,6 +90,7 @@ def test_compiles_for_sm90a_with_spills_bounded(d, causal, spill_limit):
     assert re.search(rs, source)
     assert "cp.async.bulk.tensor.4d.shared::cluster.global" in source      # TMA loads
     assert "cp.async.bulk.tensor.4d.global.shared" in source               # O's TMA store
+    assert "ex2.approx.ftz.f32" in source and "ex2.approx.f32" not in source   # no fixups
 
 
 @pytest.mark.parametrize("B, Hq, Hk, Sq, Sk, D, causal, dtype", [
