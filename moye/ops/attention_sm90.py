@@ -96,8 +96,8 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
                 fill_stage(pipe_v, v_stage, v_phase, b, kv, (n_tiles - 1) * bN, d, bN, load_v,
                            sV)
     else:
-        # ping-pong: each consumer warpgroup runs its own copy of the loop, whose turns take
-        # static barrier ids
+        # the consumers; with `overlap` they ping-pong: each warpgroup runs its own copy of
+        # the loop, whose turns take static barrier ids
         rings = (sQ, sK, sV, q_full, pipe_k, pipe_v)
         rest = (mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM, Sq, Sk, scale_log2, bN,
                 causal, overlap)
