@@ -13,7 +13,7 @@ from .. import ir
 from ..compiler.memory import PointerEngine, copy_elements, vector_split
 from ..compiler.tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
                                tracing, user_location)
-from .fastmath import FAST_FORMS, exp_host, overflow_to_inf
+from .fastmath import FAST_FORMS, exp2_host, exp_host
 
 
 class Dim3:
@@ -179,7 +179,7 @@ def _math(fn, pyfn, cuda):
 
 
 exp = _math("exp", exp_host, "expf")
-exp2 = _math("exp2", overflow_to_inf(lambda x: 2.0 ** x), "exp2f")
+exp2 = _math("exp2", exp2_host, "exp2f")
 log = _math("log", math.log, "logf")
 log2 = _math("log2", math.log2, "log2f")
 sqrt = _math("sqrt", math.sqrt, "sqrtf")

@@ -36,6 +36,7 @@ def overflow_to_inf(pyfn):
 
 
 exp_host = overflow_to_inf(math.exp)     # e^x of host numbers, inf past float's range
+exp2_host = overflow_to_inf(lambda x: 2.0 ** x)     # 2^x of host numbers, the same way
 
 
 def _operand(name, arg, x):
@@ -87,7 +88,7 @@ def exp2_approx(x, ftz=False):
         raise MoyeTypeError(f"exp2_approx: ftz must be a bool, got {ftz!r}")
     v = _operand("exp2_approx", "x", x)
     if v is None:
-        y = overflow_to_inf(lambda t: 2.0 ** t)(float(x))
+        y = exp2_host(float(x))
         return 0.0 if ftz and y < 2.0 ** -126 else y
     return Sym(current().instr("approx", (v,), T.Float32, fn="ex2", ftz=ftz), T.Float32)
 

@@ -25,7 +25,7 @@ from . import replay, rows
 from .attention_sm80 import LOG2E, hidden, key_tiles
 from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots
 from .attention_sm90 import (BLOCK_M, THREADS, box, consumers_mma, fill_stage, k_major, load_rows,
-                             mn_major)
+                             mn_major, release)
 from .gemm_sm90 import element_type
 
 HEAD_DIMS = (64, 128)       # 256: dK and dV's accumulators leave no registers for the rest
@@ -117,9 +117,7 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
                     a16[e] = moye.cast(acc_p[e], load_q.dtype)
                 gemm(mma_g, acc_dk, a16, tGsQt[:, :, :, stage], acc_dk)      # dK += dS^T Q
                 moye.wgmma_wait(0)
-                if lane0:
-                    pipe.consumer_release(stage)
-                stage, phase = pipe.advance(stage, phase)
+                stage, phase = release(pipe, stage, phase, lane0)
         elif total > 0:
             pipe.consumer_wait(stage, phase)
             products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
