@@ -399,3 +399,30 @@ def test_sm90_kernels_may_launch_clusters_of_16():
         assert f.calls == ([("non_portable_cluster_size_allowed", 1)] if asked else [])
     f = Function(refuse=True)
     assert CudaExecutable(None, "", f, [], "sm_90a").function is f and len(f.calls) == 1
+
+
+@moye.kernel
+def _scaled_copy(out, x):
+    i = moye.thread_idx.x
+    out[i] = moye.cast(moye.cast(x[i], moye.Float32) * 2.0, out.dtype)
+
+
+@pytest.mark.parametrize("x_dtype, out_dtype, header", [
+    (np.float32, np.float32, None),
+    (np.int32, np.float32, None),
+    (np.float16, np.float32, "cuda_fp16.h"),
+    (np.float32, np.float16, "cuda_fp16.h"),
+    ("bfloat16", np.float32, "cuda_bf16.h"),
+    ("bfloat16", np.float16, "cuda_bf16.h")])
+def test_a_kernel_includes_the_float_headers_it_uses_and_no_other(x_dtype, out_dtype, header):
+    """cuda_fp16.h and cuda_bf16.h are most of NVRTC's time on a small
+    kernel: a kernel without 16-bit floats includes neither, and each
+    source compiles for both architectures."""
+    import ml_dtypes
+    x_dtype = ml_dtypes.bfloat16 if x_dtype == "bfloat16" else x_dtype
+    x, out = np.ones(32, x_dtype), np.zeros(32, out_dtype)
+    source = _scaled_copy.cuda_source(out, x, block=32)
+    includes = re.findall(r"#include <(\w+\.h)>", source)
+    assert includes == ([header] if header else []), includes
+    for arch in ARCHS:
+        BACKENDS["cuda"].compile_only(_scaled_copy.trace(out, x, block=32)[0], (32, 1, 1), arch)

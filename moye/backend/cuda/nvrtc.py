@@ -11,10 +11,11 @@ loads the library itself, and pathfinder then finds it already loaded:
    (``nvidia/cu13/lib/libnvrtc.so.13``; ``nvidia/cuda_nvrtc/lib`` for CUDA 12);
 3. otherwise whatever cuda.pathfinder finds (a CUDA toolkit, say).
 
-The headers generated code includes (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h)
-are not in the NVRTC wheel; they come from the nvidia-cuda-runtime wheel
-(``nvidia/cu13/include``) or a toolkit's include folder. NVRTC supplies the
-C++ and libcu++ pieces they need (<nv/target>, <cstring>) itself.
+The headers generated code may include (cuda_fp16.h, cuda_bf16.h: where it
+uses those types, codegen.headers) are not in the NVRTC wheel; they come from
+the nvidia-cuda-runtime wheel (``nvidia/cu13/include``) or a toolkit's include
+folder. NVRTC supplies the C++ and libcu++ pieces they need (<nv/target>,
+<cstring>) itself.
 """
 import ctypes
 import glob
