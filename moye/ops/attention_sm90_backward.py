@@ -1,46 +1,54 @@
-"""Attention's backward pass on Hopper, for head dims 64 and 128: the
-algorithm of attention_sm80_backward (D = rowsum(dO * O) less dlse by its
-attention_row_dots; dQ in a kernel of query tiles, dK and dV in one of key
-tiles) on attention_sm90's machinery: a producer warpgroup TMA-loads the
-tile a block keeps and a ring of the tiles it walks, two consumer
-warpgroups of 64 rows compute by wgmma. Each kernel's products:
+"""Attention's backward pass on Hopper, for head dims 64 and 128, in one
+kernel (FlashAttention-3's design) between attention_row_dots (D =
+rowsum(dO * O) less dlse) and a conversion of dQ's float32 sum. A block
+keeps 128 keys of one key head and walks the query tiles (64 rows) of each
+query head that reads it: a producer warpgroup TMA-loads the keys' K and V
+once and a ring of Q and dO tiles; two consumer warpgroups of 64 keys:
 
-- dK, dV (a block 128 keys of one key head, walking the query tiles of
-  each query head that reads it): S^T = K Q^T and dP^T = V dO^T from shared
-  memory (keys as rows), then P^T and dS^T = P^T * (dP^T - D) converted in
-  registers as A operands of dV += P^T dO and dK += dS^T Q, whose B (dO,
-  Q) is read MN-major from the tile TMA wrote;
-- dQ (a block 128 queries, walking key tiles): S = Q K^T and dP = dO V^T,
-  then dS as the A operand of dQ += dS K, K read MN-major.
-Each kernel issues a tile's last products behind the next tile's first
-(dQ's always; dK and dV's at head dim 64, OVERLAP), so the tensor cores
-run while the next dS is computed. No atomics: the same bits every run.
+- S^T = K Q^T and dP^T = V dO^T by wgmma from shared memory (keys as
+  rows), then P^T and dS^T = P^T * (dP^T - D) (the tile's LSE and D read
+  once into shared memory behind the wgmma, load_row_values), converted in
+  registers as the A operands of dV += P^T dO and dK += dS^T Q, whose B
+  (dO, Q) is read MN-major from the tile TMA wrote;
+- dQ's part from these keys (dq_tile): dS^T stored to shared memory by
+  both warpgroups, then each 64-column chunk of dS K is one warpgroup's
+  wgmma, added to dQ's float32 sum in global memory by a TMA reduce-add.
+At head dim 64 (OVERLAP) a tile's dV and dK wgmma are issued behind the
+next tile's S^T and dP^T. dK and dV take the same bits every run (the
+mma.sync backward's, on the CPU backend); dQ's sum is added in the order
+the blocks finish, so its bits may vary in the last place.
 """
+import functools
+
 import moye
-from moye import (Float32, Layout, MoYeArray, gemm, make_fragment_like, make_identity_array,
-                  make_layout, size)
+from moye import (Float32, Layout, MoYeArray, Swizzle, composition, gemm, gmma_smem_layout,
+                  make_identity_array, make_layout, make_tiled_mma, size, tile_to_shape)
 
 from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
-from .attention_sm80 import LOG2E, hidden, key_tiles
+from .attention_sm80 import LOG2E, hidden
 from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots
-from .attention_sm90 import (BLOCK_M, THREADS, box, consumers_mma, fill_stage, k_major, load_rows,
-                             mn_major, release)
-from .gemm_sm90 import element_type
+from .attention_sm90 import (BLOCK_M, CHUNK, THREADS, box, consumers_mma, fill_stage, k_major,
+                             load_rows, mn_major, release)
+from .gemm_sm90 import batched_tile, element_type
 
 HEAD_DIMS = (64, 128)       # 256: dK and dV's accumulators leave no registers for the rest
 BLOCK_N = 64                # the tiles a block walks: 64 rows
 STAGES = 2
-# head dim -> whether the dK/dV kernel issues a tile's dV and dK behind the next tile's
-# S^T and dP^T: at 128 the registers of both fragments in flight beside dK's and dV's
-# accumulators spill (ptxas then serializes the wgmma)
+# head dim -> whether a tile's dV and dK wgmma are issued behind the next tile's S^T and
+# dP^T: at 128 the registers of both fragments in flight beside dK's and dV's accumulators
+# spill (144 B), and it runs slower (benchmarks/RESULTS.md)
 OVERLAP = {64: True, 128: False}
+DS_BARRIER = 1              # both consumer warpgroups' dS of a tile in shared memory
+DQ_BARRIER = 2              # 2 and 3: a consumer warpgroup's dQ part in shared memory
+ROWS_BARRIER = 4            # 4 and 5: a consumer warpgroup's LSE and D of a query tile
 
 
 @moye.kernel(fast_math=True)
-def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk, groups, scale,
-                        scale_log2, sKV_layout, sQ_layout, sQt_layout, mma_s, mma_g,
-                        causal: Constexpr, overlap: Constexpr):
+def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, Sq, Sk, groups,
+                       scale, scale_log2, sKV_layout, sQ_layout, sQt_layout, sdS_layout,
+                       sKc_layout, sdQ_layout, mma_s, mma_g, mma_q, causal: Constexpr,
+                       overlap: Constexpr):
     d = size(sKV_layout, 1)
     bK, bQ = BLOCK_M, BLOCK_N                   # keys a block, queries a tile it walks
     ebytes = load_q.dtype.bits // 8
@@ -51,6 +59,11 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
     sdO = moye.shared_array(load_q.dtype, sQ_layout, align=1024)
     sQt = MoYeArray.view_of(sQ.engine, sQt_layout)                      # (d, bQ, stages)
     sdOt = MoYeArray.view_of(sdO.engine, sQt_layout)
+    sdS = moye.shared_array(load_q.dtype, sdS_layout, align=1024)       # (bQ, bK, 2): dS
+    sKc = MoYeArray.view_of(sK.engine, sKc_layout)          # (CHUNK, bK, d / CHUNK): K^T
+    sdQ = moye.shared_array(add_dq.dtype, sdQ_layout, align=128)        # (bQ, CHUNK, 2)
+    # each consumer warpgroup's copy of a query tile's LSE (log2 units) and D: (2, bQ, 2 buffers)
+    sLD = moye.shared_array(Float32, Layout((2, bQ, 2, 2)))
     kv_full = moye.mbarrier()
     pipe = moye.TmaPipeline(STAGES, consumers=8)
     tid = moye.thread_idx.x
@@ -78,6 +91,7 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
     else:                                                   # the consumers: 64 keys each
         moye.setmaxnreg_inc(240)
         ctid = tid - 128
+        wg = ctid // 128
         lane0 = ctid % 32 == 0
         thr_s, thr_g = mma_s.get_slice(ctid), mma_g.get_slice(ctid)
         tSsK, tSsV = thr_s.partition_A(sK), thr_s.partition_A(sV)
@@ -86,11 +100,16 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
         acc_s = thr_s.partition_fragment_C(make_layout((bK, bQ)))      # S^T, then P^T
         acc_p = thr_s.partition_fragment_C(make_layout((bK, bQ)))      # dP^T, then dS^T
         cS = thr_s.partition_C(make_identity_array((bK, bQ)))          # (key, query) in the tile
+        # dS^T's values where this thread's accumulators lie: (key, query, buffer) of sdS
+        tSsdS = thr_s.partition_C(MoYeArray.view_of(sdS.engine, composition(
+            sdS.layout, Layout((bK, bQ, 2), (bQ, 1, bK * bQ)))))
         a16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))          # P^T in 16 bits
         b16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))          # dS^T (overlap)
         acc_dv = thr_g.partition_fragment_C(make_layout((bK, d)))
         acc_dk = thr_g.partition_fragment_C(make_layout((bK, d)))
         cG = thr_g.partition_C(make_identity_array((bK, d)))
+        dq = DqTile(mma_q, sdS, sKc, sdQ, add_dq, wg)
+        rows_ = (sLD[:, :, :, wg], LSE, D, b, Sq)
         for i in range_constexpr(size(acc_dv)):
             acc_dv[i] = 0.0
             acc_dk[i] = 0.0
@@ -103,28 +122,34 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
         stage, phase = 0, 0
         if not overlap:         # one tile at a time: P^T and dS^T share a16's registers
             for t in range(total):
+                h, query0 = hk * groups + t // per, (first + t % per) * bQ
                 pipe.consumer_wait(stage, phase)
                 products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
                          tSsdO[:, :, :, stage])             # S^T = K Q^T, dP^T = V dO^T
+                sLDt = load_row_values(*rows_, h, query0, t)
                 moye.wgmma_wait(0)
-                p_ds_tile(acc_s, acc_p, cS, LSE, D, b, hk * groups + t // per,
-                          (first + t % per) * bQ, nb * bK, Sq, Sk, scale_log2, diagonal, causal)
+                p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
+                          causal)
                 for e in range_constexpr(size(a16)):
                     a16[e] = moye.cast(acc_s[e], load_q.dtype)
                 gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, stage], acc_dv)     # dV += P^T dO
+                store_ds(tSsdS[:, :, :, t % 2], acc_p)
                 moye.wgmma_wait(0)
                 for e in range_constexpr(size(a16)):
                     a16[e] = moye.cast(acc_p[e], load_q.dtype)
                 gemm(mma_g, acc_dk, a16, tGsQt[:, :, :, stage], acc_dk)      # dK += dS^T Q
-                moye.wgmma_wait(0)
+                dq_tile(dq, t, b, h, query0)                                 # dQ += dS K
                 stage, phase = release(pipe, stage, phase, lane0)
         elif total > 0:
+            h, query0 = hk * groups, first * bQ
             pipe.consumer_wait(stage, phase)
             products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
                      tSsdO[:, :, :, stage])
+            sLDt = load_row_values(*rows_, h, query0, 0)
             moye.wgmma_wait(0)
-            p_ds_tile(acc_s, acc_p, cS, LSE, D, b, hk * groups, first * bQ, nb * bK, Sq, Sk,
-                      scale_log2, diagonal, causal)
+            p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
+                      causal)
+            store_ds(tSsdS[:, :, :, 0], acc_p)
             for e in range_constexpr(size(a16)):
                 a16[e] = moye.cast(acc_s[e], load_q.dtype)
                 b16[e] = moye.cast(acc_p[e], load_q.dtype)
@@ -136,9 +161,12 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
                          tSsdO[:, :, :, stage])
                 gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, held], acc_dv)     # dV += P^T dO
                 gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, held], acc_dk)      # dK += dS^T Q
-                moye.wgmma_wait(2)                                          # S^T, dP^T done
-                p_ds_tile(acc_s, acc_p, cS, LSE, D, b, hk * groups + t // per,
-                          (first + t % per) * bQ, nb * bK, Sq, Sk, scale_log2, diagonal, causal)
+                sLDt = load_row_values(*rows_, hk * groups + t // per, (first + t % per) * bQ, t)
+                dq_tile(dq, t - 1, b, h, query0)                             # dQ += dS K
+                h, query0 = hk * groups + t // per, (first + t % per) * bQ
+                p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
+                          causal)
+                store_ds(tSsdS[:, :, :, t % 2], acc_p)
                 moye.wgmma_wait(0)
                 if lane0:
                     pipe.consumer_release(held)
@@ -147,9 +175,11 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
                     b16[e] = moye.cast(acc_p[e], load_q.dtype)
             gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, stage], acc_dv)
             gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, stage], acc_dk)
-            moye.wgmma_wait(0)
+            dq_tile(dq, total - 1, b, h, query0)
             if lane0:
                 pipe.consumer_release(stage)
+        if ctid % 128 == 0:
+            moye.tma_store_wait(0)                  # the last reduce has read sdQ
         for e in range_constexpr(size(acc_dk)):
             key, col = cG[e]
             if nb * bK + key < Sk:
@@ -157,131 +187,101 @@ def attention_dkdv_sm90(load_q, load_k, load_v, load_do, dK, dV, LSE, D, Sq, Sk,
                 dV[b, hk, nb * bK + key, col] = moye.cast(acc_dv[e], dV.dtype)
 
 
-@moye.kernel(fast_math=True)
-def attention_dq_sm90(load_q, load_k, load_v, load_do, dQ, LSE, D, Sq, Sk, groups, scale,
-                      scale_log2, sQ_layout, sKV_layout, sKt_layout, mma_s, mma_g,
-                      causal: Constexpr):
-    d = size(sQ_layout, 1)
-    bM, bN = BLOCK_M, BLOCK_N
-    ebytes = load_q.dtype.bits // 8
-    # the last query blocks first: under a causal mask they see the most keys
-    mb, h, b = moye.grid_dim.x - 1 - moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
-    sQ = moye.shared_array(load_q.dtype, sQ_layout, align=1024)         # (bM, d)
-    sdO = moye.shared_array(load_q.dtype, sQ_layout, align=1024)
-    sK = moye.shared_array(load_k.dtype, sKV_layout, align=1024)        # (bN, d, stages)
-    sV = moye.shared_array(load_v.dtype, sKV_layout, align=1024)
-    sKt = MoYeArray.view_of(sK.engine, sKt_layout)                      # (d, bN, stages)
-    q_full = moye.mbarrier()
-    pipe = moye.TmaPipeline(STAGES, consumers=8)
-    tid = moye.thread_idx.x
-    if tid == 0:
-        moye.mbarrier_init(q_full, 1)
-        pipe.init()
-    moye.sync_threads()
-    diagonal = Sk - Sq
-    n_tiles = key_tiles(mb * bM, bM, bN, Sq, Sk, causal)
-    warpgroup = moye.warp_idx() // 4
-    if warpgroup == 0:                                      # the producer
-        moye.setmaxnreg_dec(24)
-        if tid == 0:
-            moye.mbarrier_arrive_expect_tx(q_full, 2 * bM * d * ebytes)
-            load_rows(load_q, sQ, b, h, mb * bM, d, bM, q_full)
-            load_rows(load_do, sdO, b, h, mb * bM, d, bM, q_full)
-            stage, phase = 0, 0
-            for j in range(n_tiles):
-                stage, phase = fill_stage(pipe, stage, phase, b, h // groups, j * bN, d, bN,
-                                          load_k, sK, load_v, sV)
-    else:                                                   # the consumers: 64 queries each
-        moye.setmaxnreg_inc(240)
-        ctid = tid - 128
-        lane0 = ctid % 32 == 0
-        thr_s, thr_g = mma_s.get_slice(ctid), mma_g.get_slice(ctid)
-        tSsQ, tSsdO = thr_s.partition_A(sQ), thr_s.partition_A(sdO)
-        tSsK, tSsV = thr_s.partition_B(sK), thr_s.partition_B(sV)      # (..., stages)
-        tGsKt = thr_g.partition_B(sKt)
-        acc_s = thr_s.partition_fragment_C(make_layout((bM, bN)))      # S, then dS
-        acc_p = thr_s.partition_fragment_C(make_layout((bM, bN)))      # dP
-        cS = thr_s.partition_C(make_identity_array((bM, bN)))          # (query, key) in the tile
-        a16 = thr_g.partition_fragment_A(make_layout((bM, bN)))
-        acc_dq = thr_g.partition_fragment_C(make_layout((bM, d)))
-        cG = thr_g.partition_C(make_identity_array((bM, d)))
-        for i in range_constexpr(size(acc_dq)):
-            acc_dq[i] = 0.0
-        moye.mbarrier_wait(q_full, 0)
-        # a thread's 2 rows' LSE (log2 units) and D: value e lies in row half e % 4 // 2
-        rows_lse = make_fragment_like(Layout(2), Float32)
-        rows_d = make_fragment_like(Layout(2), Float32)
-        for r in range_constexpr(2):
-            row = mb * bM + cS[2 * r][0]
-            rows_lse[r] = 0.0
-            rows_d[r] = 0.0
-            if row < Sq:
-                rows_lse[r] = LSE[b, h, row] * LOG2E
-                rows_d[r] = D[b, h, row]
-        # dQ += dS_{j-1} K_{j-1} is issued behind tile j's S and dP and runs while dS_j is
-        # computed (as the forward's P V behind S)
-        stage, phase = 0, 0
-        if n_tiles > 0:
-            pipe.consumer_wait(stage, phase)
-            products(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage], acc_p, tSsdO,
-                     tSsV[:, :, :, stage])                          # S = Q K^T, dP = dO V^T
-            moye.wgmma_wait(0)
-            ds_tile(acc_s, acc_p, cS, rows_lse, rows_d, scale_log2, mb * bM, 0, Sk, diagonal,
-                    causal)
-            for e in range_constexpr(size(a16)):
-                a16[e] = moye.cast(acc_s[e], load_q.dtype)
-            for j in range(1, n_tiles):
-                held = stage
-                stage, phase = pipe.advance(stage, phase)
-                pipe.consumer_wait(stage, phase)
-                products(mma_s, acc_s, tSsQ, tSsK[:, :, :, stage], acc_p, tSsdO,
-                         tSsV[:, :, :, stage])
-                gemm(mma_g, acc_dq, a16, tGsKt[:, :, :, held], acc_dq)      # dQ += dS K
-                moye.wgmma_wait(1)                                          # S, dP done
-                ds_tile(acc_s, acc_p, cS, rows_lse, rows_d, scale_log2, mb * bM, j * bN, Sk,
-                        diagonal, causal)
-                moye.wgmma_wait(0)
-                if lane0:
-                    pipe.consumer_release(held)
-                for e in range_constexpr(size(a16)):
-                    a16[e] = moye.cast(acc_s[e], load_q.dtype)
-            gemm(mma_g, acc_dq, a16, tGsKt[:, :, :, stage], acc_dq)
-            moye.wgmma_wait(0)
-            if lane0:
-                pipe.consumer_release(stage)
-        for e in range_constexpr(size(acc_dq)):
-            row, col = cG[e]
-            if mb * bM + row < Sq:
-                dQ[b, h, mb * bM + row, col] = moye.cast(acc_dq[e] * scale, dQ.dtype)
+class DqTile:
+    """What dq_tile needs of a consumer warpgroup: its slice of the dQ
+    wgmma (one warpgroup: 64 queries by CHUNK columns), dS and K partitioned
+    as its A and B, its fragment of dQ and its buffer of sdQ."""
+
+    def __init__(self, mma_q, sdS, sKc, sdQ, add_dq, wg):
+        thr = mma_q.get_slice(moye.thread_idx.x % 128)
+        self.mma, self.add_dq, self.wg = mma_q, add_dq, wg
+        self.sdS, self.sK = thr.partition_A(sdS), thr.partition_B(sKc)  # (..., 2), (..., chunks)
+        self.acc = thr.partition_fragment_C(make_layout((size(sdQ, 0), size(sdQ, 1))))
+        self.sdQ = thr.partition_C(sdQ)                                  # (..., 2 warpgroups)
+        self.sdQ_all, self.chunks = sdQ, size(sKc, 2)
 
 
 @moye.func
-def p_ds_tile(acc_s, acc_p, cS, LSE, D, b, h, query0, key0, Sq, Sk, scale_log2, diagonal, causal):
+def store_ds(tSsdS, acc_p):
+    """dS^T (acc_p) into shared memory in 16 bits, where its values lie."""
+    for e in range_constexpr(size(acc_p)):
+        tSsdS[e] = moye.cast(acc_p[e], tSsdS.dtype)
+
+
+@moye.func
+def dq_tile(dq, t, b, h, query0):
+    """dQ's part of query tile t from this block's keys, FlashAttention-3's
+    way: once both consumer warpgroups have stored their keys' dS (buffer
+    t % 2 of sdS), chunk c of dQ's columns (CHUNK of them) = dS K is the
+    wgmma of warpgroup (c + t) % 2, which stores it to its sdQ buffer and
+    adds it to dQ's float32 sum in global memory by a TMA reduce-add (the
+    atomics of FlashAttention-2, in bulk). Waits for every wgmma issued."""
+    moye.fence_proxy_async()                        # dS's stores, before wgmma reads them
+    moye.named_barrier_sync(DS_BARRIER, 256)        # both warpgroups' keys of dS
+    lead = moye.thread_idx.x % 128 == 0
+    for c in range_constexpr(dq.chunks):
+        if (c + t) % 2 == dq.wg:
+            for i in range_constexpr(size(dq.acc)):
+                dq.acc[i] = 0.0
+            gemm(dq.mma, dq.acc, dq.sdS[:, :, :, t % 2], dq.sK[:, :, :, c], dq.acc)
+            moye.wgmma_wait(0)
+            if lead:
+                moye.tma_store_wait(0)              # the last reduce has read sdQ
+            moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
+            part = dq.sdQ[:, :, :, dq.wg]
+            for i in range_constexpr(size(dq.acc)):
+                part[i] = dq.acc[i]
+            moye.fence_proxy_async()                # the stores, before TMA reads them
+            moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
+            if lead:
+                tile = MoYeArray.view_of(dq.sdQ_all.engine.offset_by(
+                    dq.wg * size(dq.sdQ_all, 0) * size(dq.sdQ_all, 1)), dq.add_dq.smem_layout)
+                moye.tma_reduce_add(dq.add_dq, (b, h, query0, c * CHUNK), tile)
+                moye.tma_store_commit()
+    moye.wgmma_wait(0)
+
+
+@moye.kernel
+def attention_dq_from_sum(dQ, acc, scale):
+    """dQ = acc * scale in dQ's type: a row a warp (the float32 sum of dQ's
+    parts that dq_tile adds up)."""
+    b, h = moye.block_idx.z, moye.block_idx.y
+    row = moye.block_idx.x * ROWS_PER_BLOCK + moye.thread_idx.x // 32
+    if row < size(dQ, 2):
+        for c in range(moye.thread_idx.x % 32, size(dQ, 3), 32):
+            dQ[b, h, row, c] = moye.cast(acc[b, h, row, c] * scale, dQ.dtype)
+
+
+@moye.func
+def load_row_values(sLD, LSE, D, b, Sq, h, query0, t):
+    """A query tile's LSE (log2 units) and D, read from global memory into
+    buffer t % 2 of this warpgroup's sLD (2, queries, 2) once, a value a
+    thread (issued behind the tile's wgmma, so that their latency hides
+    under them; p_ds_tile reads shared memory); sLD's buffer."""
+    i = moye.thread_idx.x % 128
+    tile = sLD[:, :, t % 2]
+    row = moye.minimum(query0 + i % size(sLD, 1), Sq - 1)
+    if i < size(sLD, 1):
+        tile[0, i] = LSE[b, h, row] * LOG2E
+    else:
+        tile[1, i - size(sLD, 1)] = D[b, h, row]
+    moye.named_barrier_sync(ROWS_BARRIER + moye.thread_idx.x // 128 - 1, 128)
+    return tile
+
+
+@moye.func
+def p_ds_tile(acc_s, acc_p, cS, sLD, query0, key0, Sq, Sk, scale_log2, diagonal, causal):
     """P^T in acc_s and dS^T = P^T * (dP^T - D) in acc_p, from S^T in acc_s
-    and dP^T in acc_p (a key tile's, keys key0.., against the query tile
-    of head h from query0 on): P^T = exp2(S^T scaled less the query's LSE),
-    0 for queries past Sq or hidden."""
+    and dP^T in acc_p (a key tile's, keys key0.., against a query tile from
+    query0 on, whose LSE and D are in sLD): P^T = exp2(S^T scaled less the
+    query's LSE), 0 for queries past Sq or hidden."""
     for e in range_constexpr(size(acc_s)):
         key, col = cS[e]
         query = query0 + col
-        row = moye.minimum(query, Sq - 1)
-        p = moye.exp2_approx(acc_s[e] * scale_log2 - LSE[b, h, row] * LOG2E, ftz=True)
+        p = moye.exp2_approx(acc_s[e] * scale_log2 - sLD[0, col], ftz=True)
         p = moye.ifelse((query >= Sq) | hidden(query, key0 + key, Sk, diagonal, causal), 0.0, p)
         acc_s[e] = p
-        acc_p[e] = p * (acc_p[e] - D[b, h, row])
-
-
-@moye.func
-def ds_tile(acc_s, acc_p, cS, rows_lse, rows_d, scale_log2, row0, key0, Sk, diagonal, causal):
-    """dS = P * (dP - D) in acc_s, from S in acc_s and dP in acc_p (a
-    query tile's, rows row0.., keys key0..): P = exp2(S scaled less the
-    row's LSE), 0 where hidden; a thread's rows' LSE (log2 units) and D in
-    rows_lse and rows_d (value e lies in row half e % 4 // 2)."""
-    for e in range_constexpr(size(acc_s)):
-        row, key = cS[e]
-        p = moye.exp2_approx(acc_s[e] * scale_log2 - rows_lse[e % 4 // 2], ftz=True)
-        p = moye.ifelse(hidden(row0 + row, key0 + key, Sk, diagonal, causal), 0.0, p)
-        acc_s[e] = p * (acc_p[e] - rows_d[e % 4 // 2])
+        acc_p[e] = p * (acc_p[e] - sLD[1, col])
 
 
 @moye.func
@@ -297,7 +297,7 @@ def products(mma, acc1, tA1, tB1, acc2, tA2, tB2):
 
 
 def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
-    """dq, dk, dv of attention(q, k, v) by the Hopper kernels (the op checks
+    """dq, dk, dv of attention(q, k, v) by the Hopper kernel (the op checks
     the arrays: head dims of HEAD_DIMS, 16-byte rows)."""
     B, Hq, Sq, d = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -308,16 +308,50 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
     dtype = element_type(q)
     mma_s, mma_g = consumers_mma(BLOCK_N, dtype, "SS", "K"), consumers_mma(d, dtype, "RS", "MN")
     big, small = box(BLOCK_M), box(BLOCK_N)
-    common = (float(scale), float(scale * LOG2E))
-    dq_copies = [moye.make_tma_copy(moye.TMA_LOAD, t, x) for t, x in ((q, big), (k, small),
-                                                                     (v, small), (do, big))]
-    replay.launch(attention_dq_sm90, ((-(-Sq // BLOCK_M), Hq, B), THREADS),
-                  (*dq_copies, dq, lse, D, Sq, Sk, Hq // Hk, *common, k_major(dtype, BLOCK_M, d),
-                   k_major(dtype, BLOCK_N, d, STAGES), mn_major(d, BLOCK_N, STAGES), mma_s, mma_g,
-                   bool(causal)), backend)
-    kv_copies = [moye.make_tma_copy(moye.TMA_LOAD, t, x) for t, x in ((q, small), (k, big),
-                                                                     (v, big), (do, small))]
-    replay.launch(attention_dkdv_sm90, ((-(-Sk // BLOCK_M), Hk, B), THREADS),
-                  (*kv_copies, dk, dv, lse, D, Sq, Sk, Hq // Hk, *common,
-                   k_major(dtype, BLOCK_M, d), k_major(dtype, BLOCK_N, d, STAGES),
-                   mn_major(d, BLOCK_N, STAGES), mma_s, mma_g, bool(causal), OVERLAP[d]), backend)
+    copies = [moye.make_tma_copy(moye.TMA_LOAD, t, x) for t, x in ((q, small), (k, big),
+                                                                  (v, big), (do, small))]
+    dq_sum = rows.zeros(q, (B, Hq, Sq, d), "float32")
+    add_dq = moye.make_tma_copy(moye.TMA_REDUCE_ADD, dq_sum, SUM_BOX)
+    replay.launch(attention_bwd_sm90, ((-(-Sk // BLOCK_M), Hk, B), THREADS),
+                  (*copies, add_dq, dk, dv, lse, D, Sq, Sk, Hq // Hk, float(scale),
+                   float(scale * LOG2E), k_major(dtype, BLOCK_M, d),
+                   k_major(dtype, BLOCK_N, d, STAGES), mn_major(d, BLOCK_N, STAGES),
+                   ds_layout(dtype), key_chunks(d), SDQ_LAYOUT, mma_s, mma_g, dq_mma(dtype),
+                   bool(causal), OVERLAP[d]), backend)
+    replay.launch(attention_dq_from_sum, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
+                  (dq, dq_sum, float(scale)), backend)
+
+
+# a dQ part in shared memory, (BLOCK_N queries, CHUNK columns, 2 warpgroups), float32 rows,
+# and the TMA box that adds one warpgroup's to dQ's sum
+SDQ_LAYOUT = Layout((BLOCK_N, CHUNK, 2), (CHUNK, 1, BLOCK_N * CHUNK))
+SUM_BOX = batched_tile(batched_tile(Layout((BLOCK_N, CHUNK), (CHUNK, 1))))
+
+
+@functools.lru_cache(maxsize=None)
+def ds_layout(dtype):
+    """dS of a query tile in shared memory, (BLOCK_N queries, BLOCK_M keys,
+    2 buffers), queries contiguous: wgmma's A, MN-major, unswizzled (8x8
+    core matrices: a thread's stores are a base plus constants)."""
+    return tile_to_shape(gmma_smem_layout(dtype, "MN", 0, (BLOCK_N, BLOCK_M)),
+                         (BLOCK_N, BLOCK_M, 2))
+
+
+@functools.lru_cache(maxsize=None)
+def key_chunks(d):
+    """The block's K tile (BLOCK_M keys, d; k_major) seen as (CHUNK columns,
+    BLOCK_M keys, d / CHUNK): a box of columns at a time, as the MN-major B
+    of dQ += dS K.
+        >>> key_chunks(128)
+        Sw<3,3,3> o 0 o (64,(8,16),2):(1,(64,512),8192)
+    """
+    return composition(Swizzle(3, 3, 3), Layout((CHUNK, (8, BLOCK_M // 8), d // CHUNK),
+                                                (1, (CHUNK, 8 * CHUNK), BLOCK_M * CHUNK)))
+
+
+@functools.lru_cache(maxsize=None)
+def dq_mma(dtype):
+    """One warpgroup's wgmma of dQ += dS K: 64 queries by CHUNK columns, A
+    and B MN-major."""
+    return make_tiled_mma(moye.wgmma_op(CHUNK, dtype, dtype, Float32, "SS", "MN", "MN"),
+                          make_layout((1, 1)))
