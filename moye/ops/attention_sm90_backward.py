@@ -13,8 +13,8 @@ once and a ring of Q and dO tiles; two consumer warpgroups of 64 keys:
 - dQ's part from these keys (dq_tile): dS^T stored to shared memory by
   both warpgroups, then each 64-column chunk of dS K is one warpgroup's
   wgmma, added to dQ's float32 sum in global memory by a TMA reduce-add.
-At head dim 64 (OVERLAP) a tile's dV and dK wgmma are issued behind the
-next tile's S^T and dP^T. dK and dV take the same bits every run (the
+At head dim 64 (OVERLAP) a tile's dV, dK and dQ wgmma are issued behind
+the next tile's S^T and dP^T, one wait for all of them. dK and dV take the same bits every run (the
 mma.sync backward's, on the CPU backend); dQ's sum is added in the order
 the blocks finish, so its bits may vary in the last place.
 """
@@ -115,8 +115,8 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
             acc_dk[i] = 0.0
         moye.mbarrier_wait(kv_full, 0)
         # the query tiles of each query head that reads this key head, one after another;
-        # with `overlap`, dV += P^T dO and dK += dS^T Q of tile t-1 are issued behind tile t's
-        # S^T and dP^T and run while tile t's P^T and dS^T are computed
+        # with `overlap`, dV += P^T dO, dK += dS^T Q and dQ += dS K of tile t-1 are issued
+        # behind tile t's S^T and dP^T
         per = m_tiles - first
         total = groups * per
         stage, phase = 0, 0
@@ -161,13 +161,13 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
                          tSsdO[:, :, :, stage])
                 gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, held], acc_dv)     # dV += P^T dO
                 gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, held], acc_dk)      # dK += dS^T Q
-                sLDt = load_row_values(*rows_, hk * groups + t // per, (first + t % per) * bQ, t)
-                dq_tile(dq, t - 1, b, h, query0)                             # dQ += dS K
-                h, query0 = hk * groups + t // per, (first + t % per) * bQ
+                h_next, query_next = hk * groups + t // per, (first + t % per) * bQ
+                sLDt = load_row_values(*rows_, h_next, query_next, t)
+                dq_tile(dq, t - 1, b, h, query0)    # dQ += dS K; waits for every wgmma
+                h, query0 = h_next, query_next
                 p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
                           causal)
                 store_ds(tSsdS[:, :, :, t % 2], acc_p)
-                moye.wgmma_wait(0)
                 if lane0:
                     pipe.consumer_release(held)
                 for e in range_constexpr(size(a16)):
