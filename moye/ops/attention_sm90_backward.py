@@ -42,6 +42,10 @@ OVERLAP = {64: True, 128: False}
 DS_BARRIER = 1              # both consumer warpgroups' dS of a tile in shared memory
 DQ_BARRIER = 2              # 2 and 3: a consumer warpgroup's dQ part in shared memory
 ROWS_BARRIER = 4            # 4 and 5: a consumer warpgroup's LSE and D of a query tile
+# a dQ part in shared memory, (BLOCK_N queries, CHUNK columns, 2 warpgroups), float32 rows,
+# and the TMA box that adds one warpgroup's to dQ's sum
+SDQ_LAYOUT = Layout((BLOCK_N, CHUNK, 2), (CHUNK, 1, BLOCK_N * CHUNK))
+SUM_BOX = batched_tile(batched_tile(Layout((BLOCK_N, CHUNK), (CHUNK, 1))))
 
 
 @moye.kernel(fast_math=True)
@@ -320,12 +324,6 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
                    bool(causal), OVERLAP[d]), backend)
     replay.launch(attention_dq_from_sum, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
                   (dq, dq_sum, float(scale)), backend)
-
-
-# a dQ part in shared memory, (BLOCK_N queries, CHUNK columns, 2 warpgroups), float32 rows,
-# and the TMA box that adds one warpgroup's to dQ's sum
-SDQ_LAYOUT = Layout((BLOCK_N, CHUNK, 2), (CHUNK, 1, BLOCK_N * CHUNK))
-SUM_BOX = batched_tile(batched_tile(Layout((BLOCK_N, CHUNK), (CHUNK, 1))))
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,7 +22,6 @@ typedef unsigned long long uint64_t;
 """
 
 
-
 def headers(body):
     """The CUDA headers a kernel's C++ `body` needs: cuda_bf16.h (which
     includes cuda_fp16.h) where bfloat16 appears, cuda_fp16.h where half
