@@ -55,6 +55,27 @@ def wgmma_wait(n=0):
     _fence_accumulators(b)
 
 
+def wgmma_fence_operand(fragment):
+    """Keep the compiler from moving this warpgroup's accesses to a register
+    fragment of 32-bit values (an accumulator) across this point: an empty
+    asm that reads and writes each of its registers (CuTe:
+    warpgroup_fence_operand). gemm fences the accumulators it issued
+    before; fence one that a later gemm accumulates into, once cleared, so
+    that the clearing is not sunk behind the wgmma issued between. Nothing
+    on the CPU backend.
+        acc2[i] = 0.0 for each i; moye.wgmma_fence_operand(acc2)
+        gemm(mma, acc1, tA, tB, acc1); gemm(mma, acc2, tA2, tB2, acc2)"""
+    e = getattr(fragment, "engine", None)
+    if e is None or e.space != "local" or e.dtype.bits != 32:
+        raise KernelError(f"wgmma_fence_operand: the fragment must be a register fragment of "
+                          f"32-bit values, got {fragment!r}")
+    words = tuple(sorted({fragment.layout(i) for i in range(size(fragment))}))
+    if not all(isinstance(w, int) for w in words):
+        raise KernelError(f"wgmma_fence_operand: the fragment's layout {fragment.layout} "
+                          "is not static")
+    current().instr("wgmma_fence_operand", (e.base, words))
+
+
 def _fence_accumulators(b):
     """Keep the compiler from moving accesses to the accumulators of this
     kernel's wgmma across the wait (CuTe: warpgroup_fence_operand)."""
@@ -156,4 +177,4 @@ def wgmma_atom(atom, d, a, b, c):
     bld.instr("wgmma_commit", ())
 
 
-__all__ = ["wgmma_fence", "wgmma_commit", "wgmma_wait"]
+__all__ = ["wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_fence_operand"]

@@ -7,7 +7,7 @@ device (kernels_for): Hopper's wgmma forward (attention_sm90) for head dims
 64, 128 and 256 on compute capability 9.x; else the mma.sync kernels
 (attention_sm80, attention_sm80_backward), on CUDA devices and on the CPU
 backend for NumPy arrays and CPU tensors. The backward likewise: Hopper's
-(attention_sm90_backward) at head dims 64 and 128 there, else mma.sync's.
+(attention_sm90_backward) at head dims 64, 128 and 256 there, else mma.sync's.
 """
 import math
 

@@ -1,9 +1,10 @@
-"""Attention's backward pass on Hopper, for head dims 64 and 128, in one
-kernel (FlashAttention-3's design) between attention_row_dots (D =
+"""Attention's backward pass on Hopper, for head dims 64, 128 and 256, in
+one kernel (FlashAttention-3's design) between attention_row_dots (D =
 rowsum(dO * O) less dlse) and a conversion of dQ's float32 sum. A block
-keeps 128 keys of one key head and walks the query tiles (64 rows) of each
-query head that reads it: a producer warpgroup TMA-loads the keys' K and V
-once and a ring of Q and dO tiles; two consumer warpgroups of 64 keys:
+keeps the keys of one key head (PLANS: 128, or 64 at 256) and walks the
+query tiles (64 rows) of each query head that reads them: a producer
+warpgroup TMA-loads the keys' K and V once and a ring of Q and dO tiles;
+at head dims 64 and 128, two consumer warpgroups of 64 keys:
 
 - S^T = K Q^T and dP^T = V dO^T by wgmma from shared memory (keys as
   rows), then P^T and dS^T = P^T * (dP^T - D) (the tile's LSE and D read
@@ -13,10 +14,17 @@ once and a ring of Q and dO tiles; two consumer warpgroups of 64 keys:
 - dQ's part from these keys (dq_tile): dS^T stored to shared memory by
   both warpgroups, then each 64-column chunk of dS K is one warpgroup's
   wgmma, added to dQ's float32 sum in global memory by a TMA reduce-add.
-At head dim 64 (OVERLAP) a tile's dV, dK and dQ wgmma are issued behind
-the next tile's S^T and dP^T, one wait for all of them. dK and dV take the same bits every run (the
-mma.sync backward's, on the CPU backend); dQ's sum is added in the order
-the blocks finish, so its bits may vary in the last place.
+At head dim 64 (overlap) a tile's dV, dK and dQ wgmma are issued behind
+the next tile's S^T and dP^T, one wait for all of them.
+
+At 256 (wide) one warpgroup's dK and dV of 64 keys would take 256
+registers a thread, so the two split them by columns instead, 128 each;
+each computes S^T and dP^T for half of the tile's queries (wgmma N = 32),
+and both store P^T and dS^T to shared memory, the A operands of every
+column of dV += P^T dO and dK += dS^T Q (as FlashAttention-3 does at 256).
+dK and dV take the same bits every run (the mma.sync backward's, on the CPU
+backend); dQ's sum is added in the order the blocks finish, so its bits
+may vary in the last place.
 """
 import functools
 
@@ -28,33 +36,34 @@ from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
 from .attention_sm80 import LOG2E, hidden
 from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots
-from .attention_sm90 import (BLOCK_M, CHUNK, THREADS, box, consumers_mma, fill_stage, k_major,
+from .attention_sm90 import (CHUNK, THREADS, box, consumers_mma, fill_stage, k_major,
                              load_rows, mn_major, release)
 from .gemm_sm90 import batched_tile, element_type
 
-HEAD_DIMS = (64, 128)       # 256: dK and dV's accumulators leave no registers for the rest
 BLOCK_N = 64                # the tiles a block walks: 64 rows
 STAGES = 2
-# head dim -> whether a tile's dV and dK wgmma are issued behind the next tile's S^T and
-# dP^T: at 128 the registers of both fragments in flight beside dK's and dV's accumulators
-# spill (144 B), and it runs slower (benchmarks/RESULTS.md)
-OVERLAP = {64: True, 128: False}
+# head dim -> (keys a block, columns of a dQ part, overlap, wide). overlap: a tile's dV and
+# dK wgmma are issued behind the next tile's S^T and dP^T; at 128 the registers of both
+# fragments in flight beside dK's and dV's accumulators spill (144 B), and it runs slower
+# (benchmarks/RESULTS.md). wide: the warpgroups split dK's and dV's columns; at 256 the
+# shared memory left for dQ's parts (227 KiB less K, V and two stages of Q and dO) holds
+# 32 columns of them a warpgroup
+PLANS = {64: (128, CHUNK, True, False), 128: (128, CHUNK, False, False),
+         256: (64, CHUNK, False, True)}
+HEAD_DIMS = tuple(PLANS)
 DS_BARRIER = 1              # both consumer warpgroups' dS of a tile in shared memory
 DQ_BARRIER = 2              # 2 and 3: a consumer warpgroup's dQ part in shared memory
 ROWS_BARRIER = 4            # 4 and 5: a consumer warpgroup's LSE and D of a query tile
-# a dQ part in shared memory, (BLOCK_N queries, CHUNK columns, 2 warpgroups), float32 rows,
-# and the TMA box that adds one warpgroup's to dQ's sum
-SDQ_LAYOUT = Layout((BLOCK_N, CHUNK, 2), (CHUNK, 1, BLOCK_N * CHUNK))
-SUM_BOX = batched_tile(batched_tile(Layout((BLOCK_N, CHUNK), (CHUNK, 1))))
+FREE_BARRIER = 6            # wide: both warpgroups' wgmma of a tile have read sP and sdS
 
 
 @moye.kernel(fast_math=True)
 def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, Sq, Sk, groups,
                        scale, scale_log2, sKV_layout, sQ_layout, sQt_layout, sdS_layout,
                        sKc_layout, sdQ_layout, mma_s, mma_g, mma_q, causal: Constexpr,
-                       overlap: Constexpr):
+                       overlap: Constexpr, wide: Constexpr):
     d = size(sKV_layout, 1)
-    bK, bQ = BLOCK_M, BLOCK_N                   # keys a block, queries a tile it walks
+    bK, bQ = size(sKV_layout, 0), BLOCK_N       # keys a block, queries a tile it walks
     ebytes = load_q.dtype.bits // 8
     nb, hk, b = moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
     sK = moye.shared_array(load_k.dtype, sKV_layout, align=1024)        # (bK, d)
@@ -63,13 +72,14 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
     sdO = moye.shared_array(load_q.dtype, sQ_layout, align=1024)
     sQt = MoYeArray.view_of(sQ.engine, sQt_layout)                      # (d, bQ, stages)
     sdOt = MoYeArray.view_of(sdO.engine, sQt_layout)
-    sdS = moye.shared_array(load_q.dtype, sdS_layout, align=1024)       # (bQ, bK, 2): dS
-    sKc = MoYeArray.view_of(sK.engine, sKc_layout)          # (CHUNK, bK, d / CHUNK): K^T
-    sdQ = moye.shared_array(add_dq.dtype, sdQ_layout, align=128)        # (bQ, CHUNK, 2)
+    sdS = moye.shared_array(load_q.dtype, sdS_layout, align=1024)       # (bQ, bK, buffers): dS
+    sP = moye.shared_array(load_q.dtype, sdS_layout, align=1024) if wide else None     # P
+    sKc = MoYeArray.view_of(sK.engine, sKc_layout)          # (columns, bK, chunks): K^T
+    sdQ = None if wide else moye.shared_array(add_dq.dtype, sdQ_layout, align=128)  # (bQ, cols, 2)
     # each consumer warpgroup's copy of a query tile's LSE (log2 units) and D: (2, bQ, 2 buffers)
     sLD = moye.shared_array(Float32, Layout((2, bQ, 2, 2)))
     kv_full = moye.mbarrier()
-    pipe = moye.TmaPipeline(STAGES, consumers=8)
+    pipe = moye.TmaPipeline(STAGES, consumers=2 if wide else 8)   # wide: a warpgroup's lead
     tid = moye.thread_idx.x
     if tid == 0:
         moye.mbarrier_init(kv_full, 1)
@@ -105,10 +115,14 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
         acc_p = thr_s.partition_fragment_C(make_layout((bK, bQ)))      # dP^T, then dS^T
         cS = thr_s.partition_C(make_identity_array((bK, bQ)))          # (key, query) in the tile
         # dS^T's values where this thread's accumulators lie: (key, query, buffer) of sdS
-        tSsdS = thr_s.partition_C(MoYeArray.view_of(sdS.engine, composition(
-            sdS.layout, Layout((bK, bQ, 2), (bQ, 1, bK * bQ)))))
-        a16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))          # P^T in 16 bits
-        b16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))          # dS^T (overlap)
+        tSsdS = thr_s.partition_C(keys_by_queries(sdS))
+        if wide:                # P^T and dS^T, all of the tile's, as the A of dV and dK
+            tSsP = thr_s.partition_C(keys_by_queries(sP))
+            tGsP, tGsdS = thr_g.partition_A(keys_by_queries(sP)), \
+                thr_g.partition_A(keys_by_queries(sdS))
+        else:
+            a16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))      # P^T in 16 bits
+            b16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))      # dS^T (overlap)
         acc_dv = thr_g.partition_fragment_C(make_layout((bK, d)))
         acc_dk = thr_g.partition_fragment_C(make_layout((bK, d)))
         cG = thr_g.partition_C(make_identity_array((bK, d)))
@@ -124,7 +138,27 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
         per = m_tiles - first
         total = groups * per
         stage, phase = 0, 0
-        if not overlap:         # one tile at a time: P^T and dS^T share a16's registers
+        if wide:                # one tile at a time, P^T and dS^T through shared memory
+            for t in range(total):
+                h, query0 = hk * groups + t // per, (first + t % per) * bQ
+                pipe.consumer_wait(stage, phase)
+                products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
+                         tSsdO[:, :, :, stage])             # S^T = K Q^T, dP^T = V dO^T
+                sLDt = load_row_values(*rows_, h, query0, t)
+                moye.wgmma_wait(0)
+                p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
+                          causal)
+                moye.named_barrier_sync(FREE_BARRIER, 256)  # tile t-1's wgmma are done
+                store_ds(tSsP[:, :, :, 0], acc_s)
+                store_ds(tSsdS[:, :, :, 0], acc_p)
+                share_ds()
+                gemm(mma_g, acc_dv, tGsP[:, :, :, 0], tGsdOt[:, :, :, stage], acc_dv)
+                gemm(mma_g, acc_dk, tGsdS[:, :, :, 0], tGsQt[:, :, :, stage], acc_dk)
+                dq_halves(dq, sQ, sdO, stage, b, h, query0)  # dQ += dS K; waits for all
+                if ctid % 128 == 0:
+                    moye.tma_store_wait(0)                  # the reduce-adds have read the stage
+                stage, phase = release(pipe, stage, phase, ctid % 128 == 0)
+        elif not overlap:       # one tile at a time: P^T and dS^T share a16's registers
             for t in range(total):
                 h, query0 = hk * groups + t // per, (first + t % per) * bQ
                 pipe.consumer_wait(stage, phase)
@@ -142,6 +176,7 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
                 for e in range_constexpr(size(a16)):
                     a16[e] = moye.cast(acc_p[e], load_q.dtype)
                 gemm(mma_g, acc_dk, a16, tGsQt[:, :, :, stage], acc_dk)      # dK += dS^T Q
+                share_ds()
                 dq_tile(dq, t, b, h, query0)                                 # dQ += dS K
                 stage, phase = release(pipe, stage, phase, lane0)
         elif total > 0:
@@ -167,6 +202,7 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
                 gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, held], acc_dk)      # dK += dS^T Q
                 h_next, query_next = hk * groups + t // per, (first + t % per) * bQ
                 sLDt = load_row_values(*rows_, h_next, query_next, t)
+                share_ds()
                 dq_tile(dq, t - 1, b, h, query0)    # dQ += dS K; waits for every wgmma
                 h, query0 = h_next, query_next
                 p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
@@ -179,6 +215,7 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
                     b16[e] = moye.cast(acc_p[e], load_q.dtype)
             gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, stage], acc_dv)
             gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, stage], acc_dk)
+            share_ds()
             dq_tile(dq, total - 1, b, h, query0)
             if lane0:
                 pipe.consumer_release(stage)
@@ -192,17 +229,19 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
 
 
 class DqTile:
-    """What dq_tile needs of a consumer warpgroup: its slice of the dQ
-    wgmma (one warpgroup: 64 queries by CHUNK columns), dS and K partitioned
-    as its A and B, its fragment of dQ and its buffer of sdQ."""
+    """What dq_tile and dq_halves need of a consumer warpgroup: its slice of
+    the dQ wgmma (one warpgroup: 64 queries by a chunk's columns), dS and K
+    partitioned as its A and B, its fragment of dQ and (dq_tile) its
+    buffer of sdQ."""
 
     def __init__(self, mma_q, sdS, sKc, sdQ, add_dq, wg):
         thr = mma_q.get_slice(moye.thread_idx.x % 128)
-        self.mma, self.add_dq, self.wg = mma_q, add_dq, wg
+        self.thr, self.mma, self.add_dq, self.wg = thr, mma_q, add_dq, wg
         self.sdS, self.sK = thr.partition_A(sdS), thr.partition_B(sKc)  # (..., 2), (..., chunks)
-        self.acc = thr.partition_fragment_C(make_layout((size(sdQ, 0), size(sdQ, 1))))
-        self.sdQ = thr.partition_C(sdQ)                                  # (..., 2 warpgroups)
-        self.sdQ_all, self.chunks = sdQ, size(sKc, 2)
+        self.acc = thr.partition_fragment_C(make_layout((size(sdS, 0), size(sKc, 0))))
+        if sdQ is not None:
+            self.sdQ = thr.partition_C(sdQ)                              # (..., 2 warpgroups)
+        self.sdQ_all, self.chunks, self.buffers = sdQ, size(sKc, 2), size(sdS, 2)
 
 
 @moye.func
@@ -213,21 +252,29 @@ def store_ds(tSsdS, acc_p):
 
 
 @moye.func
+def share_ds():
+    """Both consumer warpgroups wait here until the other's stores of dS (P)
+    are done, and visible to the wgmma that read them."""
+    moye.fence_proxy_async()                        # the stores, before wgmma reads them
+    moye.named_barrier_sync(DS_BARRIER, 256)
+
+
+@moye.func
 def dq_tile(dq, t, b, h, query0):
     """dQ's part of query tile t from this block's keys, FlashAttention-3's
-    way: once both consumer warpgroups have stored their keys' dS (buffer
-    t % 2 of sdS), chunk c of dQ's columns (CHUNK of them) = dS K is the
-    wgmma of warpgroup (c + t) % 2, which stores it to its sdQ buffer and
-    adds it to dQ's float32 sum in global memory by a TMA reduce-add (the
-    atomics of FlashAttention-2, in bulk). Waits for every wgmma issued."""
-    moye.fence_proxy_async()                        # dS's stores, before wgmma reads them
-    moye.named_barrier_sync(DS_BARRIER, 256)        # both warpgroups' keys of dS
+    way, once both consumer warpgroups have stored their keys' dS (buffer
+    t % 2 of sdS, or its one buffer; share_ds): chunk c of dQ's columns = dS
+    K is the wgmma of warpgroup (c + t) % 2, which stores it to its sdQ
+    buffer and adds it to dQ's float32 sum in global memory by a TMA
+    reduce-add (the atomics of FlashAttention-2, in bulk). Waits for every
+    wgmma issued."""
     lead = moye.thread_idx.x % 128 == 0
+    ds = dq.sdS[:, :, :, t % 2] if dq.buffers == 2 else dq.sdS[:, :, :, 0]
     for c in range_constexpr(dq.chunks):
         if (c + t) % 2 == dq.wg:
             for i in range_constexpr(size(dq.acc)):
                 dq.acc[i] = 0.0
-            gemm(dq.mma, dq.acc, dq.sdS[:, :, :, t % 2], dq.sK[:, :, :, c], dq.acc)
+            gemm(dq.mma, dq.acc, ds, dq.sK[:, :, :, c], dq.acc)
             moye.wgmma_wait(0)
             if lead:
                 moye.tma_store_wait(0)              # the last reduce has read sdQ
@@ -240,9 +287,40 @@ def dq_tile(dq, t, b, h, query0):
             if lead:
                 tile = MoYeArray.view_of(dq.sdQ_all.engine.offset_by(
                     dq.wg * size(dq.sdQ_all, 0) * size(dq.sdQ_all, 1)), dq.add_dq.smem_layout)
-                moye.tma_reduce_add(dq.add_dq, (b, h, query0, c * CHUNK), tile)
+                moye.tma_reduce_add(dq.add_dq, (b, h, query0, c * size(dq.sdQ_all, 1)), tile)
                 moye.tma_store_commit()
     moye.wgmma_wait(0)
+
+
+@moye.func
+def dq_halves(dq, sQ, sdO, stage, b, h, query0):
+    """The wide plan's dQ part of a query tile from this block's keys, once
+    both warpgroups have stored dS (share_ds): warpgroup w's columns,
+    2 * CHUNK from w * 2 * CHUNK on, as two chunks of dS K, each stored in
+    float32 where only this warpgroup read the tile and its dV and dK wgmma
+    have finished: its columns of the tile's dO (the first chunk) and Q
+    (the second), 16 KiB each; the lead thread reduce-adds each to dQ's sum
+    (and waits for the reads before the stage is released). Waits for
+    every wgmma issued."""
+    lead = moye.thread_idx.x % 128 == 0
+    bQ, d = size(sQ, 0), size(sQ, 1)
+    for c in range_constexpr(dq.chunks):
+        if c // 2 == dq.wg:
+            for i in range_constexpr(size(dq.acc)):
+                dq.acc[i] = 0.0
+            gemm(dq.mma, dq.acc, dq.sdS[:, :, :, 0], dq.sK[:, :, :, c], dq.acc)
+            moye.wgmma_wait(0)
+            ring = sdO if c % 2 == 0 else sQ
+            free = ring.engine.offset_by(stage * bQ * d + c // 2 * 2 * bQ * CHUNK).recast(Float32)
+            part = dq.thr.partition_C(MoYeArray.view_of(free, Layout((bQ, CHUNK), (CHUNK, 1))))
+            for i in range_constexpr(size(dq.acc)):
+                part[i] = dq.acc[i]
+            moye.fence_proxy_async()                # the stores, before TMA reads them
+            moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
+            if lead:
+                tile = MoYeArray.view_of(free, dq.add_dq.smem_layout)
+                moye.tma_reduce_add(dq.add_dq, (b, h, query0, c * CHUNK), tile)
+                moye.tma_store_commit()
 
 
 @moye.kernel
@@ -296,6 +374,7 @@ def products(mma, acc1, tA1, tB1, acc2, tA2, tB2):
     for i in range_constexpr(size(acc1)):
         acc1[i] = 0.0
         acc2[i] = 0.0
+    moye.wgmma_fence_operand(acc2)
     gemm(mma, acc1, tA1, tB1, acc1)
     gemm(mma, acc2, tA2, tB2, acc2)
 
@@ -305,51 +384,90 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
     the arrays: head dims of HEAD_DIMS, 16-byte rows)."""
     B, Hq, Sq, d = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
+    keys, cols, overlap, wide = PLANS[d]
     backend = None if rows.backend_of(q) == "cuda" else "cpu"
     D = rows.empty(q, (B, Hq, Sq), "float32")
     replay.launch(attention_row_dots, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
                   (D, do, o, dlse), backend)
     dtype = element_type(q)
-    mma_s, mma_g = consumers_mma(BLOCK_N, dtype, "SS", "K"), consumers_mma(d, dtype, "RS", "MN")
-    big, small = box(BLOCK_M), box(BLOCK_N)
-    copies = [moye.make_tma_copy(moye.TMA_LOAD, t, x) for t, x in ((q, small), (k, big),
-                                                                  (v, big), (do, small))]
+    if wide:
+        mma_s, mma_g = side_by_side_mma(BLOCK_N // 2, dtype, "K"), \
+            side_by_side_mma(d // 2, dtype, "MN")
+    else:
+        mma_s, mma_g = consumers_mma(BLOCK_N, dtype, "SS", "K"), \
+            consumers_mma(d, dtype, "RS", "MN")
+    copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(n)) for t, n in ((q, BLOCK_N), (k, keys),
+                                                                     (v, keys), (do, BLOCK_N))]
     dq_sum = rows.zeros(q, (B, Hq, Sq, d), "float32")
-    add_dq = moye.make_tma_copy(moye.TMA_REDUCE_ADD, dq_sum, SUM_BOX)
-    replay.launch(attention_bwd_sm90, ((-(-Sk // BLOCK_M), Hk, B), THREADS),
+    add_dq = moye.make_tma_copy(moye.TMA_REDUCE_ADD, dq_sum, sum_box(cols))
+    replay.launch(attention_bwd_sm90, ((-(-Sk // keys), Hk, B), THREADS),
                   (*copies, add_dq, dk, dv, lse, D, Sq, Sk, Hq // Hk, float(scale),
-                   float(scale * LOG2E), k_major(dtype, BLOCK_M, d),
+                   float(scale * LOG2E), k_major(dtype, keys, d),
                    k_major(dtype, BLOCK_N, d, STAGES), mn_major(d, BLOCK_N, STAGES),
-                   ds_layout(dtype), key_chunks(d), SDQ_LAYOUT, mma_s, mma_g, dq_mma(dtype),
-                   bool(causal), OVERLAP[d]), backend)
+                   ds_layout(dtype, keys, 1 if wide else 2), key_chunks(d, keys, cols),
+                   None if wide else dq_parts(cols), mma_s, mma_g, dq_mma(dtype, cols), bool(causal), overlap,
+                   wide), backend)
     replay.launch(attention_dq_from_sum, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
                   (dq, dq_sum, float(scale)), backend)
 
 
 @functools.lru_cache(maxsize=None)
-def ds_layout(dtype):
-    """dS of a query tile in shared memory, (BLOCK_N queries, BLOCK_M keys,
-    2 buffers), queries contiguous: wgmma's A, MN-major, unswizzled (8x8
-    core matrices: a thread's stores are a base plus constants)."""
-    return tile_to_shape(gmma_smem_layout(dtype, "MN", 0, (BLOCK_N, BLOCK_M)),
-                         (BLOCK_N, BLOCK_M, 2))
+def ds_layout(dtype, keys, buffers):
+    """dS of a query tile in shared memory, (BLOCK_N queries, keys, buffers),
+    queries contiguous: wgmma's A, MN-major, unswizzled (8x8 core matrices:
+    a thread's stores are a base plus constants); seen as (keys, queries)
+    (keys_by_queries), the K-major A of dK += dS^T Q."""
+    return tile_to_shape(gmma_smem_layout(dtype, "MN", 0, (BLOCK_N, keys)),
+                         (BLOCK_N, keys, buffers))
+
+
+def keys_by_queries(tile):
+    """The (keys, queries, buffers) view of a (queries, keys, buffers)
+    shared tile (ds_layout's)."""
+    queries, keys, buffers = (size(tile, i) for i in range(3))
+    return MoYeArray.view_of(tile.engine, composition(
+        tile.layout, Layout((keys, queries, buffers), (queries, 1, keys * queries))))
 
 
 @functools.lru_cache(maxsize=None)
-def key_chunks(d):
-    """The block's K tile (BLOCK_M keys, d; k_major) seen as (CHUNK columns,
-    BLOCK_M keys, d / CHUNK): a box of columns at a time, as the MN-major B
-    of dQ += dS K.
-        >>> key_chunks(128)
-        Sw<3,3,3> o 0 o (64,(8,16),2):(1,(64,512),8192)
+def key_chunks(d, keys, cols):
+    """The block's K tile (keys, d; k_major: boxes of CHUNK columns) seen as
+    (cols columns, keys, d / cols chunks): a chunk at a time, as the
+    MN-major B of dQ += dS K.
+        >>> key_chunks(128, 128, 64)
+        Sw<3,3,3> o 0 o (64,(8,16),(1,2)):(1,(64,512),(64,8192))
+        >>> key_chunks(256, 64, 32)(0, (0, 1), (1, 1))      # column 96 of key 8
+        4640
     """
-    return composition(Swizzle(3, 3, 3), Layout((CHUNK, (8, BLOCK_M // 8), d // CHUNK),
-                                                (1, (CHUNK, 8 * CHUNK), BLOCK_M * CHUNK)))
+    return composition(Swizzle(3, 3, 3), Layout(
+        (cols, (8, keys // 8), (CHUNK // cols, d // CHUNK)),
+        (1, (CHUNK, 8 * CHUNK), (cols, keys * CHUNK))))
 
 
 @functools.lru_cache(maxsize=None)
-def dq_mma(dtype):
-    """One warpgroup's wgmma of dQ += dS K: 64 queries by CHUNK columns, A
+def dq_parts(cols):
+    """Both consumer warpgroups' dQ parts in shared memory, (BLOCK_N queries,
+    cols, 2), float32 rows."""
+    return Layout((BLOCK_N, cols, 2), (cols, 1, BLOCK_N * cols))
+
+
+@functools.lru_cache(maxsize=None)
+def sum_box(cols):
+    """The TMA box that adds one warpgroup's dQ part to dQ's sum."""
+    return batched_tile(batched_tile(Layout((BLOCK_N, cols), (cols, 1))))
+
+
+@functools.lru_cache(maxsize=None)
+def dq_mma(dtype, cols):
+    """One warpgroup's wgmma of dQ += dS K: 64 queries by cols columns, A
     and B MN-major."""
-    return make_tiled_mma(moye.wgmma_op(CHUNK, dtype, dtype, Float32, "SS", "MN", "MN"),
+    return make_tiled_mma(moye.wgmma_op(cols, dtype, dtype, Float32, "SS", "MN", "MN"),
                           make_layout((1, 1)))
+
+
+@functools.lru_cache(maxsize=None)
+def side_by_side_mma(n, dtype, b_major):
+    """The wide plan's wgmma: the two consumer warpgroups side by side along
+    N, n columns each, A (keys as rows) K-major from shared memory."""
+    return make_tiled_mma(moye.wgmma_op(n, dtype, dtype, Float32, "SS", "K", b_major),
+                          make_layout((1, 2)))

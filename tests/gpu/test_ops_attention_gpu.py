@@ -49,6 +49,8 @@ def close(torch, got, want, dtype, what):
     (1, 4, 2, 1000, 1000, 128, True, "bfloat16"),
     (1, 2, 1, 300, 777, 96, True, "float16"),
     (1, 2, 2, 777, 300, 256, True, "float16"),
+    (1, 4, 2, 1000, 1100, 256, True, "bfloat16"),       # the wide Hopper backward, GQA
+    (2, 2, 1, 513, 1500, 256, False, "float16"),
     (3, 2, 1, 1, 513, 64, False, "bfloat16"),
 ])
 def test_forward_and_backward_every_element(torch, B, Hq, Hk, Sq, Sk, d, causal, dtype):

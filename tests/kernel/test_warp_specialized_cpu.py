@@ -393,3 +393,57 @@ def test_nested_sides_wait_for_each_other(mode):
     out = np.zeros(96, np.int32)
     nested_kernel[3, 96](out)
     np.testing.assert_array_equal(out, [1] * 32 + [2] * 32 + [3] * 32)
+
+
+@moye.kernel
+def uneven_kernel(out, load, groups, k_tiles, ring_layout, stages: moye.Constexpr):
+    """persistent_kernel's fold where block b takes K tiles b.. of each of
+    `groups` passes (the later blocks fewer), the producer in a loop of
+    loops and the consumers in one flat loop over the same tiles."""
+    ring = moye.shared_array(load.dtype, ring_layout, align=1024)
+    pipe = moye.TmaPipeline(stages, CONSUMERS)
+    tid = moye.thread_idx.x
+    first = moye.block_idx.x
+    if tid == 0:
+        pipe.init()
+    moye.sync_threads()
+    stage, phase = 0, 0
+    if moye.warp_idx() // 4 == 0:
+        if tid == 0:
+            for g in range(groups):
+                for k in range(first, k_tiles):
+                    full = pipe.producer_acquire(stage, phase, load.bytes)
+                    moye.tma_load(load, ring[:, :, stage], (moye.block_idx.x * BM, k * BK), full)
+                    stage, phase = pipe.advance(stage, phase)
+    else:
+        c = tid - 128
+        thr = Layout((8, 32), (32, 1))
+        acc = MoYeArray.zeros(moye.Float32, 2)
+        for t in range(groups * (k_tiles - first)):
+            pipe.consumer_wait(stage, phase)
+            part = parallelize(ring[:, :, stage], thr, c)
+            for i in range(2):
+                acc[i] = acc[i] + part[i]
+            pipe.consumer_release(stage)
+            stage, phase = pipe.advance(stage, phase)
+        dst = parallelize(tile(MoYeArray(out), (BM, BK), (moye.block_idx.x, 0)), thr, c)
+        for i in range(2):
+            dst[i] = acc[i]
+
+
+@pytest.mark.parametrize("blocks, stages", [(4, 2), (3, 3)])
+def test_blocks_of_uneven_rings(mode, blocks, stages):
+    """Blocks whose producers take different numbers of stages do not hold
+    each other up (each runs in a batch of its own, as a kernel that waits
+    on mbarriers must: in one batch, lanes of one block waiting on its ring
+    stop the lock-step lanes of another that owe it arrivals)."""
+    A = rng.standard_normal((blocks * BM, 5 * BK)).astype(np.float32)
+    load = moye.make_tma_copy(moye.TMA_LOAD, A, tma_copy.swizzled_tile(BM, np.float32))
+    want = np.zeros((blocks * BM, BK), np.float32)
+    for b in range(blocks):
+        rows = slice(b * BM, (b + 1) * BM)
+        for k in [*range(b, 5)] * 2:
+            want[rows] += A[rows, k * BK:(k + 1) * BK]
+    out = np.full_like(want, np.nan)
+    uneven_kernel[blocks, THREADS](out, load, 2, 5, ring_layout(stages), stages)
+    np.testing.assert_array_equal(out, want)

@@ -511,12 +511,16 @@ def run_kernel(kernel, grid, block, params, race_check=False, cluster=None):
     """Run an IR kernel over `grid` blocks of `block` threads; `params` maps
     each parameter's Value id to its value (a buffer Pointer or a scalar).
     Blocks run in batches side by side (one at a time with `race_check`, so
-    that each block's writes are seen as the GPU could order them); with
-    `cluster` (x, y, z), whole clusters (one at a time with `race_check`;
+    that each block's writes are seen as the GPU could order them, or where
+    the kernel waits on mbarriers: one block's waiting lanes would hold
+    another's, in lock-step with them, from the arrivals they owe); with
+    `cluster` (x, y, z), whole clusters (one at a time likewise;
     cluster.py)."""
     ids = cluster_order(grid, cluster)         # the blocks of a cluster run in one batch
     threads = block[0] * block[1] * block[2]
-    per_batch = 1 if race_check else max(1, LANES_PER_BATCH // threads)
+    alone = race_check or any(isinstance(s, (ir.MbarrierWait, ir.MbarrierTryWait))
+                              for s in ir.instructions(kernel.body))
+    per_batch = 1 if alone else max(1, LANES_PER_BATCH // threads)
     csize = cluster[0] * cluster[1] * cluster[2] if cluster else 1
     per_batch = max(1, per_batch // csize) * csize
     for i in range(0, len(ids), per_batch):
