@@ -13,7 +13,9 @@ at head dims 64 and 128, two consumer warpgroups of 64 keys:
   (dO, Q) is read MN-major from the tile TMA wrote;
 - dQ's part from these keys (dq_tile): dS^T stored to shared memory by
   both warpgroups, then each 64-column chunk of dS K is one warpgroup's
-  wgmma, added to dQ's float32 sum in global memory by a TMA reduce-add.
+  wgmma, staged in shared memory (DQ_STAGING, swizzled: no bank
+  conflicts) and added to dQ's float32 sum in global memory by TMA
+  reduce-adds.
 At head dim 64 (overlap) a tile's dV, dK and dQ wgmma are issued behind
 the next tile's S^T and dP^T, one wait for all of them.
 
@@ -22,6 +24,10 @@ registers a thread, so the two split them by columns instead, 128 each;
 each computes S^T and dP^T for half of the tile's queries (wgmma N = 32),
 and both store P^T and dS^T to shared memory, the A operands of every
 column of dV += P^T dO and dK += dS^T Q (as FlashAttention-3 does at 256).
+Shared memory holds no dQ staging of its own there: a warpgroup stages its
+dQ columns (dq_halves) in its halves of the tile's dO and Q, which nothing
+reads once its dV and dK wgmma are done. The next tile's S^T and dP^T are
+issued behind a tile's dV and dK, before its dQ.
 dK and dV take the same bits every run (the mma.sync backward's, on the CPU
 backend); dQ's sum is added in the order the blocks finish, so its bits
 may vary in the last place.
@@ -29,8 +35,9 @@ may vary in the last place.
 import functools
 
 import moye
-from moye import (Float32, Layout, MoYeArray, Swizzle, composition, gemm, gmma_smem_layout,
-                  make_identity_array, make_layout, make_tiled_mma, size, tile_to_shape)
+from moye import (Float32, Layout, MoYeArray, Swizzle, composition, cosize, gemm,
+                  gmma_smem_layout, make_identity_array, make_layout, make_tiled_mma, size,
+                  tile_to_shape)
 
 from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
@@ -42,19 +49,22 @@ from .gemm_sm90 import batched_tile, element_type
 
 BLOCK_N = 64                # the tiles a block walks: 64 rows
 STAGES = 2
-# head dim -> (keys a block, columns of a dQ part, overlap, wide). overlap: a tile's dV and
-# dK wgmma are issued behind the next tile's S^T and dP^T; at 128 the registers of both
-# fragments in flight beside dK's and dV's accumulators spill (144 B), and it runs slower
-# (benchmarks/RESULTS.md). wide: the warpgroups split dK's and dV's columns; at 256 the
-# shared memory left for dQ's parts (227 KiB less K, V and two stages of Q and dO) holds
-# 32 columns of them a warpgroup
-PLANS = {64: (128, CHUNK, True, False), 128: (128, CHUNK, False, False),
-         256: (64, CHUNK, False, True)}
+# head dim -> (keys a block, overlap, wide). overlap: a tile's dV and dK wgmma are issued
+# behind the next tile's S^T and dP^T; at 128 the registers of both fragments in flight
+# beside dK's and dV's accumulators spill (144 B), and it runs slower (benchmarks/RESULTS.md).
+# wide: the warpgroups split dK's and dV's columns
+PLANS = {64: (128, True, False), 128: (128, False, False), 256: (64, False, True)}
 HEAD_DIMS = tuple(PLANS)
 DS_BARRIER = 1              # both consumer warpgroups' dS of a tile in shared memory
 DQ_BARRIER = 2              # 2 and 3: a consumer warpgroup's dQ part in shared memory
 ROWS_BARRIER = 4            # 4 and 5: a consumer warpgroup's LSE and D of a query tile
-FREE_BARRIER = 6            # wide: both warpgroups' wgmma of a tile have read sP and sdS
+# a warpgroup's dQ part in shared memory, (BLOCK_N queries, CHUNK columns) of float32, as two
+# TMA boxes (SUM_BOX) of 32 columns (128 bytes), 128-byte swizzled: a warp's stores of its
+# accumulator fragment meet each bank once (rows of 256 bytes would put 8 in one bank)
+DQ_STAGING = composition(Swizzle(3, 2, 3), Layout((BLOCK_N, (32, 2)), (32, (1, BLOCK_N * 32))))
+DQ_PARTS = composition(Swizzle(3, 2, 3), Layout((BLOCK_N, (32, 2), 2),
+                                                (32, (1, BLOCK_N * 32), BLOCK_N * CHUNK)))
+SUM_BOX = batched_tile(batched_tile(composition(Swizzle(3, 2, 3), Layout((BLOCK_N, 32), (32, 1)))))
 
 
 @moye.kernel(fast_math=True)
@@ -75,7 +85,8 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
     sdS = moye.shared_array(load_q.dtype, sdS_layout, align=1024)       # (bQ, bK, buffers): dS
     sP = moye.shared_array(load_q.dtype, sdS_layout, align=1024) if wide else None     # P
     sKc = MoYeArray.view_of(sK.engine, sKc_layout)          # (columns, bK, chunks): K^T
-    sdQ = None if wide else moye.shared_array(add_dq.dtype, sdQ_layout, align=128)  # (bQ, cols, 2)
+    # (bQ, CHUNK, 2 warpgroups): DQ_STAGING's; wide: in the tiles themselves (dq_halves)
+    sdQ = None if wide else moye.shared_array(add_dq.dtype, sdQ_layout, align=1024)
     # each consumer warpgroup's copy of a query tile's LSE (log2 units) and D: (2, bQ, 2 buffers)
     sLD = moye.shared_array(Float32, Layout((2, bQ, 2, 2)))
     kv_full = moye.mbarrier()
@@ -138,26 +149,35 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
         per = m_tiles - first
         total = groups * per
         stage, phase = 0, 0
-        if wide:                # one tile at a time, P^T and dS^T through shared memory
-            for t in range(total):
-                h, query0 = hk * groups + t // per, (first + t % per) * bQ
+        if wide:                # P^T and dS^T through shared memory; tile t+1's S^T and dP^T
+            h, query0 = hk * groups, first * bQ             # issued behind t's dV and dK
+            if total > 0:
                 pipe.consumer_wait(stage, phase)
                 products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
                          tSsdO[:, :, :, stage])             # S^T = K Q^T, dP^T = V dO^T
-                sLDt = load_row_values(*rows_, h, query0, t)
+                load_row_values(*rows_, h, query0, 0)
+            for t in range(total):
                 moye.wgmma_wait(0)
-                p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
-                          causal)
-                moye.named_barrier_sync(FREE_BARRIER, 256)  # tile t-1's wgmma are done
-                store_ds(tSsP[:, :, :, 0], acc_s)
-                store_ds(tSsdS[:, :, :, 0], acc_p)
+                p_ds_tile(acc_s, acc_p, cS, rows_[0][:, :, t % 2], query0, nb * bK, Sq, Sk,
+                          scale_log2, diagonal, causal)
+                store_ds(tSsP[:, :, :, t % 2], acc_s)
+                store_ds(tSsdS[:, :, :, t % 2], acc_p)
                 share_ds()
-                gemm(mma_g, acc_dv, tGsP[:, :, :, 0], tGsdOt[:, :, :, stage], acc_dv)
-                gemm(mma_g, acc_dk, tGsdS[:, :, :, 0], tGsQt[:, :, :, stage], acc_dk)
-                dq_halves(dq, sQ, sdO, stage, b, h, query0)  # dQ += dS K; waits for all
+                gemm(mma_g, acc_dv, tGsP[:, :, :, t % 2], tGsdOt[:, :, :, stage], acc_dv)
+                gemm(mma_g, acc_dk, tGsdS[:, :, :, t % 2], tGsQt[:, :, :, stage], acc_dk)
+                held, h_t, query_t = stage, h, query0
+                if t + 1 < total:
+                    stage, phase = pipe.advance(stage, phase)
+                    h, query0 = hk * groups + (t + 1) // per, (first + (t + 1) % per) * bQ
+                    pipe.consumer_wait(stage, phase)
+                    products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
+                             tSsdO[:, :, :, stage])
+                    load_row_values(*rows_, h, query0, t + 1)
+                dq_halves(dq, sQ, sdO, held, t, b, h_t, query_t)     # dQ += dS K; waits for all
                 if ctid % 128 == 0:
                     moye.tma_store_wait(0)                  # the reduce-adds have read the stage
-                stage, phase = release(pipe, stage, phase, ctid % 128 == 0)
+                    pipe.consumer_release(held)
+            moye.wgmma_wait(0)          # (dq_halves waited; ptxas cannot tell, C7517)
         elif not overlap:       # one tile at a time: P^T and dS^T share a16's registers
             for t in range(total):
                 h, query0 = hk * groups + t // per, (first + t % per) * bQ
@@ -285,15 +305,13 @@ def dq_tile(dq, t, b, h, query0):
             moye.fence_proxy_async()                # the stores, before TMA reads them
             moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
             if lead:
-                tile = MoYeArray.view_of(dq.sdQ_all.engine.offset_by(
-                    dq.wg * size(dq.sdQ_all, 0) * size(dq.sdQ_all, 1)), dq.add_dq.smem_layout)
-                moye.tma_reduce_add(dq.add_dq, (b, h, query0, c * size(dq.sdQ_all, 1)), tile)
-                moye.tma_store_commit()
+                reduce_add_part(dq.add_dq, dq.sdQ_all.engine.offset_by(dq.wg * cosize(
+                    DQ_STAGING)), b, h, query0, c * CHUNK)
     moye.wgmma_wait(0)
 
 
 @moye.func
-def dq_halves(dq, sQ, sdO, stage, b, h, query0):
+def dq_halves(dq, sQ, sdO, stage, t, b, h, query0):
     """The wide plan's dQ part of a query tile from this block's keys, once
     both warpgroups have stored dS (share_ds): warpgroup w's columns,
     2 * CHUNK from w * 2 * CHUNK on, as two chunks of dS K, each stored in
@@ -304,23 +322,34 @@ def dq_halves(dq, sQ, sdO, stage, b, h, query0):
     every wgmma issued."""
     lead = moye.thread_idx.x % 128 == 0
     bQ, d = size(sQ, 0), size(sQ, 1)
-    for c in range_constexpr(dq.chunks):
-        if c // 2 == dq.wg:
-            for i in range_constexpr(size(dq.acc)):
-                dq.acc[i] = 0.0
-            gemm(dq.mma, dq.acc, dq.sdS[:, :, :, 0], dq.sK[:, :, :, c], dq.acc)
-            moye.wgmma_wait(0)
-            ring = sdO if c % 2 == 0 else sQ
-            free = ring.engine.offset_by(stage * bQ * d + c // 2 * 2 * bQ * CHUNK).recast(Float32)
-            part = dq.thr.partition_C(MoYeArray.view_of(free, Layout((bQ, CHUNK), (CHUNK, 1))))
-            for i in range_constexpr(size(dq.acc)):
-                part[i] = dq.acc[i]
-            moye.fence_proxy_async()                # the stores, before TMA reads them
-            moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
-            if lead:
-                tile = MoYeArray.view_of(free, dq.add_dq.smem_layout)
-                moye.tma_reduce_add(dq.add_dq, (b, h, query0, c * CHUNK), tile)
-                moye.tma_store_commit()
+    # the chunk by index, not by a branch on the warpgroup: a wgmma in a branch that ptxas
+    # sees as divergent serializes every wgmma of the kernel (C7518)
+    for j in range_constexpr(2):
+        c = 2 * dq.wg + j
+        for i in range_constexpr(size(dq.acc)):
+            dq.acc[i] = 0.0
+        gemm(dq.mma, dq.acc, dq.sdS[:, :, :, t % 2], dq.sK[:, :, :, c], dq.acc)
+        moye.wgmma_wait(0)
+        free = (sdO if j == 0 else sQ).engine.offset_by(
+            stage * bQ * d + dq.wg * 2 * bQ * CHUNK).recast(Float32)
+        part = dq.thr.partition_C(MoYeArray.view_of(free, DQ_STAGING))
+        for i in range_constexpr(size(dq.acc)):
+            part[i] = dq.acc[i]
+        moye.fence_proxy_async()                    # the stores, before TMA reads them
+        moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
+        if lead:
+            reduce_add_part(dq.add_dq, free, b, h, query0, c * CHUNK)
+
+
+@moye.func
+def reduce_add_part(add_dq, staged, b, h, query0, col0):
+    """The TMA reduce-adds of a dQ part staged as DQ_STAGING (from the
+    shared engine `staged`) to dQ's sum, at query0's rows and columns
+    col0..col0 + CHUNK (a box of 32 columns at a time)."""
+    for s in range_constexpr(2):
+        moye.tma_reduce_add(add_dq, (b, h, query0, col0 + 32 * s), MoYeArray.view_of(
+            staged.offset_by(s * BLOCK_N * 32), add_dq.smem_layout))
+    moye.tma_store_commit()
 
 
 @moye.kernel
@@ -384,7 +413,7 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
     the arrays: head dims of HEAD_DIMS, 16-byte rows)."""
     B, Hq, Sq, d = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
-    keys, cols, overlap, wide = PLANS[d]
+    keys, overlap, wide = PLANS[d]
     backend = None if rows.backend_of(q) == "cuda" else "cpu"
     D = rows.empty(q, (B, Hq, Sq), "float32")
     replay.launch(attention_row_dots, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
@@ -399,13 +428,13 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
     copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(n)) for t, n in ((q, BLOCK_N), (k, keys),
                                                                      (v, keys), (do, BLOCK_N))]
     dq_sum = rows.zeros(q, (B, Hq, Sq, d), "float32")
-    add_dq = moye.make_tma_copy(moye.TMA_REDUCE_ADD, dq_sum, sum_box(cols))
+    add_dq = moye.make_tma_copy(moye.TMA_REDUCE_ADD, dq_sum, SUM_BOX)
     replay.launch(attention_bwd_sm90, ((-(-Sk // keys), Hk, B), THREADS),
                   (*copies, add_dq, dk, dv, lse, D, Sq, Sk, Hq // Hk, float(scale),
                    float(scale * LOG2E), k_major(dtype, keys, d),
                    k_major(dtype, BLOCK_N, d, STAGES), mn_major(d, BLOCK_N, STAGES),
-                   ds_layout(dtype, keys, 1 if wide else 2), key_chunks(d, keys, cols),
-                   None if wide else dq_parts(cols), mma_s, mma_g, dq_mma(dtype, cols), bool(causal), overlap,
+                   ds_layout(dtype, keys, 2), key_chunks(d, keys),
+                   None if wide else DQ_PARTS, mma_s, mma_g, dq_mma(dtype), bool(causal), overlap,
                    wide), backend)
     replay.launch(attention_dq_from_sum, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
                   (dq, dq_sum, float(scale)), backend)
@@ -430,38 +459,22 @@ def keys_by_queries(tile):
 
 
 @functools.lru_cache(maxsize=None)
-def key_chunks(d, keys, cols):
+def key_chunks(d, keys):
     """The block's K tile (keys, d; k_major: boxes of CHUNK columns) seen as
-    (cols columns, keys, d / cols chunks): a chunk at a time, as the
+    (CHUNK columns, keys, d / CHUNK chunks): a chunk at a time, as the
     MN-major B of dQ += dS K.
-        >>> key_chunks(128, 128, 64)
-        Sw<3,3,3> o 0 o (64,(8,16),(1,2)):(1,(64,512),(64,8192))
-        >>> key_chunks(256, 64, 32)(0, (0, 1), (1, 1))      # column 96 of key 8
-        4640
+        >>> key_chunks(128, 128)
+        Sw<3,3,3> o 0 o (64,(8,16),2):(1,(64,512),8192)
     """
-    return composition(Swizzle(3, 3, 3), Layout(
-        (cols, (8, keys // 8), (CHUNK // cols, d // CHUNK)),
-        (1, (CHUNK, 8 * CHUNK), (cols, keys * CHUNK))))
+    return composition(Swizzle(3, 3, 3), Layout((CHUNK, (8, keys // 8), d // CHUNK),
+                                                (1, (CHUNK, 8 * CHUNK), keys * CHUNK)))
 
 
 @functools.lru_cache(maxsize=None)
-def dq_parts(cols):
-    """Both consumer warpgroups' dQ parts in shared memory, (BLOCK_N queries,
-    cols, 2), float32 rows."""
-    return Layout((BLOCK_N, cols, 2), (cols, 1, BLOCK_N * cols))
-
-
-@functools.lru_cache(maxsize=None)
-def sum_box(cols):
-    """The TMA box that adds one warpgroup's dQ part to dQ's sum."""
-    return batched_tile(batched_tile(Layout((BLOCK_N, cols), (cols, 1))))
-
-
-@functools.lru_cache(maxsize=None)
-def dq_mma(dtype, cols):
-    """One warpgroup's wgmma of dQ += dS K: 64 queries by cols columns, A
+def dq_mma(dtype):
+    """One warpgroup's wgmma of dQ += dS K: 64 queries by CHUNK columns, A
     and B MN-major."""
-    return make_tiled_mma(moye.wgmma_op(cols, dtype, dtype, Float32, "SS", "MN", "MN"),
+    return make_tiled_mma(moye.wgmma_op(CHUNK, dtype, dtype, Float32, "SS", "MN", "MN"),
                           make_layout((1, 1)))
 
 

@@ -4,6 +4,7 @@ own elements; gemm with a wgmma TiledMMA against NumPy for every swizzle
 and N, bf16, tf32 and f16 accumulators; the wgmma_matmul example
 (TMA, mbarrier phases); and the errors."""
 import contextlib
+import re
 
 import ml_dtypes
 import numpy as np
@@ -340,3 +341,74 @@ def test_major_errors():
     with pytest.raises(MoyeError, match=r"no wgmma descriptor reads the K-major .*\(A, block"):
         wgmma_ab_kernel.trace(np.zeros((64, K), np.float16), np.zeros((64, K), np.float16),
                               np.zeros((64, 64), np.float32), *args, block=128)
+
+
+# -- wgmma_fence_operand -----------------------------------------------------------------
+@moye.kernel
+def two_products_kernel(C1, C2, A, B, sA_layout, mma, kind: moye.Constexpr):
+    """C1 = C2 = A A^T, both accumulators cleared first, and with kind
+    "fenced" the second fenced before the first gemm is issued ("unfenced":
+    not; "shared", "16-bit": a bad operand to fence)."""
+    sA = moye.shared_array(Float16, sA_layout, align=1024)
+    thr = mma.get_slice(moye.thread_idx.x)
+    for i in range(size(sA)):
+        if i % 128 == moye.thread_idx.x:
+            sA[i] = A[i % 64, i // 64]
+    moye.fence_proxy_async()
+    moye.sync_threads()
+    acc1 = thr.partition_fragment_C(moye.tile(MoYeArray(C1), (64, 64), (0, 0)))
+    acc2 = thr.partition_fragment_C(moye.tile(MoYeArray(C2), (64, 64), (0, 0)))
+    for i in range(size(acc1)):
+        acc1[i] = 0.0
+        acc2[i] = 0.0
+    if kind == "shared":
+        moye.wgmma_fence_operand(sA)
+    elif kind == "16-bit":
+        moye.wgmma_fence_operand(moye.make_fragment_like(acc1, Float16))
+    elif kind == "fenced":
+        moye.wgmma_fence_operand(acc2)
+    gemm(mma, acc1, thr.partition_A(sA), thr.partition_B(sA), acc1)
+    gemm(mma, acc2, thr.partition_A(sA), thr.partition_B(sA), acc2)
+    moye.wgmma_wait(0)
+    c1 = thr.partition_C(moye.tile(MoYeArray(C1), (64, 64), (0, 0)))
+    c2 = thr.partition_C(moye.tile(MoYeArray(C2), (64, 64), (0, 0)))
+    for i in range(size(acc1)):
+        c1[i] = acc1[i]
+        c2[i] = acc2[i]
+
+
+def test_wgmma_fence_operand_pins_a_cleared_accumulator():
+    """The fence is an empty asm over each of the fragment's registers,
+    emitted where it is called (between acc2's clearing and the first
+    wgmma); it changes nothing on the CPU backend."""
+    from moye.compiler.frontend import BACKENDS
+    A = rng.standard_normal((64, 64)).astype(np.float16)
+    mma = moye.make_tiled_mma(moye.wgmma_op(64, Float16, Float16, Float32))
+    layout = gmma_smem_layout(Float16, "K", 128, (64, 64))
+    C1, C2 = (np.full((64, 64), np.nan, np.float32) for _ in range(2))
+    two_products_kernel[1, 128](C1, C2, A, A, layout, mma, "fenced")
+    want = A.astype(np.float64) @ A.astype(np.float64).T
+    for C in (C1, C2):
+        assert np.abs(C - want).max() < 1e-3 * np.abs(want).max()
+    before = {}
+    for kind in ("fenced", "unfenced"):
+        kernel = two_products_kernel.trace(C1, C2, A, A, layout, mma, kind, block=128)[0]
+        source = BACKENDS["cuda"].source(kernel, (128, 1, 1))
+        head = source[:source.index('asm volatile("wgmma.fence')]
+        before[kind] = re.findall(r'asm volatile\("" : "\+f"\((\w+)\[', head)
+    # acc1's fence (gemm's own), and with the call acc2's as well, another register array
+    assert len(before["unfenced"]) == 1 and len(before["fenced"]) == 2, before
+    assert before["fenced"][0] != before["fenced"][1]
+
+
+@pytest.mark.parametrize("kind, match", [
+    ("shared", "register fragment of 32-bit values, got"),
+    ("16-bit", "register fragment of 32-bit values, got"),
+])
+def test_wgmma_fence_operand_errors(kind, match):
+    A = np.ones((64, 64), np.float16)
+    C = np.zeros((64, 64), np.float32)
+    mma = moye.make_tiled_mma(moye.wgmma_op(64, Float16, Float16, Float32))
+    with pytest.raises(MoyeError, match=r"wgmma_fence_operand: the fragment must be a " + match):
+        two_products_kernel.trace(C, C, A, A, gmma_smem_layout(Float16, "K", 128, (64, 64)), mma,
+                                  kind, block=128)

@@ -153,16 +153,22 @@ def _compiled_backward(d, causal):
             source, [ir.symbol(traced.name)], "sm_90a", options=("--ptxas-options=-v",)).log or ""
 
 
-@pytest.mark.parametrize("d, causal", [(64, True), (128, False), (128, True), (256, True)])
-def test_backward_compiles_for_sm90a(d, causal):
-    """The kernel compiles without spills and without a wgmma wait that
-    ptxas had to add (C7517), with 4-D TMA loads and the TMA reduce-adds
-    of dQ's parts; dV and dK by wgmma with A from registers, or at 256 from
+@pytest.mark.parametrize("d, causal, spill_limit", [(64, True, 0), (128, False, 40),
+                                                    (128, True, 40), (256, True, 64)])
+def test_backward_compiles_for_sm90a(d, causal, spill_limit):
+    """The kernel compiles with spills bounded (at 128 and 256 the swizzled
+    dQ staging's store addresses, a thread's base XOR constants, cost a few
+    registers; it still runs faster than unswizzled stores, whose 8-way bank
+    conflicts it removes: benchmarks/RESULTS.md) and without ptxas's
+    performance losses (C75xx: setmaxnreg ignored, a wgmma wait it had to
+    add, wgmma serialized), with 4-D TMA loads and the TMA reduce-adds of
+    dQ's parts; dV and dK by wgmma with A from registers, or at 256 from
     shared memory (128 columns a warpgroup, S^T and dP^T 32)."""
     (name, source, log), (_, _, convert_log) = _compiled_backward(d, causal)
-    for text in (log, convert_log):
-        assert "0 bytes spill stores" in text and "0 bytes spill loads" in text, text
-    assert "C7508" not in log and "C7517" not in log, log
+    for text, limit in ((log, spill_limit), (convert_log, 0)):
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", text)]
+        assert spills and max(spills) <= limit, text
+    assert not re.search(r"\(C75\d\d\)", log), log
     if d == 256:
         for n in (128, 32):
             assert re.search(r"m64n%dk16\.f32\.f16\.f16 \{[^}]*\}, %%\d+, %%\d+, p" % n,
@@ -190,6 +196,25 @@ def test_every_kernel_race_checked():
         attention_sm90_backward.launch(*got, q, k, v, o, do, lse, None, 0.125, True)
     check(q, k, v, o, lse, True)
     check(q, k, v, o90, lse90, True)
+    assert_within_an_ulp(got[0], want[0], F16)
+    for g, w in zip(got[1:], want[1:]):
+        assert np.array_equal(g.view(np.uint16), w.view(np.uint16))
+
+
+def test_wide_backward_race_checked():
+    """The head-dim-256 backward (P^T and dS^T through shared memory, dQ's
+    parts staged in the tiles' own dO and Q halves, the next tile's S^T and
+    dP^T issued before dQ) under the race check, GQA and causal over three
+    key blocks and two query tiles."""
+    from moye.backend.cpu import race_checking
+    from moye.ops import attention_sm90_backward
+    q, k, v = qkv(13, F16, 1, 2, 1, 70, 130, 256)
+    do = np.random.default_rng(14).standard_normal(q.shape).astype(F16)
+    o, lse = attention_op.attention(q, k, v, True, None, True)
+    want = attention_op.attention_backward(do, q, k, v, o, lse, True)
+    got = [np.full(t.shape, np.nan, F16) for t in (q, k, v)]
+    with race_checking():
+        attention_sm90_backward.launch(*got, q, k, v, o, do, lse, None, 1 / 16, True)
     assert_within_an_ulp(got[0], want[0], F16)
     for g, w in zip(got[1:], want[1:]):
         assert np.array_equal(g.view(np.uint16), w.view(np.uint16))
