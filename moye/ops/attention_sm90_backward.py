@@ -82,7 +82,7 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
     sdO = moye.shared_array(load_q.dtype, sQ_layout, align=1024)
     sQt = MoYeArray.view_of(sQ.engine, sQt_layout)                      # (d, bQ, stages)
     sdOt = MoYeArray.view_of(sdO.engine, sQt_layout)
-    sdS = moye.shared_array(load_q.dtype, sdS_layout, align=1024)       # (bQ, bK, buffers): dS
+    sdS = moye.shared_array(load_q.dtype, sdS_layout, align=1024)       # (bQ, bK, 2): dS
     sP = moye.shared_array(load_q.dtype, sdS_layout, align=1024) if wide else None     # P
     sKc = MoYeArray.view_of(sK.engine, sKc_layout)          # (columns, bK, chunks): K^T
     # (bQ, CHUNK, 2 warpgroups): DQ_STAGING's; wide: in the tiles themselves (dq_halves)
@@ -113,7 +113,7 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
                 for i in range(first, m_tiles):
                     stage, phase = fill_stage(pipe, stage, phase, b, hk * groups + g, i * bQ,
                                               d, bQ, load_q, sQ, load_do, sdO)
-    else:                                                   # the consumers: 64 keys each
+    else:                                   # the consumers: 64 keys each, or (wide) columns
         moye.setmaxnreg_inc(240)
         ctid = tid - 128
         wg = ctid // 128
@@ -149,8 +149,8 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
         per = m_tiles - first
         total = groups * per
         stage, phase = 0, 0
-        if wide:                # P^T and dS^T through shared memory; tile t+1's S^T and dP^T
-            h, query0 = hk * groups, first * bQ             # issued behind t's dV and dK
+        if wide:    # P^T and dS^T through shared memory; tile t+1's S^T and dP^T issued
+            h, query0 = hk * groups, first * bQ     # behind tile t's dV and dK, before its dQ
             if total > 0:
                 pipe.consumer_wait(stage, phase)
                 products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
@@ -261,7 +261,7 @@ class DqTile:
         self.acc = thr.partition_fragment_C(make_layout((size(sdS, 0), size(sKc, 0))))
         if sdQ is not None:
             self.sdQ = thr.partition_C(sdQ)                              # (..., 2 warpgroups)
-        self.sdQ_all, self.chunks, self.buffers = sdQ, size(sKc, 2), size(sdS, 2)
+        self.sdQ_all, self.chunks = sdQ, size(sKc, 2)
 
 
 @moye.func
@@ -283,13 +283,12 @@ def share_ds():
 def dq_tile(dq, t, b, h, query0):
     """dQ's part of query tile t from this block's keys, FlashAttention-3's
     way, once both consumer warpgroups have stored their keys' dS (buffer
-    t % 2 of sdS, or its one buffer; share_ds): chunk c of dQ's columns = dS
-    K is the wgmma of warpgroup (c + t) % 2, which stores it to its sdQ
-    buffer and adds it to dQ's float32 sum in global memory by a TMA
-    reduce-add (the atomics of FlashAttention-2, in bulk). Waits for every
-    wgmma issued."""
+    t % 2 of sdS; share_ds): chunk c of dQ's columns = dS K is the wgmma of
+    warpgroup (c + t) % 2, which stages it in its sdQ buffer and adds it to
+    dQ's float32 sum in global memory by TMA reduce-adds (the atomics of
+    FlashAttention-2, in bulk). Waits for every wgmma issued."""
     lead = moye.thread_idx.x % 128 == 0
-    ds = dq.sdS[:, :, :, t % 2] if dq.buffers == 2 else dq.sdS[:, :, :, 0]
+    ds = dq.sdS[:, :, :, t % 2]
     for c in range_constexpr(dq.chunks):
         if (c + t) % 2 == dq.wg:
             for i in range_constexpr(size(dq.acc)):
