@@ -317,8 +317,8 @@ def dq_halves(dq, sQ, sdO, stage, t, b, h, query0):
     float32 where only this warpgroup read the tile and its dV and dK wgmma
     have finished: its columns of the tile's dO (the first chunk) and Q
     (the second), 16 KiB each; the lead thread reduce-adds each to dQ's sum
-    (and waits for the reads before the stage is released). Waits for
-    every wgmma issued."""
+    (the kernel waits for those reads before it releases the stage). Waits
+    for every wgmma issued."""
     lead = moye.thread_idx.x % 128 == 0
     bQ, d = size(sQ, 0), size(sQ, 1)
     # the chunk by index, not by a branch on the warpgroup: a wgmma in a branch that ptxas
