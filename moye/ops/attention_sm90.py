@@ -335,13 +335,14 @@ def mn_major(d, rows, stages):
 
 
 @functools.lru_cache(maxsize=None)
-def consumers_mma(n, dtype, a_from, b_major):
+def consumers_mma(n, dtype, a_from, b_major, along="M"):
     """The two consumer warpgroups' wgmma, 64 rows each: N = n, A from
-    shared memory ("SS") or registers ("RS"), B `b_major` ("K", "MN").
-    The layouts and MMAs a launch takes are made once (cached): a call then
-    makes only its TMA copies."""
+    shared memory ("SS") or registers ("RS"), B `b_major` ("K", "MN"); the
+    warpgroups one above the other (`along` "M": 128 rows) or side by side
+    ("N": 2 n columns). The layouts and MMAs a launch takes are made once
+    (cached): a call then makes only its TMA copies."""
     return make_tiled_mma(moye.wgmma_op(n, dtype, dtype, Float32, a_from, "K", b_major),
-                          make_layout((2, 1)))
+                          make_layout((2, 1) if along == "M" else (1, 2)))
 
 
 def launch(q, k, v, o, lse, scale, causal):

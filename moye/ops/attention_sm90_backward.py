@@ -61,9 +61,10 @@ ROWS_BARRIER = 4            # 4 and 5: a consumer warpgroup's LSE and D of a que
 # a warpgroup's dQ part in shared memory, (BLOCK_N queries, CHUNK columns) of float32, as two
 # TMA boxes (SUM_BOX) of 32 columns (128 bytes), 128-byte swizzled: a warp's stores of its
 # accumulator fragment meet each bank once (rows of 256 bytes would put 8 in one bank)
-DQ_STAGING = composition(Swizzle(3, 2, 3), Layout((BLOCK_N, (32, 2)), (32, (1, BLOCK_N * 32))))
-DQ_PARTS = composition(Swizzle(3, 2, 3), Layout((BLOCK_N, (32, 2), 2),
-                                                (32, (1, BLOCK_N * 32), BLOCK_N * CHUNK)))
+_PART = Layout((BLOCK_N, (32, 2)), (32, (1, BLOCK_N * 32)))
+DQ_STAGING = composition(Swizzle(3, 2, 3), _PART)
+# both warpgroups' parts, one after the other (the shared array of the narrow plans' dq_tile)
+DQ_PARTS = composition(Swizzle(3, 2, 3), make_layout(_PART[0], _PART[1], Layout(2, cosize(_PART))))
 SUM_BOX = batched_tile(batched_tile(composition(Swizzle(3, 2, 3), Layout((BLOCK_N, 32), (32, 1)))))
 
 
@@ -419,8 +420,8 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
                   (D, do, o, dlse), backend)
     dtype = element_type(q)
     if wide:
-        mma_s, mma_g = side_by_side_mma(BLOCK_N // 2, dtype, "K"), \
-            side_by_side_mma(d // 2, dtype, "MN")
+        mma_s, mma_g = consumers_mma(BLOCK_N // 2, dtype, "SS", "K", "N"), \
+            consumers_mma(d // 2, dtype, "SS", "MN", "N")
     else:
         mma_s, mma_g = consumers_mma(BLOCK_N, dtype, "SS", "K"), \
             consumers_mma(d, dtype, "RS", "MN")
@@ -432,7 +433,7 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
                   (*copies, add_dq, dk, dv, lse, D, Sq, Sk, Hq // Hk, float(scale),
                    float(scale * LOG2E), k_major(dtype, keys, d),
                    k_major(dtype, BLOCK_N, d, STAGES), mn_major(d, BLOCK_N, STAGES),
-                   ds_layout(dtype, keys, 2), key_chunks(d, keys),
+                   ds_layout(dtype, keys), key_chunks(d, keys),
                    None if wide else DQ_PARTS, mma_s, mma_g, dq_mma(dtype), bool(causal), overlap,
                    wide), backend)
     replay.launch(attention_dq_from_sum, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
@@ -440,13 +441,13 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
 
 
 @functools.lru_cache(maxsize=None)
-def ds_layout(dtype, keys, buffers):
-    """dS of a query tile in shared memory, (BLOCK_N queries, keys, buffers),
-    queries contiguous: wgmma's A, MN-major, unswizzled (8x8 core matrices:
+def ds_layout(dtype, keys):
+    """dS of a query tile in shared memory, (BLOCK_N queries, keys, 2
+    buffers), queries contiguous: wgmma's A, MN-major, unswizzled (8x8 core matrices:
     a thread's stores are a base plus constants); seen as (keys, queries)
     (keys_by_queries), the K-major A of dK += dS^T Q."""
     return tile_to_shape(gmma_smem_layout(dtype, "MN", 0, (BLOCK_N, keys)),
-                         (BLOCK_N, keys, buffers))
+                         (BLOCK_N, keys, 2))
 
 
 def keys_by_queries(tile):
@@ -475,11 +476,3 @@ def dq_mma(dtype):
     and B MN-major."""
     return make_tiled_mma(moye.wgmma_op(CHUNK, dtype, dtype, Float32, "SS", "MN", "MN"),
                           make_layout((1, 1)))
-
-
-@functools.lru_cache(maxsize=None)
-def side_by_side_mma(n, dtype, b_major):
-    """The wide plan's wgmma: the two consumer warpgroups side by side along
-    N, n columns each, A (keys as rows) K-major from shared memory."""
-    return make_tiled_mma(moye.wgmma_op(n, dtype, dtype, Float32, "SS", "K", b_major),
-                          make_layout((1, 2)))
