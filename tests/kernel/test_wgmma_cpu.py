@@ -348,7 +348,7 @@ def test_major_errors():
 def two_products_kernel(C1, C2, A, B, sA_layout, mma, kind: moye.Constexpr):
     """C1 = C2 = A A^T, both accumulators cleared first, and with kind
     "fenced" the second fenced before the first gemm is issued ("unfenced":
-    not; "shared", "16-bit": a bad operand to fence)."""
+    not; "shared", "16-bit", "scalar": a bad operand to fence)."""
     sA = moye.shared_array(Float16, sA_layout, align=1024)
     thr = mma.get_slice(moye.thread_idx.x)
     for i in range(size(sA)):
@@ -365,6 +365,8 @@ def two_products_kernel(C1, C2, A, B, sA_layout, mma, kind: moye.Constexpr):
         moye.wgmma_fence_operand(sA)
     elif kind == "16-bit":
         moye.wgmma_fence_operand(moye.make_fragment_like(acc1, Float16))
+    elif kind == "scalar":
+        moye.wgmma_fence_operand(acc1[0])
     elif kind == "fenced":
         moye.wgmma_fence_operand(acc2)
     gemm(mma, acc1, thr.partition_A(sA), thr.partition_B(sA), acc1)
@@ -404,6 +406,7 @@ def test_wgmma_fence_operand_pins_a_cleared_accumulator():
 @pytest.mark.parametrize("kind, match", [
     ("shared", "register fragment of 32-bit values, got"),
     ("16-bit", "register fragment of 32-bit values, got"),
+    ("scalar", "register fragment of 32-bit values, got"),
 ])
 def test_wgmma_fence_operand_errors(kind, match):
     A = np.ones((64, 64), np.float16)
