@@ -28,6 +28,7 @@ def attention(q, k, v, causal=False, scale=None, return_lse=False):
     return (o, lse) if rows.flag(return_lse, "return_lse", "attention") else o
 
 
+@replay.replayed
 def attention_forward(q, k, v, causal=False, scale=None):
     """(o, lse) of attention (the forward of the torch custom op)."""
     opname = "attention"
@@ -50,6 +51,7 @@ def kernels_for(q, d):
     return attention_sm80
 
 
+@replay.replayed
 def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, dlse=None):
     """(dq, dk, dv) of attention(q, k, v) from its output o and lse (as
     attention returns them) and their gradients do and dlse (None: lse has

@@ -6,7 +6,7 @@ and LSE and the output's gradient dO, with P = exp(S * scale - LSE):
     dQ = scale * dS K,   dK = scale * dS^T Q.
 
 Three kernels, each on attention_sm80's tiles, copies and MMA:
-- attention_row_dots: D, one warp a row;
+- attention_row_dots: D, ROW_THREADS threads a row, 16-byte loads;
 - attention_dq_sm80: a block a 64-row tile of Q (as the forward): it
   recomputes S and dP key tile by key tile and accumulates dQ in registers;
 - attention_dkdv_sm80: a block a 64-key tile of one key head: it walks the
@@ -24,33 +24,45 @@ from moye import (Layout, MoYeArray, copy_if, copyto, gemm, get_slice, make_copy
                   zeros_)
 from moye.layout import composition
 
-from ..compiler import Constexpr
+from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
 from .attention_sm80 import (BLOCK_M, BLOCK_N, LOG2E, THREADS, crosses, hidden, key_tiles,
                              load_tile, rows_of, sequence_of, static_args, to_a)
 from .gemm_sm90 import element_type
+from .row_kernels import load_chunk, store_chunk
 
-ROWS_PER_BLOCK = THREADS // 32          # attention_row_dots: a warp a row
+VEC = 8                                 # attention_row_dots: a thread's values a load (16 bytes)
+ROW_THREADS = 4                         # ... and a row's threads
+ROWS_PER_BLOCK = THREADS // ROW_THREADS
 
 
 @moye.kernel
-def attention_row_dots(D, dO, O, dLSE):
+def attention_row_dots(D, dO, O, dLSE, zeroed=None):
     """D[b, h, i] = sum over the head dim of dO[b, h, i] * O[b, h, i], in
     float32, less dLSE[b, h, i] where the log-sum-exp has a gradient too
-    (d lse / dS = P, so that dS = P * (dP - D) takes it in)."""
+    (d lse / dS = P, so that dS = P * (dP - D) takes it in). `zeroed`, an
+    array of O's shape (the Hopper backward's float32 sum of dQ, which its
+    TMA reduce-adds add to), unless None, is zero-filled on the way."""
     b, h = moye.block_idx.z, moye.block_idx.y
-    row = moye.block_idx.x * ROWS_PER_BLOCK + moye.thread_idx.x // 32
-    lane = moye.thread_idx.x % 32
-    if row < size(O, 2):
-        total = moye.cast(0.0, moye.Float32)
-        for c in range(lane, size(O, 3), 32):
-            total = total + moye.cast(dO[b, h, row, c], moye.Float32) * \
-                moye.cast(O[b, h, row, c], moye.Float32)
-        total = moye.warp_reduce(total, "sum")
-        if lane == 0:
-            if dLSE is not None:
-                total = total - dLSE[b, h, row]
-            D[b, h, row] = total
+    row = moye.block_idx.x * ROWS_PER_BLOCK + moye.thread_idx.x // ROW_THREADS
+    part = moye.thread_idx.x % ROW_THREADS
+    at = moye.minimum(row, size(O, 2) - 1)      # every lane reduces: rows past the end too
+    x, y = (make_fragment_like(Layout((VEC, 1)), moye.Float32) for _ in range(2))
+    total = moye.cast(0.0, moye.Float32)
+    for c in range(part, size(O, 3) // VEC, ROW_THREADS):
+        load_chunk(x, 0, dO[b, h, at, None], c)
+        load_chunk(y, 0, O[b, h, at, None], c)
+        for e in range_constexpr(VEC):
+            total = total + x[e, 0] * y[e, 0]
+        if zeroed is not None:
+            for e in range_constexpr(VEC):
+                x[e, 0] = 0.0
+            store_chunk(zeroed[b, h, at, None], c, x, 0)
+    total = moye.warp_reduce(total, "sum", ROW_THREADS)
+    if part == 0 and row < size(O, 2):
+        if dLSE is not None:
+            total = total - dLSE[b, h, row]
+        D[b, h, row] = total
 
 
 def transposed(layout, rows, cols):

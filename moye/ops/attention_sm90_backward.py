@@ -2,9 +2,10 @@
 one kernel (FlashAttention-3's design) between attention_row_dots (D =
 rowsum(dO * O) less dlse) and a conversion of dQ's float32 sum. A block
 keeps the keys of one key head (PLANS: 128, or 64 at 256) and walks the
-query tiles (64 rows) of each query head that reads them: a producer
-warpgroup TMA-loads the keys' K and V once and a ring of Q and dO tiles;
-at head dims 64 and 128, two consumer warpgroups of 64 keys:
+query tiles (PLANS: 128 rows at head dim 64, else 64) of each query head
+that reads them: a producer warpgroup TMA-loads the keys' K and V once and
+a ring of Q and dO tiles; at head dims 64 and 128, two consumer
+warpgroups of 64 keys:
 
 - S^T = K Q^T and dP^T = V dO^T by wgmma from shared memory (keys as
   rows), then P^T and dS^T = P^T * (dP^T - D) (the tile's LSE and D read
@@ -13,11 +14,9 @@ at head dims 64 and 128, two consumer warpgroups of 64 keys:
   (dO, Q) is read MN-major from the tile TMA wrote;
 - dQ's part from these keys (dq_tile): dS^T stored to shared memory by
   both warpgroups, then each 64-column chunk of dS K is one warpgroup's
-  wgmma, staged in shared memory (DQ_STAGING, swizzled: no bank
-  conflicts) and added to dQ's float32 sum in global memory by TMA
-  reduce-adds.
-At head dim 64 (overlap) a tile's dV, dK and dQ wgmma are issued behind
-the next tile's S^T and dP^T, one wait for all of them.
+  wgmma (of 128 queries: each warpgroup's of its 64 rows), staged in
+  shared memory (DQ_STAGING, swizzled: no bank conflicts) and added to
+  dQ's float32 sum in global memory by TMA reduce-adds.
 
 At 256 (wide) one warpgroup's dK and dV of 64 keys would take 256
 registers a thread, so the two split them by columns instead, 128 each;
@@ -36,24 +35,26 @@ import functools
 
 import moye
 from moye import (Float32, Layout, MoYeArray, Swizzle, composition, cosize, gemm,
-                  gmma_smem_layout, make_identity_array, make_layout, make_tiled_mma, size,
-                  tile_to_shape)
+                  gmma_smem_layout, make_fragment_like, make_identity_array, make_layout,
+                  make_tiled_mma, size, tile_to_shape)
 
 from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
 from .attention_sm80 import LOG2E, hidden
-from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots
+from .attention_sm80_backward import ROW_THREADS, ROWS_PER_BLOCK, VEC, attention_row_dots
 from .attention_sm90 import (CHUNK, THREADS, box, consumers_mma, fill_stage, k_major,
                              load_rows, mn_major, release)
 from .gemm_sm90 import batched_tile, element_type
+from .row_kernels import load_chunk, store_chunk
 
-BLOCK_N = 64                # the tiles a block walks: 64 rows
+BLOCK_N = 64                # a consumer warpgroup's rows of a wgmma
 STAGES = 2
-# head dim -> (keys a block, overlap, wide). overlap: a tile's dV and dK wgmma are issued
-# behind the next tile's S^T and dP^T; at 128 the registers of both fragments in flight
-# beside dK's and dV's accumulators spill (144 B), and it runs slower (benchmarks/RESULTS.md).
-# wide: the warpgroups split dK's and dV's columns
-PLANS = {64: (128, True, False), 128: (128, False, False), 256: (64, False, True)}
+# head dim -> (keys a block, queries a tile it walks, wide: the warpgroups split dK's and dV's
+# columns). At 64, tiles of 128 queries halve the tiles' syncs and waits (FlashAttention-3's
+# 128 x 128); issuing a tile's dV and dK wgmma behind the next tile's S^T and dP^T, on 64
+# queries, ran 15% slower (benchmarks/RESULTS.md, session 25); at 128 that overlap's
+# fragments spill 144 B and run slower
+PLANS = {64: (128, 128, False), 128: (128, 64, False), 256: (64, 64, True)}
 HEAD_DIMS = tuple(PLANS)
 DS_BARRIER = 1              # both consumer warpgroups' dS of a tile in shared memory
 DQ_BARRIER = 2              # 2 and 3: a consumer warpgroup's dQ part in shared memory
@@ -63,8 +64,12 @@ ROWS_BARRIER = 4            # 4 and 5: a consumer warpgroup's LSE and D of a que
 # accumulator fragment meet each bank once (rows of 256 bytes would put 8 in one bank)
 _PART = Layout((BLOCK_N, (32, 2)), (32, (1, BLOCK_N * 32)))
 DQ_STAGING = composition(Swizzle(3, 2, 3), _PART)
-# both warpgroups' parts, one after the other (the shared array of the narrow plans' dq_tile)
+# both warpgroups' parts, one after the other (the shared array of the narrow plans' dq_tile):
+# (BLOCK_N, CHUNK, 2 warpgroups) where they take turns at a tile's chunks, (2 BLOCK_N, CHUNK)
+# where each takes its rows of a tile of 2 BLOCK_N queries
 DQ_PARTS = composition(Swizzle(3, 2, 3), make_layout(_PART[0], _PART[1], Layout(2, cosize(_PART))))
+DQ_ROWS = composition(Swizzle(3, 2, 3), Layout(((BLOCK_N, 2), (32, 2)),
+                                               ((32, cosize(_PART)), (1, BLOCK_N * 32))))
 SUM_BOX = batched_tile(batched_tile(composition(Swizzle(3, 2, 3), Layout((BLOCK_N, 32), (32, 1)))))
 
 
@@ -72,9 +77,9 @@ SUM_BOX = batched_tile(batched_tile(composition(Swizzle(3, 2, 3), Layout((BLOCK_
 def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, Sq, Sk, groups,
                        scale, scale_log2, sKV_layout, sQ_layout, sQt_layout, sdS_layout,
                        sKc_layout, sdQ_layout, mma_s, mma_g, mma_q, causal: Constexpr,
-                       overlap: Constexpr, wide: Constexpr):
+                       wide: Constexpr):
     d = size(sKV_layout, 1)
-    bK, bQ = size(sKV_layout, 0), BLOCK_N       # keys a block, queries a tile it walks
+    bK, bQ = size(sKV_layout, 0), size(sQ_layout, 0)    # keys a block, queries a tile it walks
     ebytes = load_q.dtype.bits // 8
     nb, hk, b = moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
     sK = moye.shared_array(load_k.dtype, sKV_layout, align=1024)        # (bK, d)
@@ -133,20 +138,17 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
             tGsP, tGsdS = thr_g.partition_A(keys_by_queries(sP)), \
                 thr_g.partition_A(keys_by_queries(sdS))
         else:
-            a16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))      # P^T in 16 bits
-            b16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))      # dS^T (overlap)
+            a16 = thr_g.partition_fragment_A(make_layout((bK, bQ)))      # P^T, dS^T in 16 bits
         acc_dv = thr_g.partition_fragment_C(make_layout((bK, d)))
         acc_dk = thr_g.partition_fragment_C(make_layout((bK, d)))
         cG = thr_g.partition_C(make_identity_array((bK, d)))
-        dq = DqTile(mma_q, sdS, sKc, sdQ, add_dq, wg)
+        dq = DqTile(mma_q, sdS, sKc, sdQ, add_dq, wg, ctid)
         rows_ = (sLD[:, :, :, wg], LSE, D, b, Sq)
         for i in range_constexpr(size(acc_dv)):
             acc_dv[i] = 0.0
             acc_dk[i] = 0.0
         moye.mbarrier_wait(kv_full, 0)
-        # the query tiles of each query head that reads this key head, one after another;
-        # with `overlap`, dV += P^T dO, dK += dS^T Q and dQ += dS K of tile t-1 are issued
-        # behind tile t's S^T and dP^T
+        # the query tiles of each query head that reads this key head, one after another
         per = m_tiles - first
         total = groups * per
         stage, phase = 0, 0
@@ -179,7 +181,7 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
                     moye.tma_store_wait(0)                  # the reduce-adds have read the stage
                     pipe.consumer_release(held)
             moye.wgmma_wait(0)          # (dq_halves waited; ptxas cannot tell, C7517)
-        elif not overlap:       # one tile at a time: P^T and dS^T share a16's registers
+        else:                   # one tile at a time: P^T and dS^T share a16's registers
             for t in range(total):
                 h, query0 = hk * groups + t // per, (first + t % per) * bQ
                 pipe.consumer_wait(stage, phase)
@@ -200,46 +202,6 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
                 share_ds()
                 dq_tile(dq, t, b, h, query0)                                 # dQ += dS K
                 stage, phase = release(pipe, stage, phase, lane0)
-        elif total > 0:
-            h, query0 = hk * groups, first * bQ
-            pipe.consumer_wait(stage, phase)
-            products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
-                     tSsdO[:, :, :, stage])
-            sLDt = load_row_values(*rows_, h, query0, 0)
-            moye.wgmma_wait(0)
-            p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
-                      causal)
-            store_ds(tSsdS[:, :, :, 0], acc_p)
-            for e in range_constexpr(size(a16)):
-                a16[e] = moye.cast(acc_s[e], load_q.dtype)
-                b16[e] = moye.cast(acc_p[e], load_q.dtype)
-            for t in range(1, total):
-                held = stage
-                stage, phase = pipe.advance(stage, phase)
-                pipe.consumer_wait(stage, phase)
-                products(mma_s, acc_s, tSsK, tSsQ[:, :, :, stage], acc_p, tSsV,
-                         tSsdO[:, :, :, stage])
-                gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, held], acc_dv)     # dV += P^T dO
-                gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, held], acc_dk)      # dK += dS^T Q
-                h_next, query_next = hk * groups + t // per, (first + t % per) * bQ
-                sLDt = load_row_values(*rows_, h_next, query_next, t)
-                share_ds()
-                dq_tile(dq, t - 1, b, h, query0)    # dQ += dS K; waits for every wgmma
-                h, query0 = h_next, query_next
-                p_ds_tile(acc_s, acc_p, cS, sLDt, query0, nb * bK, Sq, Sk, scale_log2, diagonal,
-                          causal)
-                store_ds(tSsdS[:, :, :, t % 2], acc_p)
-                if lane0:
-                    pipe.consumer_release(held)
-                for e in range_constexpr(size(a16)):
-                    a16[e] = moye.cast(acc_s[e], load_q.dtype)
-                    b16[e] = moye.cast(acc_p[e], load_q.dtype)
-            gemm(mma_g, acc_dv, a16, tGsdOt[:, :, :, stage], acc_dv)
-            gemm(mma_g, acc_dk, b16, tGsQt[:, :, :, stage], acc_dk)
-            share_ds()
-            dq_tile(dq, total - 1, b, h, query0)
-            if lane0:
-                pipe.consumer_release(stage)
         if ctid % 128 == 0:
             moye.tma_store_wait(0)                  # the last reduce has read sdQ
         for e in range_constexpr(size(acc_dk)):
@@ -250,18 +212,22 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
 
 
 class DqTile:
-    """What dq_tile and dq_halves need of a consumer warpgroup: its slice of
-    the dQ wgmma (one warpgroup: 64 queries by a chunk's columns), dS and K
-    partitioned as its A and B, its fragment of dQ and (dq_tile) its
-    buffer of sdQ."""
+    """What dq_tile and dq_halves need of consumer thread ctid: its slice of
+    the dQ wgmma (dq_mma: one warpgroup's, 64 queries by a chunk's columns,
+    or, where a tile has 128 queries, `by_rows`, both warpgroups', 64 rows
+    each), dS and K partitioned as its A and B, its fragment of dQ and
+    (dq_tile) its part of sdQ."""
 
-    def __init__(self, mma_q, sdS, sKc, sdQ, add_dq, wg):
-        thr = mma_q.get_slice(moye.thread_idx.x % 128)
+    def __init__(self, mma_q, sdS, sKc, sdQ, add_dq, wg, ctid):
+        self.by_rows = size(mma_q) == 256
+        # (thread_idx % 128 for one warpgroup: ptxas allocates the wide plan's registers worse
+        # for ctid % 128, 172 B of spills against 48)
+        thr = mma_q.get_slice(ctid if self.by_rows else moye.thread_idx.x % 128)
         self.thr, self.mma, self.add_dq, self.wg = thr, mma_q, add_dq, wg
         self.sdS, self.sK = thr.partition_A(sdS), thr.partition_B(sKc)  # (..., 2), (..., chunks)
         self.acc = thr.partition_fragment_C(make_layout((size(sdS, 0), size(sKc, 0))))
-        if sdQ is not None:
-            self.sdQ = thr.partition_C(sdQ)                              # (..., 2 warpgroups)
+        if sdQ is not None:         # (...), or (..., 2 warpgroups) where they take turns
+            self.sdQ = thr.partition_C(sdQ)
         self.sdQ_all, self.chunks = sdQ, size(sKc, 2)
 
 
@@ -285,13 +251,15 @@ def dq_tile(dq, t, b, h, query0):
     """dQ's part of query tile t from this block's keys, FlashAttention-3's
     way, once both consumer warpgroups have stored their keys' dS (buffer
     t % 2 of sdS; share_ds): chunk c of dQ's columns = dS K is the wgmma of
-    warpgroup (c + t) % 2, which stages it in its sdQ buffer and adds it to
-    dQ's float32 sum in global memory by TMA reduce-adds (the atomics of
-    FlashAttention-2, in bulk). Waits for every wgmma issued."""
+    warpgroup (c + t) % 2 (of a 128-query tile, `by_rows`: each
+    warpgroup's of its 64 rows), which stages it in its sdQ part and adds
+    it to dQ's float32 sum in global memory by TMA reduce-adds (the atomics
+    of FlashAttention-2, in bulk). Waits for every wgmma issued."""
     lead = moye.thread_idx.x % 128 == 0
     ds = dq.sdS[:, :, :, t % 2]
+    rows0 = query0 + BLOCK_N * dq.wg if dq.by_rows else query0
     for c in range_constexpr(dq.chunks):
-        if (c + t) % 2 == dq.wg:
+        if dq.by_rows or (c + t) % 2 == dq.wg:
             for i in range_constexpr(size(dq.acc)):
                 dq.acc[i] = 0.0
             gemm(dq.mma, dq.acc, ds, dq.sK[:, :, :, c], dq.acc)
@@ -299,14 +267,14 @@ def dq_tile(dq, t, b, h, query0):
             if lead:
                 moye.tma_store_wait(0)              # the last reduce has read sdQ
             moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
-            part = dq.sdQ[:, :, :, dq.wg]
+            part = dq.sdQ if dq.by_rows else dq.sdQ[:, :, :, dq.wg]
             for i in range_constexpr(size(dq.acc)):
                 part[i] = dq.acc[i]
             moye.fence_proxy_async()                # the stores, before TMA reads them
             moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
             if lead:
                 reduce_add_part(dq.add_dq, dq.sdQ_all.engine.offset_by(dq.wg * cosize(
-                    DQ_STAGING)), b, h, query0, c * CHUNK)
+                    DQ_STAGING)), b, h, rows0, c * CHUNK)
     moye.wgmma_wait(0)
 
 
@@ -354,28 +322,35 @@ def reduce_add_part(add_dq, staged, b, h, query0, col0):
 
 @moye.kernel
 def attention_dq_from_sum(dQ, acc, scale):
-    """dQ = acc * scale in dQ's type: a row a warp (the float32 sum of dQ's
-    parts that dq_tile adds up)."""
+    """dQ = acc * scale in dQ's type (acc: the float32 sum of dQ's parts that
+    dq_tile adds up), ROW_THREADS threads a row, VEC values at a time."""
     b, h = moye.block_idx.z, moye.block_idx.y
-    row = moye.block_idx.x * ROWS_PER_BLOCK + moye.thread_idx.x // 32
+    row = moye.block_idx.x * ROWS_PER_BLOCK + moye.thread_idx.x // ROW_THREADS
     if row < size(dQ, 2):
-        for c in range(moye.thread_idx.x % 32, size(dQ, 3), 32):
-            dQ[b, h, row, c] = moye.cast(acc[b, h, row, c] * scale, dQ.dtype)
+        x = make_fragment_like(Layout((VEC, 1)), Float32)
+        for c in range(moye.thread_idx.x % ROW_THREADS, size(dQ, 3) // VEC, ROW_THREADS):
+            load_chunk(x, 0, acc[b, h, row, None], c)
+            for e in range_constexpr(VEC):
+                x[e, 0] = x[e, 0] * scale
+            store_chunk(dQ[b, h, row, None], c, x, 0)
 
 
 @moye.func
 def load_row_values(sLD, LSE, D, b, Sq, h, query0, t):
     """A query tile's LSE (log2 units) and D, read from global memory into
     buffer t % 2 of this warpgroup's sLD (2, queries, 2) once, a value a
-    thread (issued behind the tile's wgmma, so that their latency hides
-    under them; p_ds_tile reads shared memory); sLD's buffer."""
-    i = moye.thread_idx.x % 128
+    thread for 64 queries, two for 128 (issued behind the tile's wgmma, so
+    that their latency hides under them; p_ds_tile reads shared memory);
+    sLD's buffer."""
+    queries = size(sLD, 1)
     tile = sLD[:, :, t % 2]
-    row = moye.minimum(query0 + i % size(sLD, 1), Sq - 1)
-    if i < size(sLD, 1):
-        tile[0, i] = LSE[b, h, row] * LOG2E
-    else:
-        tile[1, i - size(sLD, 1)] = D[b, h, row]
+    for j in range_constexpr(queries // 64):
+        i = moye.thread_idx.x % 128 + 128 * j
+        row = moye.minimum(query0 + i % queries, Sq - 1)
+        if i < queries:
+            tile[0, i] = LSE[b, h, row] * LOG2E
+        else:
+            tile[1, i - queries] = D[b, h, row]
     moye.named_barrier_sync(ROWS_BARRIER + moye.thread_idx.x // 128 - 1, 128)
     return tile
 
@@ -413,41 +388,42 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
     the arrays: head dims of HEAD_DIMS, 16-byte rows)."""
     B, Hq, Sq, d = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
-    keys, overlap, wide = PLANS[d]
+    keys, queries, wide = PLANS[d]
     backend = None if rows.backend_of(q) == "cuda" else "cpu"
     D = rows.empty(q, (B, Hq, Sq), "float32")
+    dq_sum = rows.empty(q, (B, Hq, Sq, d), "float32")      # zero-filled by attention_row_dots
     replay.launch(attention_row_dots, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
-                  (D, do, o, dlse), backend)
+                  (D, do, o, dlse, dq_sum), backend)
     dtype = element_type(q)
     if wide:
-        mma_s, mma_g = consumers_mma(BLOCK_N // 2, dtype, "SS", "K", "N"), \
+        mma_s, mma_g = consumers_mma(queries // 2, dtype, "SS", "K", "N"), \
             consumers_mma(d // 2, dtype, "SS", "MN", "N")
     else:
-        mma_s, mma_g = consumers_mma(BLOCK_N, dtype, "SS", "K"), \
+        mma_s, mma_g = consumers_mma(queries, dtype, "SS", "K"), \
             consumers_mma(d, dtype, "RS", "MN")
-    copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(n)) for t, n in ((q, BLOCK_N), (k, keys),
-                                                                     (v, keys), (do, BLOCK_N))]
-    dq_sum = rows.zeros(q, (B, Hq, Sq, d), "float32")
+    copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(n)) for t, n in ((q, queries), (k, keys),
+                                                                     (v, keys), (do, queries))]
     add_dq = moye.make_tma_copy(moye.TMA_REDUCE_ADD, dq_sum, SUM_BOX)
     replay.launch(attention_bwd_sm90, ((-(-Sk // keys), Hk, B), THREADS),
                   (*copies, add_dq, dk, dv, lse, D, Sq, Sk, Hq // Hk, float(scale),
                    float(scale * LOG2E), k_major(dtype, keys, d),
-                   k_major(dtype, BLOCK_N, d, STAGES), mn_major(d, BLOCK_N, STAGES),
-                   ds_layout(dtype, keys), key_chunks(d, keys),
-                   None if wide else DQ_PARTS, mma_s, mma_g, dq_mma(dtype), bool(causal), overlap,
-                   wide), backend)
+                   k_major(dtype, queries, d, STAGES), mn_major(d, queries, STAGES),
+                   ds_layout(dtype, keys, queries), key_chunks(d, keys),
+                   None if wide else DQ_PARTS if queries == BLOCK_N else DQ_ROWS, mma_s, mma_g,
+                   dq_mma(dtype, queries // BLOCK_N), bool(causal), wide), backend)
     replay.launch(attention_dq_from_sum, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
                   (dq, dq_sum, float(scale)), backend)
 
 
 @functools.lru_cache(maxsize=None)
-def ds_layout(dtype, keys):
-    """dS of a query tile in shared memory, (BLOCK_N queries, keys, 2
-    buffers), queries contiguous: wgmma's A, MN-major, unswizzled (8x8 core matrices:
-    a thread's stores are a base plus constants); seen as (keys, queries)
-    (keys_by_queries), the K-major A of dK += dS^T Q."""
+def ds_layout(dtype, keys, queries):
+    """dS of a query tile in shared memory, (queries, keys, 2 buffers),
+    queries contiguous: wgmma's A (BLOCK_N rows at a time), MN-major,
+    unswizzled (8x8 core matrices: a thread's stores are a base plus
+    constants); seen as (keys, queries) (keys_by_queries), the K-major A of
+    dK += dS^T Q."""
     return tile_to_shape(gmma_smem_layout(dtype, "MN", 0, (BLOCK_N, keys)),
-                         (BLOCK_N, keys, 2))
+                         (queries, keys, 2))
 
 
 def keys_by_queries(tile):
@@ -471,8 +447,8 @@ def key_chunks(d, keys):
 
 
 @functools.lru_cache(maxsize=None)
-def dq_mma(dtype):
-    """One warpgroup's wgmma of dQ += dS K: 64 queries by CHUNK columns, A
-    and B MN-major."""
+def dq_mma(dtype, warpgroups=1):
+    """The wgmma of dQ += dS K, A and B MN-major: one warpgroup's, 64
+    queries by CHUNK columns, or two warpgroups' one above the other."""
     return make_tiled_mma(moye.wgmma_op(CHUNK, dtype, dtype, Float32, "SS", "MN", "MN"),
-                          make_layout((1, 1)))
+                          make_layout((warpgroups, 1)))

@@ -14,7 +14,8 @@ them. The per-shape plan cache of the ops is this. A replayed CUDA launch
 rereads only the tensors' addresses (kernel.prepared: the signature holds
 everything else), and dispatches in full where an address's alignment
 selects another specialization (the whole call runs in full where that
-launch takes TMA copies: their maps are made from the call's views). The public ops (functional.py) are
+launch takes TMA copies: their maps are made from the call's views; it is
+known before anything is launched). The public ops (functional.py) are
 replayed too, so their later calls skip the layers above the raw
 functions as well.
 
@@ -23,10 +24,10 @@ in full:
 - each array a launch took is an argument or an output, or a view of one
   starting at its address (`x.reshape(m, n)`, `part[:used]`), and only
   one of them (arguments aliased to one another are not recorded); a
-  launch that takes TMA copies is the first, on CUDA, and each copy maps
-  one of those tensors from its address (a replay moves the recorded
-  tensor maps to the new tensors' addresses; where one is not 16-byte
-  aligned, the call runs in full);
+  launch that takes TMA copies is on CUDA, and each copy maps one of
+  those tensors from its address (a replay moves the recorded tensor maps
+  to the new tensors' addresses; where the arrays of such a launch do not
+  lie as the record's did modulo 16 bytes, the call runs in full);
 - the result is outputs or views of them, None, or tuples of these;
 - no input or output changed on the host (their torch version counters)
   and the call did no other work on the host (`host_work`: reading values
@@ -61,11 +62,12 @@ class Recipe:
     launches took ((pool index, size, stride) each), the launches'
     non-tensor arguments and None (`constants`); then `launches` (kernel,
     config, backend, pool indices of the arguments, and the launch made
-    ready for them by kernel.prepared, or None; whether it takes TMA copies,
-    whose places hold the tensors they map) and the `result` (a pool
+    ready for them by kernel.prepared, or None; where it takes TMA copies,
+    whose places hold the tensors they map, the addresses modulo 16 of the
+    arrays its prepared launch takes, else None) and the `result` (a pool
     index, or a tuple of them)."""
     __slots__ = ("inputs", "outputs", "views", "constants", "launches", "result", "_take",
-                 "_steps", "_result")
+                 "_steps", "_checks", "_result")
 
     def __init__(self, inputs, outputs, views, constants, launches, result):
         self.inputs, self.outputs, self.views = inputs, outputs, views
@@ -77,12 +79,15 @@ class Recipe:
             (_getter(places), prepared and _getter([places[i] for i in prepared.places]),
              prepared, kernel, config, backend, maps)
             for kernel, config, backend, places, prepared, maps in launches)
+        # the launches with TMA copies, checked before any launch: (arrays, their residues)
+        self._checks = tuple((arrays, maps) for _, arrays, _, _, _, _, maps in self._steps
+                             if maps)
         self._result = result if type(result) is int else _getter(result)
 
     def run(self, args):
         """The call replayed on `args`: its result, or _MISS, launching
-        nothing, where its first launch takes TMA copies and an address's
-        alignment is not the record's."""
+        nothing, where a launch takes TMA copies and an address's alignment
+        is not the record's."""
         pool = list(self._take(args))
         for like, near, size, dtype, device, zeroed in self.outputs:
             if zeroed:
@@ -97,12 +102,14 @@ class Recipe:
         for source, size, stride in self.views:
             pool.append(pool[source].as_strided(size, stride))
         pool += self.constants
+        for arrays, residues in self._checks:
+            if tuple(a.data_ptr() & 15 for a in arrays(pool)) != residues:
+                return _MISS
         for take, arrays, prepared, kernel, config, backend, maps in self._steps:
-            if prepared is not None:
-                if prepared(*arrays(pool)) is None:
-                    continue
-                if maps:            # the first launch (see _Planner.launch)
-                    return _MISS
+            # (with its arrays where the record's were modulo 16, a launch with TMA copies
+            # takes its prepared launch: the record's call took that specialization)
+            if prepared is not None and prepared(*arrays(pool)) is None:
+                continue
             kernel[config](*take(pool), backend=backend)
         result = self._result
         return pool[result] if type(result) is int else result(pool)
@@ -352,7 +359,7 @@ class _Planner:
         self.views, self.constants = [], []
 
     def recipe(self, inputs, launches, out):
-        launches = tuple(self.launch(k, *launch) for k, launch in enumerate(launches))
+        launches = tuple(self.launch(*launch) for launch in launches)
         result = self.result(out)
         outputs = tuple((self.like(k), self.near(k), tuple(t.shape), t.dtype, t.device,
                          k - self.first_output in self.zeroed)
@@ -364,15 +371,19 @@ class _Planner:
         return Recipe(inputs, outputs, views, tuple(self.constants), launches,
                       _moved(result, base))
 
-    def launch(self, k, kernel, config, backend, args):
-        """The `k`th launch's (kernel, config, backend, places, prepared
-        launch or None, whether it takes TMA copies). One that does must
-        be the first (a later one that its prepared launch refuses could not
-        run in full: its copies' views are not recorded) and on CUDA."""
+    def launch(self, kernel, config, backend, args):
+        """A launch's (kernel, config, backend, places, prepared
+        launch or None, and where it takes TMA copies the addresses modulo
+        16 of the arrays its prepared launch takes, else None). One that
+        does must have a prepared launch (on CUDA: it cannot run in full on
+        a replay, as its copies' views are not recorded)."""
         prepared = None if backend is not None else kernel.prepared(config, args)
-        maps = any(type(a) is TMACopy for a in args)
-        if maps and (k > 0 or prepared is None):
-            raise _Incomplete
+        maps = None
+        if any(type(a) is TMACopy for a in args):
+            if prepared is None:
+                raise _Incomplete
+            maps = tuple((args[i].array.ptr if type(args[i]) is TMACopy else args[i].data_ptr())
+                         & 15 for i in prepared.places)
         return kernel, config, backend, tuple(self.place(a) for a in args), prepared, maps
 
     def like(self, k):

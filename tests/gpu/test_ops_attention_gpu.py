@@ -8,6 +8,7 @@ import math
 import pytest
 
 from moye import ops
+from moye.ops import attention_op, replay
 
 pytestmark = pytest.mark.gpu
 EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
@@ -87,7 +88,10 @@ def test_views_and_repeat_calls(torch):
 def test_training_steps_repeat(torch):
     """Forward and backward on new tensors each step (keyword arguments, the
     recorded and replayed paths alike): every step's o and gradients are
-    its own."""
+    its own. The raw forward and backward that autograd's custom op calls
+    are replayed after the first step (the backward's TMA launch is its
+    second: its arrays' alignment is checked before anything launches)."""
+    replay.forget()
     for step in range(3):
         g = torch.Generator(device="cuda").manual_seed(100 + step)
         q, k, v = (torch.randn(1, 4, 333, 128, device="cuda", generator=g).bfloat16()
@@ -99,6 +103,8 @@ def test_training_steps_repeat(torch):
         for what, got, ref in zip(("o", "dq", "dk", "dv"), (o, dq, dk, dv),
                                   (want[0], *want[2:])):
             close(torch, got, ref, "bfloat16", f"step {step}: {what}")
+    for fn in (attention_op.attention_forward, attention_op.attention_backward):
+        assert [type(r) for r in fn.recipes.values()] == [replay.Recipe], fn.__name__
 
 
 def test_torch_compile_and_cuda_graph(torch):

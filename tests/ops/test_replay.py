@@ -8,8 +8,8 @@ import pytest
 
 import moye
 from moye.errors import BoundsError
-from moye.ops import (cross_entropy_op, layer_norm_op, log_softmax_op, replay, rms_norm_op, rows,
-                      softmax_op)
+from moye.ops import (attention_op, cross_entropy_op, layer_norm_op, log_softmax_op, replay,
+                      rms_norm_op, rows, softmax_op)
 
 torch = pytest.importorskip("torch")
 
@@ -453,3 +453,28 @@ def test_public_ops_take_parameters_without_the_custom_op(monkeypatch):
         torch.testing.assert_close(y.double(), yd, rtol=2e-5, atol=2e-5)
         torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(w.grad.double(), wd.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_forward_and_backward_replay():
+    """The raw attention ops the custom op calls (with autograd, every
+    training step) are replayed: their later calls on new tensors give what
+    the same calls run in full give, GQA and causal, with and without dlse."""
+    replay.forget()
+
+    def make(seed):
+        q = _randn(1, 2, 9, 64, dtype=torch.float16, seed=seed)
+        k, v = (_randn(1, 1, 12, 64, dtype=torch.float16, seed=seed + s) for s in (1, 2))
+        return q, k, v
+
+    for seed in (1, 2, 3):
+        q, k, v = make(seed)
+        args = (q, k, v, True, 0.2)
+        out = attention_op.attention_forward(*args)
+        assert _equal(out, attention_op.attention_forward.__wrapped__(*args)), seed
+        do = _randn(*q.shape, dtype=torch.float16, seed=seed + 5)
+        for dlse in (None, _randn(1, 2, 9, seed=seed + 6)):
+            args = (do, q, k, v, *out, True, 0.2, dlse)
+            got = attention_op.attention_backward(*args)
+            assert _equal(got, attention_op.attention_backward.__wrapped__(*args)), seed
+    for fn, count in ((attention_op.attention_forward, 1), (attention_op.attention_backward, 2)):
+        assert [type(r) for r in fn.recipes.values()] == [replay.Recipe] * count, fn.__name__
