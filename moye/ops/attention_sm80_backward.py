@@ -41,8 +41,9 @@ def attention_row_dots(D, dO, O, dLSE, zeroed=None):
     """D[b, h, i] = sum over the head dim of dO[b, h, i] * O[b, h, i], in
     float32, less dLSE[b, h, i] where the log-sum-exp has a gradient too
     (d lse / dS = P, so that dS = P * (dP - D) takes it in). `zeroed`, an
-    array of O's shape (the Hopper backward's float32 sum of dQ, which its
-    TMA reduce-adds add to), unless None, is zero-filled on the way."""
+    array of O's batch and heads and at least its rows (the Hopper
+    backward's float32 sum of dQ, which its TMA reduce-adds add to), unless
+    None, is zero-filled on the way (the grid covers its rows)."""
     b, h = moye.block_idx.z, moye.block_idx.y
     row = moye.block_idx.x * ROWS_PER_BLOCK + moye.thread_idx.x // ROW_THREADS
     part = moye.thread_idx.x % ROW_THREADS
@@ -54,10 +55,12 @@ def attention_row_dots(D, dO, O, dLSE, zeroed=None):
         load_chunk(y, 0, O[b, h, at, None], c)
         for e in range_constexpr(VEC):
             total = total + x[e, 0] * y[e, 0]
-        if zeroed is not None:
+    if zeroed is not None:
+        if row < size(zeroed, 2):
             for e in range_constexpr(VEC):
                 x[e, 0] = 0.0
-            store_chunk(zeroed[b, h, at, None], c, x, 0)
+            for c in range(part, size(zeroed, 3) // VEC, ROW_THREADS):
+                store_chunk(zeroed[b, h, row, None], c, x, 0)
     total = moye.warp_reduce(total, "sum", ROW_THREADS)
     if part == 0 and row < size(O, 2):
         if dLSE is not None:

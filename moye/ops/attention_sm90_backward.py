@@ -15,8 +15,9 @@ warpgroups of 64 keys:
 - dQ's part from these keys (dq_tile): dS^T stored to shared memory by
   both warpgroups, then each 64-column chunk of dS K is one warpgroup's
   wgmma (of 128 queries: each warpgroup's of its 64 rows), staged in
-  shared memory (DQ_STAGING, swizzled: no bank conflicts) and added to
-  dQ's float32 sum in global memory by TMA reduce-adds.
+  shared memory in its accumulator's order (DQ_FRAGMENT: no bank
+  conflicts) and added to dQ's float32 sum in global memory, in that
+  order too, by a TMA reduce-add.
 
 At 256 (wide) one warpgroup's dK and dV of 64 keys would take 256
 registers a thread, so the two split them by columns instead, 128 each;
@@ -34,14 +35,14 @@ may vary in the last place.
 import functools
 
 import moye
-from moye import (Float32, Layout, MoYeArray, Swizzle, composition, cosize, gemm,
+from moye import (Float32, Layout, MoYeArray, Swizzle, composition, copyto, gemm,
                   gmma_smem_layout, make_fragment_like, make_identity_array, make_layout,
                   make_tiled_mma, size, tile_to_shape)
 
 from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
 from .attention_sm80 import LOG2E, hidden
-from .attention_sm80_backward import ROW_THREADS, ROWS_PER_BLOCK, VEC, attention_row_dots
+from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots
 from .attention_sm90 import (CHUNK, THREADS, box, consumers_mma, fill_stage, k_major,
                              load_rows, mn_major, release)
 from .gemm_sm90 import batched_tile, element_type
@@ -59,24 +60,22 @@ HEAD_DIMS = tuple(PLANS)
 DS_BARRIER = 1              # both consumer warpgroups' dS of a tile in shared memory
 DQ_BARRIER = 2              # 2 and 3: a consumer warpgroup's dQ part in shared memory
 ROWS_BARRIER = 4            # 4 and 5: a consumer warpgroup's LSE and D of a query tile
-# a warpgroup's dQ part in shared memory, (BLOCK_N queries, CHUNK columns) of float32, as two
-# TMA boxes (SUM_BOX) of 32 columns (128 bytes), 128-byte swizzled: a warp's stores of its
-# accumulator fragment meet each bank once (rows of 256 bytes would put 8 in one bank)
-_PART = Layout((BLOCK_N, (32, 2)), (32, (1, BLOCK_N * 32)))
-DQ_STAGING = composition(Swizzle(3, 2, 3), _PART)
-# both warpgroups' parts, one after the other (the shared array of the narrow plans' dq_tile):
-# (BLOCK_N, CHUNK, 2 warpgroups) where they take turns at a tile's chunks, (2 BLOCK_N, CHUNK)
-# where each takes its rows of a tile of 2 BLOCK_N queries
-DQ_PARTS = composition(Swizzle(3, 2, 3), make_layout(_PART[0], _PART[1], Layout(2, cosize(_PART))))
-DQ_ROWS = composition(Swizzle(3, 2, 3), Layout(((BLOCK_N, 2), (32, 2)),
-                                               ((32, cosize(_PART)), (1, BLOCK_N * 32))))
-SUM_BOX = batched_tile(batched_tile(composition(Swizzle(3, 2, 3), Layout((BLOCK_N, 32), (32, 1)))))
+# a warpgroup's dQ part, BLOCK_N queries by CHUNK columns of float32, in shared memory and in
+# dQ's float32 sum alike, in the order of its accumulator: thread t's value i at
+# (i // 4) * 512 + 4 t + i % 4 (DQ_FRAGMENT from 4 t), so that a warp's stores of one value
+# meet each bank once at addresses that are a base plus constants. The sum is (queries / 64
+# * chunks) such parts, rows of SUM_ROW values, a TMA box each (SUM_BOX); attention_dq_from_sum
+# orders it.
+PART = BLOCK_N * CHUNK
+DQ_FRAGMENT = Layout((4, PART // 512), (1, 512))
+SUM_ROW = 256
+SUM_BOX = batched_tile(batched_tile(Layout((PART // SUM_ROW, SUM_ROW), (SUM_ROW, 1))))
 
 
 @moye.kernel(fast_math=True)
 def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, Sq, Sk, groups,
                        scale, scale_log2, sKV_layout, sQ_layout, sQt_layout, sdS_layout,
-                       sKc_layout, sdQ_layout, mma_s, mma_g, mma_q, causal: Constexpr,
+                       sKc_layout, mma_s, mma_g, mma_q, causal: Constexpr,
                        wide: Constexpr):
     d = size(sKV_layout, 1)
     bK, bQ = size(sKV_layout, 0), size(sQ_layout, 0)    # keys a block, queries a tile it walks
@@ -91,8 +90,8 @@ def attention_bwd_sm90(load_q, load_k, load_v, load_do, add_dq, dK, dV, LSE, D, 
     sdS = moye.shared_array(load_q.dtype, sdS_layout, align=1024)       # (bQ, bK, 2): dS
     sP = moye.shared_array(load_q.dtype, sdS_layout, align=1024) if wide else None     # P
     sKc = MoYeArray.view_of(sK.engine, sKc_layout)          # (columns, bK, chunks): K^T
-    # (bQ, CHUNK, 2 warpgroups): DQ_STAGING's; wide: in the tiles themselves (dq_halves)
-    sdQ = None if wide else moye.shared_array(add_dq.dtype, sdQ_layout, align=1024)
+    # both warpgroups' dQ parts (dq_tile); wide: in the tiles themselves (dq_halves)
+    sdQ = None if wide else moye.shared_array(Float32, Layout(2 * PART), align=1024)
     # each consumer warpgroup's copy of a query tile's LSE (log2 units) and D: (2, bQ, 2 buffers)
     sLD = moye.shared_array(Float32, Layout((2, bQ, 2, 2)))
     kv_full = moye.mbarrier()
@@ -216,7 +215,7 @@ class DqTile:
     the dQ wgmma (dq_mma: one warpgroup's, 64 queries by a chunk's columns,
     or, where a tile has 128 queries, `by_rows`, both warpgroups', 64 rows
     each), dS and K partitioned as its A and B, its fragment of dQ and
-    (dq_tile) its part of sdQ."""
+    (dq_tile) its part of sdQ, as DQ_FRAGMENT."""
 
     def __init__(self, mma_q, sdS, sKc, sdQ, add_dq, wg, ctid):
         self.by_rows = size(mma_q) == 256
@@ -226,9 +225,11 @@ class DqTile:
         self.thr, self.mma, self.add_dq, self.wg = thr, mma_q, add_dq, wg
         self.sdS, self.sK = thr.partition_A(sdS), thr.partition_B(sKc)  # (..., 2), (..., chunks)
         self.acc = thr.partition_fragment_C(make_layout((size(sdS, 0), size(sKc, 0))))
-        if sdQ is not None:         # (...), or (..., 2 warpgroups) where they take turns
-            self.sdQ = thr.partition_C(sdQ)
-        self.sdQ_all, self.chunks = sdQ, size(sKc, 2)
+        if sdQ is not None:
+            self.staged = sdQ.engine.offset_by(wg * PART)
+            self.part = MoYeArray.view_of(self.staged.offset_by(4 * (moye.thread_idx.x % 128)),
+                                          DQ_FRAGMENT)
+        self.chunks = size(sKc, 2)
 
 
 @moye.func
@@ -267,14 +268,12 @@ def dq_tile(dq, t, b, h, query0):
             if lead:
                 moye.tma_store_wait(0)              # the last reduce has read sdQ
             moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
-            part = dq.sdQ if dq.by_rows else dq.sdQ[:, :, :, dq.wg]
             for i in range_constexpr(size(dq.acc)):
-                part[i] = dq.acc[i]
+                dq.part[i] = dq.acc[i]
             moye.fence_proxy_async()                # the stores, before TMA reads them
             moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
             if lead:
-                reduce_add_part(dq.add_dq, dq.sdQ_all.engine.offset_by(dq.wg * cosize(
-                    DQ_STAGING)), b, h, rows0, c * CHUNK)
+                reduce_add_part(dq.add_dq, dq.staged, b, h, rows0, c, dq.chunks)
     moye.wgmma_wait(0)
 
 
@@ -300,39 +299,57 @@ def dq_halves(dq, sQ, sdO, stage, t, b, h, query0):
         moye.wgmma_wait(0)
         free = (sdO if j == 0 else sQ).engine.offset_by(
             stage * bQ * d + dq.wg * 2 * bQ * CHUNK).recast(Float32)
-        part = dq.thr.partition_C(MoYeArray.view_of(free, DQ_STAGING))
+        part = MoYeArray.view_of(free.offset_by(4 * (moye.thread_idx.x % 128)), DQ_FRAGMENT)
         for i in range_constexpr(size(dq.acc)):
             part[i] = dq.acc[i]
         moye.fence_proxy_async()                    # the stores, before TMA reads them
         moye.named_barrier_sync(DQ_BARRIER + dq.wg, 128)
         if lead:
-            reduce_add_part(dq.add_dq, free, b, h, query0, c * CHUNK)
+            reduce_add_part(dq.add_dq, free, b, h, query0, c, dq.chunks)
 
 
 @moye.func
-def reduce_add_part(add_dq, staged, b, h, query0, col0):
-    """The TMA reduce-adds of a dQ part staged as DQ_STAGING (from the
-    shared engine `staged`) to dQ's sum, at query0's rows and columns
-    col0..col0 + CHUNK (a box of 32 columns at a time)."""
-    for s in range_constexpr(2):
-        moye.tma_reduce_add(add_dq, (b, h, query0, col0 + 32 * s), MoYeArray.view_of(
-            staged.offset_by(s * BLOCK_N * 32), add_dq.smem_layout))
+def reduce_add_part(add_dq, staged, b, h, rows0, c, chunks):
+    """The TMA reduce-add of a dQ part staged from the shared engine
+    `staged` to dQ's sum: of queries rows0.. (a multiple of BLOCK_N) and
+    chunk c of `chunks`."""
+    moye.tma_reduce_add(add_dq, (b, h, PART // SUM_ROW * ((rows0 // BLOCK_N) * chunks + c), 0),
+                        MoYeArray.view_of(staged, add_dq.smem_layout))
     moye.tma_store_commit()
 
 
 @moye.kernel
-def attention_dq_from_sum(dQ, acc, scale):
-    """dQ = acc * scale in dQ's type (acc: the float32 sum of dQ's parts that
-    dq_tile adds up), ROW_THREADS threads a row, VEC values at a time."""
-    b, h = moye.block_idx.z, moye.block_idx.y
-    row = moye.block_idx.x * ROWS_PER_BLOCK + moye.thread_idx.x // ROW_THREADS
-    if row < size(dQ, 2):
-        x = make_fragment_like(Layout((VEC, 1)), Float32)
-        for c in range(moye.thread_idx.x % ROW_THREADS, size(dQ, 3) // VEC, ROW_THREADS):
-            load_chunk(x, 0, acc[b, h, row, None], c)
-            for e in range_constexpr(VEC):
-                x[e, 0] = x[e, 0] * scale
-            store_chunk(dQ[b, h, row, None], c, x, 0)
+def attention_dq_from_sum(dQ, acc, scale, mma_q):
+    """dQ = acc * scale in dQ's type, from acc, dQ's float32 sum as
+    dq_tile adds it up (parts of BLOCK_N queries by CHUNK columns in the
+    order of the dQ wgmma's accumulator, DQ_FRAGMENT): a block a part, a
+    thread its accumulator's values (16-byte loads), put in order through
+    shared memory (rows padded by 16 bytes: a warp's pairs meet each bank
+    once) and stored 16 bytes at a time."""
+    b, h, part = moye.block_idx.z, moye.block_idx.y, moye.block_idx.x
+    t = moye.thread_idx.x
+    chunks = size(dQ, 3) // CHUNK
+    row0, col0 = part // chunks * BLOCK_N, part % chunks * CHUNK
+    x = make_fragment_like(DQ_FRAGMENT, Float32)
+    for j in range_constexpr(size(x, 1)):
+        # thread t's 4 values j at (512 j + 4 t) of the part
+        load_chunk(x, j, acc[b, h, (PART * part + 512 * j + 4 * t) // SUM_ROW, None],
+                   t % (SUM_ROW // 4))
+    tile = moye.shared_array(dQ.dtype, Layout((BLOCK_N, CHUNK), (CHUNK + 8, 1)))
+    cD = mma_q.get_slice(t).partition_C(make_identity_array((BLOCK_N, CHUNK)))
+    pairs = make_fragment_like(Layout((2, size(cD) // 2)), Float32)
+    for i in range_constexpr(size(cD)):
+        pairs[i % 2, i // 2] = x[i % 4, i // 4] * scale
+    for k in range_constexpr(size(pairs, 1)):
+        row, col = cD[2 * k]                # (2 k + 1: the next column)
+        store_chunk(tile[row, None], col // 2, pairs, k)
+    moye.sync_threads()
+    vec = make_fragment_like(Layout(8), dQ.dtype)
+    for k in range_constexpr(BLOCK_N * CHUNK // 8 // 128):
+        row, c8 = (t + 128 * k) // (CHUNK // 8), (t + 128 * k) % (CHUNK // 8)
+        if row0 + row < size(dQ, 2):
+            copyto(vec, moye.tile(tile[row, None], (8,), (c8,)))
+            copyto(moye.tile(dQ[b, h, row0 + row, None], (8,), (col0 // 8 + c8,)), vec)
 
 
 @moye.func
@@ -391,9 +408,10 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
     keys, queries, wide = PLANS[d]
     backend = None if rows.backend_of(q) == "cuda" else "cpu"
     D = rows.empty(q, (B, Hq, Sq), "float32")
-    dq_sum = rows.empty(q, (B, Hq, Sq, d), "float32")      # zero-filled by attention_row_dots
-    replay.launch(attention_row_dots, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
-                  (D, do, o, dlse, dq_sum), backend)
+    padded = -(-Sq // BLOCK_N) * BLOCK_N
+    dq_sum = rows.empty(q, (B, Hq, padded * d // SUM_ROW, SUM_ROW), "float32")   # SUM_BOX's
+    replay.launch(attention_row_dots, ((padded // ROWS_PER_BLOCK, Hq, B), 128),
+                  (D, do, o, dlse, dq_sum.reshape(B, Hq, padded, d)), backend)   # zero-filled
     dtype = element_type(q)
     if wide:
         mma_s, mma_g = consumers_mma(queries // 2, dtype, "SS", "K", "N"), \
@@ -408,11 +426,10 @@ def launch(dq, dk, dv, q, k, v, o, do, lse, dlse, scale, causal):
                   (*copies, add_dq, dk, dv, lse, D, Sq, Sk, Hq // Hk, float(scale),
                    float(scale * LOG2E), k_major(dtype, keys, d),
                    k_major(dtype, queries, d, STAGES), mn_major(d, queries, STAGES),
-                   ds_layout(dtype, keys, queries), key_chunks(d, keys),
-                   None if wide else DQ_PARTS if queries == BLOCK_N else DQ_ROWS, mma_s, mma_g,
+                   ds_layout(dtype, keys, queries), key_chunks(d, keys), mma_s, mma_g,
                    dq_mma(dtype, queries // BLOCK_N), bool(causal), wide), backend)
-    replay.launch(attention_dq_from_sum, ((-(-Sq // ROWS_PER_BLOCK), Hq, B), 128),
-                  (dq, dq_sum, float(scale)), backend)
+    replay.launch(attention_dq_from_sum, ((padded // BLOCK_N * (d // CHUNK), Hq, B), 128),
+                  (dq, dq_sum, float(scale), dq_mma(dtype)), backend)
 
 
 @functools.lru_cache(maxsize=None)
