@@ -8,6 +8,9 @@ device (kernels_for): Hopper's wgmma forward (attention_sm90) for head dims
 (attention_sm80, attention_sm80_backward), on CUDA devices and on the CPU
 backend for NumPy arrays and CPU tensors. The backward likewise: Hopper's
 (attention_sm90_backward) at head dims 64, 128 and 256 there, else mma.sync's.
+The forward and backward are replayed (replay.py): the custom op calls them
+on every training step, and a later call on tensors of the same kinds
+redoes only the allocations and launches.
 """
 import math
 
