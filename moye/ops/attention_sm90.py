@@ -23,6 +23,9 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
   other's GEMMs do). Both at every head dim (TILES).
 - The epilogue divides by the row sums, writes each warpgroup's O into
   its rows of Q's tile and TMA-stores them; LSE from the registers.
+- At head dim 64, where K is short (PERSISTENT_KEYS), a block per
+  multiprocessor walks query blocks (query_blocks): the next one's K and V
+  load while this one's O is stored, and its Q once O has left sQ.
 Q, K, V tiles are (rows, D) boxes of 64 values (128 bytes) each, one after
 another; TMA zero-fills rows past the sequences, which the masks drop.
 """
@@ -37,17 +40,23 @@ from moye import (Float32, Layout, MoYeArray, Swizzle, composition, gemm, gmma_s
 from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
 from .attention_sm80 import LN2, LOG2E, crosses, hidden, key_tiles
-from .gemm_sm90 import batched_tile, element_type
+from .gemm_sm90 import SMS_H100, batched_tile, element_type
 
 BLOCK_M = 128               # two consumer warpgroups of 64 rows
 CHUNK = 64                  # values of a 128-byte swizzle row: a TMA box's columns
 HEAD_DIMS = (64, 128, 256)
-# head dim -> (keys a tile, stages of each of the K and V rings, overlap). At 256 (Q's tile
-# and 2 stages of 80 keys: 224 KiB) the overlap spills ~52 B (O's 128 accumulators, S_j's
-# 40 and P_{j-1}'s 20 live together), and is still faster: 664 against 550 TFLOP/s without
-# it, at 4k keys on an H200 (benchmarks/RESULTS.md)
-TILES = {64: (128, 4, True), 128: (128, 3, True), 256: (80, 2, True)}
+# head dim -> (keys a tile, stages of each of the K and V rings, overlap, persistent where K
+# has at most PERSISTENT_KEYS rows). At 256 (Q's tile and 2 stages of 80 keys: 224 KiB) the
+# overlap spills ~52 B (O's 128 accumulators, S_j's 40 and P_{j-1}'s 20 live together), and
+# is still faster: 664 against 550 TFLOP/s without it, at 4k keys on an H200
+# (benchmarks/RESULTS.md). In the persistent loop ptxas keeps the epilogue's swizzled store
+# addresses live across blocks: 424 B of spills at 128, 1052 at 256, none at 64
+TILES = {64: (128, 4, True, True), 128: (128, 3, True, False), 256: (80, 2, True, False)}
 THREADS = 384
+# K's rows up to which a block per multiprocessor walks query blocks (persistent, TILES): the
+# next block's K and V load while this one's O is stored. At 1k keys, head dim 64, on an H200:
+# 412 -> 404 us, causal 312 -> 280 (benchmarks/RESULTS.md, session 25); longer K gains nothing
+PERSISTENT_KEYS = 2048
 PINGPONG = 1                # named barriers 1 and 2: the consumer warpgroups' turns
 STORE_BARRIER = 3           # 3 and 4: a consumer warpgroup's O in shared memory, for TMA
 
@@ -56,17 +65,15 @@ STORE_BARRIER = 3           # 3 and 4: a consumer warpgroup's O in shared memory
 def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups, scale_log2,
                            sQ_layout, sK_layout, sV_layout, mma_s, mma_o,
                            bN: Constexpr, stages: Constexpr, causal: Constexpr,
-                           overlap: Constexpr):
+                           overlap: Constexpr, persistent: Constexpr):
     d = size(sQ_layout, 1)
     bM = BLOCK_M
     ebytes = load_q.dtype.bits // 8
-    # the last query blocks first: under a causal mask they see the most keys (the longest
-    # last, a wave's tail would wait for them)
-    mb, h, b = moye.grid_dim.x - 1 - moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
     sQ = moye.shared_array(load_q.dtype, sQ_layout, align=1024)         # (bM, d)
     sK = moye.shared_array(load_k.dtype, sK_layout, align=1024)         # (bN, d, stages)
     sV = moye.shared_array(load_v.dtype, sV_layout, align=1024)         # (d, bN, stages): V^T
     q_full = moye.mbarrier()
+    q_empty = moye.mbarrier()           # both consumer warpgroups' O has left sQ (TMA read it)
     # K and V in rings of their own (lane 0 of the 8 consumer warps frees a stage): K_j is
     # free once S_j is, so K_{j+1} loads while P_{j-1} V_{j-1} and the softmax run
     pipe_k = moye.TmaPipeline(stages, consumers=8)
@@ -74,33 +81,39 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
     tid = moye.thread_idx.x
     if tid == 0:
         moye.mbarrier_init(q_full, 1)
+        moye.mbarrier_init(q_empty, 2)
         pipe_k.init()
         pipe_v.init()
     moye.sync_threads()
-    n_tiles = key_tiles(mb * bM, bM, bN, Sq, Sk, causal)
+    blocks = (Sq + bM - 1) // bM * size(LSE, 1) * size(LSE, 0)     # query blocks of all heads
     warpgroup = moye.warp_idx() // 4
     if warpgroup == 0:                                      # the producer
         moye.setmaxnreg_dec(24)
         if tid == 0:
-            moye.mbarrier_arrive_expect_tx(q_full, bM * d * ebytes)
-            load_rows(load_q, sQ, b, h, mb * bM, d, bM, q_full)
-            if n_tiles > 0:
+            k_stage, k_phase, v_stage, v_phase = 0, 0, 0, 0
+            n = 0
+            for w in query_blocks(blocks, persistent):
+                mb, h, b = query_block(w, Sq, size(LSE, 1), size(LSE, 0), persistent)
+                if n > 0:
+                    moye.mbarrier_wait(q_empty, (n - 1) % 2)     # the last block's O has left
+                moye.mbarrier_arrive_expect_tx(q_full, bM * d * ebytes)
+                load_rows(load_q, sQ, b, h, mb * bM, d, bM, q_full)
+                n_tiles = key_tiles(mb * bM, bM, bN, Sq, Sk, causal)
                 kv = h // groups
-                k_stage, k_phase = fill_stage(pipe_k, 0, 0, b, kv, 0, d, bN, load_k, sK)
-                v_stage, v_phase = 0, 0
-                for j in range(1, n_tiles):                 # K one tile ahead of V
-                    k_stage, k_phase = fill_stage(pipe_k, k_stage, k_phase, b, kv, j * bN, d,
-                                                  bN, load_k, sK)
-                    v_stage, v_phase = fill_stage(pipe_v, v_stage, v_phase, b, kv, (j - 1) * bN,
-                                                  d, bN, load_v, sV)
-                fill_stage(pipe_v, v_stage, v_phase, b, kv, (n_tiles - 1) * bN, d, bN, load_v,
-                           sV)
+                for j in range(n_tiles + 1):                # K one tile ahead of V
+                    if j < n_tiles:
+                        k_stage, k_phase = fill_stage(pipe_k, k_stage, k_phase, b, kv, j * bN,
+                                                      d, bN, load_k, sK)
+                    if j > 0:
+                        v_stage, v_phase = fill_stage(pipe_v, v_stage, v_phase, b, kv,
+                                                      (j - 1) * bN, d, bN, load_v, sV)
+                n += 1
     else:
         # the consumers; with `overlap` they ping-pong: each warpgroup runs its own copy of
         # the loop, whose turns take static barrier ids
-        rings = (sQ, sK, sV, q_full, pipe_k, pipe_v)
-        rest = (mma_s, mma_o, store_o, LSE, n_tiles, b, h, mb * bM, Sq, Sk, scale_log2, bN,
-                causal, overlap)
+        rings = (sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v)
+        rest = (mma_s, mma_o, store_o, LSE, blocks, Sq, Sk, groups, scale_log2, bN, causal,
+                overlap, persistent)
         if not overlap:
             consume(-1, *rings, *rest)
         elif warpgroup == 1:
@@ -109,12 +122,35 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
             consume(1, *rings, *rest)
 
 
+def query_blocks(blocks, persistent):
+    """The work items this block takes, of `blocks` in all: its own, or
+    (persistent) every grid_dim-th from block_idx on, a run-time loop."""
+    if persistent:
+        return moye.range(moye.block_idx.x, blocks, moye.grid_dim.x)
+    return (moye.block_idx.x,)
+
+
 @moye.func
-def consume(wg, sQ, sK, sV, q_full, pipe_k, pipe_v, mma_s, mma_o, store_o, LSE, n_tiles, b, h,
-            row0, Sq, Sk, scale_log2, bN, causal, overlap):
-    """A consumer warpgroup's work on the block's key tiles (see the module
-    doc): `wg` its index (0, 1) where the two take turns (ping-pong), -1
-    where they do not."""
+def query_block(w, Sq, heads, batches, persistent):
+    """(query block, head, batch) of work item w. A block an item: the last
+    query blocks first (under a causal mask they see the most keys, and the
+    longest last would leave a wave's tail waiting for them), a head's
+    blocks side by side (they share K and V in L2). Persistent: every
+    head's last query block first, then every head's next to last, ..., so
+    that the blocks, taking the items in turn, get like loads."""
+    m = (Sq + BLOCK_M - 1) // BLOCK_M
+    if persistent:
+        hb = w % (heads * batches)
+        return m - 1 - w // (heads * batches), hb % heads, hb // heads
+    return m - 1 - w % m, w // m % heads, w // m // heads
+
+
+@moye.func
+def consume(wg, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store_o, LSE, blocks,
+            Sq, Sk, groups, scale_log2, bN, causal, overlap, persistent):
+    """A consumer warpgroup's work on the key tiles of each query block this
+    block takes (see the module doc): `wg` its index (0, 1) where the two
+    take turns (ping-pong), -1 where they do not."""
     moye.setmaxnreg_inc(240)
     bM, d = BLOCK_M, size(sQ, 1)
     diagonal = Sk - Sq
@@ -130,61 +166,69 @@ def consume(wg, sQ, sK, sV, q_full, pipe_k, pipe_v, mma_s, mma_o, store_o, LSE, 
     p16 = thr_o.partition_fragment_A(make_layout((bM, bN)))
     acc_o = thr_o.partition_fragment_C(make_layout((bM, d)))
     cO = thr_o.partition_C(make_identity_array((bM, d)))
-    for i in range(size(acc_o)):
-        acc_o[i] = 0.0
     row_max = make_fragment_like(Layout(2), Float32)        # a thread's 2 rows, log2 units
     row_sum = make_fragment_like(Layout(2), Float32)
     correction = make_fragment_like(Layout(2), Float32)     # O's factor for the new maxima
-    for r in range(2):
-        row_max[r] = -math.inf
-        row_sum[r] = 0.0
-    moye.mbarrier_wait(q_full, 0)
     k_stage, k_phase, v_stage, v_phase = 0, 0, 0, 0
-    if n_tiles > 0:
-        # with `overlap`, the softmax of tile j runs while the wgmma of O += P_{j-1}
-        # V_{j-1} do (FA3's intra-warpgroup overlap): S_j is issued first, waited for alone
-        if overlap and wg == 1:
-            moye.named_barrier_arrive(PINGPONG, 256)        # warpgroup 0 issues first
-        pipe_k.consumer_wait(k_stage, k_phase)
-        turn(overlap, wg, True, False)
-        scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])
-        turn(overlap, wg, False, False)
-        moye.wgmma_wait(0)
-        k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
-        softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, 0, bN, row0,
-                     Sk, diagonal, causal)
-        for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators, in order
-            p16[i] = moye.cast(acc_s[i], dtype)
-        for j in range(1, n_tiles):
+    n = 0
+    for w in query_blocks(blocks, persistent):
+        mb, h, b = query_block(w, Sq, size(LSE, 1), size(LSE, 0), persistent)
+        row0 = mb * bM
+        n_tiles = key_tiles(row0, bM, bN, Sq, Sk, causal)
+        for i in range(size(acc_o)):
+            acc_o[i] = 0.0
+        for r in range(2):
+            row_max[r] = -math.inf
+            row_sum[r] = 0.0
+        moye.mbarrier_wait(q_full, n % 2)
+        if n_tiles > 0:
+            # with `overlap`, the softmax of tile j runs while the wgmma of O += P_{j-1}
+            # V_{j-1} do (FA3's intra-warpgroup overlap): S_j is issued first, waited for alone
+            if overlap and wg == 1:
+                moye.named_barrier_arrive(PINGPONG, 256)        # warpgroup 0 issues first
             pipe_k.consumer_wait(k_stage, k_phase)
-            pipe_v.consumer_wait(v_stage, v_phase)                          # V_{j-1}
-            if overlap:
-                turn(overlap, wg, True, False)
-                scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])          # S_j
-                gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)     # O += P V
-                turn(overlap, wg, False, False)
-                moye.wgmma_wait(1)              # S_j is done; P V runs on
-            else:                               # P V, then S_j: fewer registers live
-                gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)
-                moye.wgmma_wait(0)
-                scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])
-                moye.wgmma_wait(0)
+            turn(overlap, wg, True, False)
+            scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])
+            turn(overlap, wg, False, False)
+            moye.wgmma_wait(0)
             k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
-            softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN,
-                         row0, Sk, diagonal, causal)
+            softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, 0, bN, row0,
+                         Sk, diagonal, causal)
+            for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators, in order
+                p16[i] = moye.cast(acc_s[i], dtype)
+            for j in range(1, n_tiles):
+                pipe_k.consumer_wait(k_stage, k_phase)
+                pipe_v.consumer_wait(v_stage, v_phase)                          # V_{j-1}
+                if overlap:
+                    turn(overlap, wg, True, False)
+                    scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])          # S_j
+                    gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)     # O += P V
+                    turn(overlap, wg, False, False)
+                    moye.wgmma_wait(1)              # S_j is done; P V runs on
+                else:                               # P V, then S_j: fewer registers live
+                    gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)
+                    moye.wgmma_wait(0)
+                    scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])
+                    moye.wgmma_wait(0)
+                k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
+                softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN,
+                             row0, Sk, diagonal, causal)
+                moye.wgmma_wait(0)
+                v_stage, v_phase = release(pipe_v, v_stage, v_phase, lane0)
+                for i in range_constexpr(size(acc_o)):
+                    acc_o[i] = acc_o[i] * correction[i % 4 // 2]
+                for i in range_constexpr(size(p16)):
+                    p16[i] = moye.cast(acc_s[i], dtype)
+            pipe_v.consumer_wait(v_stage, v_phase)
+            turn(overlap, wg, True, False)
+            gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)
+            turn(overlap, wg, False, True)
             moye.wgmma_wait(0)
             v_stage, v_phase = release(pipe_v, v_stage, v_phase, lane0)
-            for i in range_constexpr(size(acc_o)):
-                acc_o[i] = acc_o[i] * correction[i % 4 // 2]
-            for i in range_constexpr(size(p16)):
-                p16[i] = moye.cast(acc_s[i], dtype)
-        pipe_v.consumer_wait(v_stage, v_phase)
-        turn(overlap, wg, True, False)
-        gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)
-        turn(overlap, wg, False, True)
-        moye.wgmma_wait(0)
-        release(pipe_v, v_stage, v_phase, lane0)
-    store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq)
+        store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq)
+        if ctid % 128 == 0:
+            moye.mbarrier_arrive(q_empty)               # this warpgroup's O has left sQ
+        n += 1
 
 
 @moye.func
@@ -345,19 +389,29 @@ def consumers_mma(n, dtype, a_from, b_major, along="M"):
                           make_layout((2, 1) if along == "M" else (1, 2)))
 
 
-def launch(q, k, v, o, lse, scale, causal):
+def launch(q, k, v, o, lse, scale, causal, blocks=None):
     """o, lse = attention(q, k, v) by attention_forward_sm90 (the op checks
-    the arrays: head dims of HEAD_DIMS, 16-byte rows)."""
+    the arrays: head dims of HEAD_DIMS, 16-byte rows). A block a query
+    block, or, where K has at most PERSISTENT_KEYS rows (a block's work is
+    short beside its start and end), a block a multiprocessor walking query
+    blocks; `blocks` fixes the grid (tests: fewer than the query blocks is
+    persistent)."""
     B, Hq, Sq, d = q.shape
-    bN, stages, overlap = TILES[d]
+    bN, stages, overlap, persists = TILES[d]
     dtype = element_type(q)
     sQ, sK, sV = k_major(dtype, BLOCK_M, d), k_major(dtype, bN, d, stages), \
         mn_major(d, bN, stages)
     mma_s, mma_o = consumers_mma(bN, dtype, "SS", "K"), consumers_mma(d, dtype, "RS", "MN")
     copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(rows_))
               for t, rows_ in ((q, BLOCK_M), (k, bN), (v, bN))]
+    items = -(-Sq // BLOCK_M) * Hq * B
+    persistent = persists and k.shape[2] <= PERSISTENT_KEYS if blocks is None else \
+        blocks < items
+    if blocks is None:
+        sms = rows.multiprocessors(q) if rows.backend_of(q) == "cuda" else SMS_H100
+        blocks = min(items, sms) if persistent else items
     args = (*copies, moye.make_tma_copy(moye.TMA_STORE, o, box(64)), lse, Sq, k.shape[2],
             Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV, mma_s, mma_o, bN, stages,
-            bool(causal), overlap)
-    replay.launch(attention_forward_sm90, ((-(-Sq // BLOCK_M), Hq, B), THREADS), args,
+            bool(causal), overlap, persistent)
+    replay.launch(attention_forward_sm90, ((blocks, 1, 1), THREADS), args,
                   None if rows.backend_of(q) == "cuda" else "cpu")

@@ -160,3 +160,24 @@ def test_varlen_matches_each_sequence(torch):
                 assert float((x[finite].double() - ref[finite]).abs().max()) < 1e-3
             else:
                 close(torch, x, ref, "float16", f"sequence {b}: {what}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_blocks_walk_the_query_blocks(torch, causal):
+    """A grid of 3 blocks, each walking 16 query blocks in turn (Q reloaded
+    once the last one's O has left shared memory, the K and V rings carried
+    on), gives the bits of a block a query block: GQA, ragged."""
+    from moye.ops import attention_sm90
+    if not torch.cuda.get_device_capability()[0] == 9:
+        pytest.skip("the wgmma forward needs compute capability 9.x")
+    g = torch.Generator(device="cuda").manual_seed(11)
+    q = torch.randn(2, 4, 700, 64, device="cuda", generator=g).half()
+    k, v = (torch.randn(2, 2, 900, 64, device="cuda", generator=g).half() for _ in range(2))
+    got = []
+    for blocks in (3, 2 * 4 * 6):           # 48 query blocks: a block each
+        o = torch.full_like(q, math.nan)
+        lse = torch.full((2, 4, 700), math.nan, device="cuda")
+        attention_sm90.launch(q, k, v, o, lse, 0.125, causal, blocks)
+        got.append((o, lse))
+    for a, b in zip(*got):
+        assert not a.isnan().any() and torch.equal(a, b)

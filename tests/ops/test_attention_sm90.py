@@ -13,12 +13,12 @@ from moye.ops import attention_op, attention_sm90
 from .test_attention import BF16, F16, check, qkv
 
 
-def run(q, k, v, causal=False, scale=None):
+def run(q, k, v, causal=False, scale=None, blocks=None):
     """attention_sm90's o and lse, on NaN-poisoned outputs."""
     o = np.full(q.shape, np.nan, q.dtype)
     lse = np.full(q.shape[:3], np.nan, np.float32)
     scale_ = attention_op.check_scale(scale, q.shape[-1])
-    attention_sm90.launch(q, k, v, o, lse, scale_, causal)
+    attention_sm90.launch(q, k, v, o, lse, scale_, causal, blocks)
     return o, lse
 
 
@@ -33,6 +33,27 @@ def test_every_element(B, Hq, Hk, Sq, Sk, D, causal, dtype):
     q, k, v = qkv(Sq * Sk + D, dtype, B, Hq, Hk, Sq, Sk, D)
     o, lse = run(q, k, v, causal)
     check(q, k, v, o, lse, causal)
+
+
+@pytest.mark.parametrize("blocks, Sq, Sk, D, causal", [
+    (1, 300, 200, 64, True),        # one block walks all 6 query blocks, 3 of them see nothing
+    (2, 300, 420, 64, False),
+    (4, 260, 300, 128, True),       # 6 items over 4 blocks: 2 take two
+    (2, 140, 170, 256, True),
+])
+def test_persistent_blocks_walk_the_query_blocks(blocks, Sq, Sk, D, causal):
+    """Fewer blocks than query blocks (persistent): each walks query blocks
+    in turn, every head's last first, Q reloaded once the last one's O has
+    left shared memory, the K and V rings carried on; the same bits as a
+    block a query block, and under the race check."""
+    from moye.backend.cpu import race_checking
+    q, k, v = qkv(Sq + Sk + D + blocks, F16, 1, 2, 1, Sq, Sk, D)
+    want = run(q, k, v, causal, blocks=2 * -(-Sq // 128))
+    with race_checking():
+        got = run(q, k, v, causal, blocks=blocks)
+    check(q, k, v, *got, causal)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w, equal_nan=True)
 
 
 def test_views_with_a_scale():
