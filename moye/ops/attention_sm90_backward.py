@@ -219,8 +219,8 @@ class DqTile:
 
     def __init__(self, mma_q, sdS, sKc, sdQ, add_dq, wg, ctid):
         self.by_rows = size(mma_q) == 256
-        # (thread_idx % 128 for one warpgroup: ptxas allocates the wide plan's registers worse
-        # for ctid % 128, 172 B of spills against 48)
+        # (a warpgroup's slice by thread_idx % 128, as timed: ptxas's registers move with the
+        # spelling; ctid % 128 once spilled 172 B against 48 at 256)
         thr = mma_q.get_slice(ctid if self.by_rows else moye.thread_idx.x % 128)
         self.thr, self.mma, self.add_dq, self.wg = thr, mma_q, add_dq, wg
         self.sdS, self.sK = thr.partition_A(sdS), thr.partition_B(sKc)  # (..., 2), (..., chunks)
