@@ -68,13 +68,18 @@ def attention_row_dots(D, dO, O, dLSE, zeroed=None):
         D[b, h, row] = total
 
 
-def transposed(layout, rows, cols):
+def transposed(layout, rows, cols, buffers=None):
     """The (cols, rows) view of a (rows, cols) shared layout: element (c, r)
-    is the layout's (r, c) (CuTe: a composition with the swapping layout).
+    is the layout's (r, c) (CuTe: a composition with the swapping layout);
+    with `buffers`, of a (rows, cols, buffers) one, the buffers kept last.
         >>> transposed(Layout((2, 3), (3, 1)), 2, 3)(2, 1)
         5
+        >>> transposed(Layout((2, 3, 2), (3, 1, 6)), 2, 3, 2)(2, 1, 1)
+        11
     """
-    return composition(layout, make_layout((cols, rows), (rows, 1)))
+    if buffers is None:
+        return composition(layout, make_layout((cols, rows), (rows, 1)))
+    return composition(layout, Layout((cols, rows, buffers), (rows, 1, rows * cols)))
 
 
 @moye.kernel(fast_math=True)

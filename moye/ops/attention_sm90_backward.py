@@ -42,7 +42,7 @@ from moye import (Float32, Layout, MoYeArray, Swizzle, composition, copyto, gemm
 from ..compiler import Constexpr, range_constexpr
 from . import replay, rows
 from .attention_sm80 import LOG2E, hidden
-from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots
+from .attention_sm80_backward import ROWS_PER_BLOCK, attention_row_dots, transposed
 from .attention_sm90 import (CHUNK, THREADS, box, consumers_mma, fill_stage, k_major,
                              load_rows, mn_major, release)
 from .gemm_sm90 import batched_tile, element_type
@@ -446,9 +446,8 @@ def ds_layout(dtype, keys, queries):
 def keys_by_queries(tile):
     """The (keys, queries, buffers) view of a (queries, keys, buffers)
     shared tile (ds_layout's)."""
-    queries, keys, buffers = (size(tile, i) for i in range(3))
-    return MoYeArray.view_of(tile.engine, composition(
-        tile.layout, Layout((keys, queries, buffers), (queries, 1, keys * queries))))
+    return MoYeArray.view_of(tile.engine, transposed(tile.layout, *(size(tile, i)
+                                                                    for i in range(3))))
 
 
 @functools.lru_cache(maxsize=None)
