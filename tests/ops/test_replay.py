@@ -478,3 +478,16 @@ def test_attention_forward_and_backward_replay():
             assert _equal(got, attention_op.attention_backward.__wrapped__(*args)), seed
     for fn, count in ((attention_op.attention_forward, 1), (attention_op.attention_backward, 2)):
         assert [type(r) for r in fn.recipes.values()] == [replay.Recipe] * count, fn.__name__
+
+
+def test_attention_with_one_tensor_for_k_and_v_runs_in_full():
+    """k and v the same tensor: the record cannot tell which place a launch
+    took, so the signature runs in full each time, with the right result."""
+    replay.forget()
+    for seed in (1, 2):
+        q = _randn(1, 1, 9, 64, dtype=torch.float16, seed=seed)
+        kv = _randn(1, 1, 12, 64, dtype=torch.float16, seed=seed + 1)
+        got = attention_op.attention_forward(q, kv, kv, False, None)
+        assert _equal(got, attention_op.attention_forward.__wrapped__(q, kv, kv.clone(), False,
+                                                                       None)), seed
+    assert list(attention_op.attention_forward.recipes.values()) == [replay._FULL]
