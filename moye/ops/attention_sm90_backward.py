@@ -222,7 +222,7 @@ class DqTile:
         # (a warpgroup's slice by thread_idx % 128, as timed: ptxas's registers move with the
         # spelling; ctid % 128 once spilled 172 B against 48 at 256)
         thr = mma_q.get_slice(ctid if self.by_rows else moye.thread_idx.x % 128)
-        self.thr, self.mma, self.add_dq, self.wg = thr, mma_q, add_dq, wg
+        self.mma, self.add_dq, self.wg = mma_q, add_dq, wg
         self.sdS, self.sK = thr.partition_A(sdS), thr.partition_B(sKc)  # (..., 2), (..., chunks)
         self.acc = thr.partition_fragment_C(make_layout((size(sdS, 0), size(sKc, 0))))
         if sdQ is not None:
