@@ -168,7 +168,7 @@ def test_fast_math_leaves_float64_and_float16_accurate():
     def wide(out, d, h):
         out[0] = moye.exp(d[0])                 # Float64: exp
         out[1] = d[0] / d[1]                    # Float64 division
-        out[2] = h[0] / h[1]                    # Float16 division: __half's
+        out[2] = h[0] / h[1]                    # Float16 division, rounded once
         out[3] = moye.log(d[0] + 0.0) + moye.sin(h[0])   # no fast form: accurate
 
     d = np.array([0.75, 3.0])

@@ -44,6 +44,7 @@ from .collectives import Collectives
 from .async_copy import AsyncCopies
 from .cluster import Cluster, cluster_order
 from .contexts import Scheduler
+from .conversions import convert
 from .errors import ArgumentName, KernelRuntimeError, where as _where
 from .named_barrier import NamedBarriers
 from .race import RaceCheck
@@ -396,8 +397,7 @@ def _cast(b, s, mask):
                 f"{r.type.elem}; pass packed words (UInt32) instead")
         b.set(r, _recast_ptr(b.get(s.x), r.type))
     else:
-        with np.errstate(all="ignore"):
-            b.set(r, b.vec(s.x).astype(_result_dtype(s)))
+        b.set(r, convert(np.asarray(b.vec(s.x)), np.dtype(_result_dtype(s))))
 
 
 @implements(ir.Call)

@@ -9,6 +9,7 @@ import math
 import os
 
 from ... import ir
+from .float16 import PRELUDE as PRELUDE16, needs_float16
 
 PRELUDE = """\
 typedef signed char int8_t;
@@ -23,15 +24,10 @@ typedef unsigned long long uint64_t;
 
 
 def headers(body):
-    """The CUDA headers a kernel's C++ `body` needs: cuda_bf16.h (which
-    includes cuda_fp16.h) where bfloat16 appears, cuda_fp16.h where half
-    does, else none. Parsing them is most of NVRTC's time on a small kernel
-    (27 ms of 69 on the CI machine type). Every 16-bit float in the C++ is
-    spelled with one of those words (its type, its bit casts, its pairs), so
-    a kernel that names neither uses neither."""
-    if "bfloat16" in body:
-        return "#include <cuda_bf16.h>\n"
-    return "#include <cuda_fp16.h>\n" if "half" in body else ""
+    """What a kernel's C++ `body` needs before it: moye's own 16-bit float
+    types where it names one (`float16.PRELUDE`, in place of CUDA's
+    cuda_fp16.h and cuda_bf16.h), else nothing."""
+    return PRELUDE16 if needs_float16(body) else ""
 
 
 # CUtensorMap without cuda.h: 128 opaque bytes, 64-byte aligned

@@ -11,11 +11,12 @@ loads the library itself, and pathfinder then finds it already loaded:
    (``nvidia/cu13/lib/libnvrtc.so.13``; ``nvidia/cuda_nvrtc/lib`` for CUDA 12);
 3. otherwise whatever cuda.pathfinder finds (a CUDA toolkit, say).
 
-The headers generated code may include (cuda_fp16.h, cuda_bf16.h: where it
-uses those types, codegen.headers) are not in the NVRTC wheel; they come from
-the nvidia-cuda-runtime wheel (``nvidia/cu13/include``) or a toolkit's include
-folder. NVRTC supplies the C++ and libcu++ pieces they need (<nv/target>,
-<cstring>) itself.
+Generated code includes no header (its 16-bit floats are float16.PRELUDE).
+Hand-written sources given to compile_cuda may include CUDA's (cuda_fp16.h,
+cuda_bf16.h, ...): they are not in the NVRTC wheel but in the
+nvidia-cuda-runtime wheel (``nvidia/cu13/include``) or a toolkit's include
+folder, which include_dirs finds. NVRTC supplies the C++ and libcu++ pieces
+they need (<nv/target>, <cstring>) itself.
 """
 import ctypes
 import glob
