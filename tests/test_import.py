@@ -12,7 +12,8 @@ import moye
 ROOT = Path(moye.__file__).resolve().parents[1]
 
 # modules that `import moye` leaves for later: each loads when first used
-LATER = ["moye.backend.cpu.interpreter", "moye.backend.cuda.codegen"]
+LATER = ["moye.ops", "moye.ops.functional", "moye.analysis", "moye.backend.cpu.interpreter",
+         "moye.backend.cuda.codegen"]
 
 # a program that imports moye, then uses what LATER holds
 PROGRAM = '''\
@@ -33,6 +34,10 @@ def twice(y, x):
     y[i] = 2 * x[i]
 
 
+from moye import ops
+
+assert ops.softmax(np.zeros((2, 4), np.float32)).tolist() == [[0.25] * 4] * 2
+assert moye.ops.softmax is ops.softmax and callable(moye.analyze)
 x = np.arange(4, dtype=np.float32)
 y = np.zeros_like(x)
 twice[1, 4](y, x)                                   # on the CPU backend
