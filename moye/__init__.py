@@ -18,24 +18,29 @@ from .atom.arch.copy_ops import *  # noqa: F401,F403
 from .tiled import *  # noqa: F401,F403
 from .compiler import *  # noqa: F401,F403
 from .compiler import range  # noqa: A004  (moye.range; `from moye import *` keeps Python's)
-from .compiler.autotune import Config, autotune  # noqa: F401
 from .device import *  # noqa: F401,F403
 from .viz import print_typst, render  # noqa: F401
 from .compiler.frontend import BACKENDS as _BACKENDS
 from .backend.cuda.backend import CudaBackend as _CudaBackend
 from .backend.cpu import CpuBackend as _CpuBackend
-from .backend.cuda import cache as _cache, driver as _driver
 from .backend.cuda.backend import current_stream_getter as _current_stream_getter
-from .compiler.autotune import HOOKS as _AUTOTUNE_HOOKS
+from .compiler.hooks import HOOKS as _HOOKS
 
 __version__ = "0.1.0"
 
 _BACKENDS["cuda"] = _CudaBackend()
 _BACKENDS["cpu"] = _CpuBackend()
+
+
+def _cuda(module):
+    """moye.backend.cuda.<module>, imported when first asked for."""
+    return _importlib.import_module(f".backend.cuda.{module}", __name__)
+
+
 # the autotuner's disk cache folder, GPU name and streams (the compiler imports no backend)
-_AUTOTUNE_HOOKS.cache_directory = _cache.directory
-_AUTOTUNE_HOOKS.driver = _driver
-_AUTOTUNE_HOOKS.current_stream = _current_stream_getter
+_HOOKS.cache_directory = lambda: _cuda("cache").directory()
+_HOOKS.driver = lambda: _cuda("driver")
+_HOOKS.current_stream = _current_stream_getter
 if _os.path.exists("/dev/nvidiactl"):
     # a GPU machine will use the driver: load its bindings now (tens of ms)
     # rather than inside the first kernel launch
@@ -49,6 +54,8 @@ if _os.path.exists("/dev/nvidiactl"):
 _LAZY = {
     "ops": (".ops", None),              # the library layer, above device
     "analyze": (".analysis", "analyze"),
+    "Config": (".compiler.autotune", "Config"),
+    "autotune": (".compiler.autotune", "autotune"),
 }
 
 
