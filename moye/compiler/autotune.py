@@ -16,9 +16,8 @@ in a small JSON file per tuned function under the disk cache's folder
 timing again. With $MOYE_AUTOTUNE=0 nothing is timed: every call uses the
 `default`. See docs/autotune.md.
 
-The compiler imports no backend: moye/__init__.py plugs the disk cache's
-folder, the CUDA driver and the current-stream getter into HOOKS, as it
-puts the backends into frontend.BACKENDS.
+The compiler imports no backend: the disk cache's folder, the CUDA driver
+and the current-stream getter come through hooks.HOOKS.
 """
 import functools
 import hashlib
@@ -30,7 +29,6 @@ import re
 import statistics
 import threading
 import time
-import types
 from collections.abc import Mapping
 
 from ..errors import LaunchError, MoyeError, MoyeTypeError
@@ -39,13 +37,9 @@ from .arguments import as_array_arg, keyword_arguments_error, spec_text, static_
 from .device_function import DeviceFunction
 from .disk import atomic_write
 from .frontend import KernelFunction, backend_named, default_backend
+from .hooks import HOOKS
 from .identity import function_key
 
-HOOKS = types.SimpleNamespace(
-    cache_directory=None,       # () -> the disk cache's folder (backend/cuda/cache.directory)
-    driver=None,                # backend/cuda/driver: device_name, stream_handle, raise_error
-    current_stream=None,        # backend/cuda/backend.current_stream_getter
-)
 FORMAT = "moye-autotune-1"      # the tuning files' format; a file of another is ignored
 _NO_DEFAULT = inspect.Parameter.empty
 
@@ -499,7 +493,7 @@ class Autotuner:
 
     def _record_key(self, slot):
         backend, parts = slot
-        device = HOOKS.driver.device_name() if backend == "cuda" else backend
+        device = HOOKS.driver().device_name() if backend == "cuda" else backend
         return f"{device}|{spec_text(parts)}"
 
     def _load(self, slot):
@@ -588,7 +582,7 @@ def _cuda_median(run, stream, repeat):
     """The median of `repeat` runs, each between two events recorded on
     the stream; one synchronization at the end."""
     import cuda.bindings.driver as cu       # loaded only where a GPU is timed
-    driver = HOOKS.driver
+    driver = HOOKS.driver()
     handle = driver.stream_handle(stream) if stream is not None else HOOKS.current_stream()()
 
     def check(result, what):

@@ -2,10 +2,12 @@
 
 A rule turns one instruction into the backend's terms. The core
 instructions (arithmetic, loads and stores, variables, control) have theirs
-in the backends; a hardware feature's instructions have theirs beside
-their classes, in `ir/<feature>.py`, so that an instruction, its C++ and
-its CPU semantics are read in one place. A rule may use only the objects
-it is given (and NumPy), never import a backend.
+in the backends, registered when the backend's module loads (with the first
+C++ generated, the first kernel compiled for the CPU); a hardware feature's
+instructions have theirs beside their classes, in `ir/<feature>.py`, so
+that an instruction, its C++ and its CPU semantics are read in one place.
+A rule may use only the objects it is given (and NumPy), never import a
+backend.
 
 **CUDA** (`backend/cuda/codegen.py`): `emit(w, s, ind, decl)` writes the
 C++ of statement `s`, each line at indent `ind`, through the writer `w`;
@@ -53,6 +55,8 @@ thread). What a rule may use of `b`:
     >>> from moye import ir
     >>> ir.lowering_of("cuda", ir.Shfl).__module__, ir.lowering_of("cpu", ir.Shfl).__module__
     ('moye.ir.warp', 'moye.ir.warp')
+    >>> from moye.backend.cuda import codegen
+    >>> from moye.backend.cpu import interpreter
     >>> ir.lowering_of("cuda", ir.Load).__module__, ir.lowering_of("cpu", ir.Load).__module__
     ('moye.backend.cuda.codegen', 'moye.backend.cpu.interpreter')
 """
@@ -65,10 +69,10 @@ def lowering(backend, *classes):
     """Register the decorated function as `backend`'s rule for these
     instruction classes; a second rule for a class is refused.
         >>> from moye import ir
-        >>> lowering("cpu", ir.Load)(lambda b, s, mask: None)
+        >>> lowering("cpu", ir.Shfl)(lambda b, s, mask: None)
         Traceback (most recent call last):
         ...
-        TypeError: two cpu lowerings for Load
+        TypeError: two cpu lowerings for Shfl
     """
     try:
         table = LOWERINGS[backend]

@@ -8,7 +8,6 @@ from ... import ir
 from ...compiler.binder import FastLaunch
 from ...ir.targets import (ARCH_NAME, SMEM_LIMIT, check_launch_smem,  # noqa: F401
                            check_shared_memory, check_smem, check_stream)
-from .codegen import generate
 
 
 class CudaExecutable:
@@ -220,6 +219,7 @@ class CudaBackend:
             return False
 
     def source(self, kernel, block):
+        from .codegen import generate
         threads = block[0] * block[1] * block[2]
         return generate(kernel, threads)
 
