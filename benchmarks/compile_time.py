@@ -6,7 +6,8 @@ hand-written CUDA twins (benchmarks/twins/*.cu), against issue 17's targets.
 
 Each figure is the least of `--repeat` fresh Python processes, so nothing
 is warm but the operating system's file cache:
-- import: `import moye`;
+- import: `import moye`, its source byte-compiled first (in place, as
+  `pip install` leaves it);
 - cold: trace + C++ + NVRTC of one specialization for `--arch`, with an
   empty MOYE_CACHE_DIR: CudaBackend.build_specialization, what a first
   launch runs before loading the cubin (no GPU needed). NVRTC's library is
@@ -24,6 +25,7 @@ lines of C++), 3x for every other kernel; warm at most 10 ms; import 0.3 s.
 A kernel whose example module or twin file is missing is skipped: see CASES.
 """
 import argparse
+import compileall
 import importlib
 import json
 import os
@@ -269,7 +271,7 @@ def print_table(result):
           + (f", {result['gpu']}" if result["gpu"] else ""))
     print(f"{result['nvrtc']}")
     imp = result["import_s"]
-    print(f"import moye: {imp:.3f} s (target {IMPORT_TARGET_S} s: "
+    print(f"import moye, byte-compiled: {imp:.3f} s (target {IMPORT_TARGET_S} s: "
           f"{'ok' if imp <= IMPORT_TARGET_S else 'FAIL'})")
     gpu = result["gpu"] is not None
     head = (f"{'kernel':<15} {'moye cold s':>11} {'trace s':>8} {'twin s':>7} {'ratio':>6} "
@@ -308,6 +310,9 @@ def main():
               "nvrtc": nvrtc.describe(),
               "targets": {"ratio": {c.name: c.ratio for c in CASES}, "sgemm_lines": 1500,
                           "warm_ms": WARM_TARGET_MS, "import_s": IMPORT_TARGET_S}}
+    # byte-compiled, as `pip install` leaves a package: a process that must compile
+    # moye's source first (PYTHONDONTWRITEBYTECODE, a fresh checkout) measures that too
+    result["byte_compiled"] = compileall.compile_dir(str(ROOT / "moye"), quiet=1)
     with tempfile.TemporaryDirectory() as cache:
         result["import_s"] = min(run_child("import", None, args.arch, cache)["import_s"]
                                  for _ in range(args.repeat))
