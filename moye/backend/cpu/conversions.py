@@ -1,12 +1,13 @@
 """Number conversions as a GPU makes them (C++ static_cast on CUDA), where
 NumPy's `astype` differs:
-- float to integer truncates toward zero and saturates, NaN giving 0 (PTX
-  cvt.rzi), where NumPy's out-of-range casts are undefined;
+- float to integer truncates toward zero and saturates (PTX cvt.rzi), where
+  NumPy's out-of-range casts are undefined; NaN gives 0, or 1 << (bits - 1)
+  from a float64 or into a 64-bit integer, as the PTX ISA states;
 - to bfloat16, a float64 or an integer rounds once to the nearest, where
   ml_dtypes goes through float32 and can round twice.
 
     >>> import numpy as np, ml_dtypes
-    >>> convert(np.array([300.7, -1e9, np.nan]), np.dtype(np.int8))
+    >>> convert(np.array([300.7, -1e9, np.nan], np.float32), np.dtype(np.int8))
     array([ 127, -128,    0], dtype=int8)
     >>> x = np.array([1 + 2.0**-8 + 2.0**-30])     # just above a bfloat16 midpoint
     >>> float(convert(x, np.dtype(ml_dtypes.bfloat16))[0]), float(x.astype(ml_dtypes.bfloat16)[0])
@@ -22,19 +23,21 @@ def convert(values, dtype):
     """`values` (a NumPy array) as `dtype`, as CUDA converts them."""
     source = values.dtype
     with np.errstate(all="ignore"):
-        if dtype.kind in "iu" and source.kind == "f" or source == BFLOAT16 and dtype.kind in "iu":
-            return _truncated(values.astype(np.float64), dtype)
+        if dtype.kind in "iu" and (source.kind == "f" or source == BFLOAT16):
+            nan = 1 << dtype.itemsize * 8 - 1 if source.itemsize == 8 or dtype.itemsize == 8 else 0
+            return _truncated(values.astype(np.float64), dtype, nan)
         if dtype == BFLOAT16 and (source.kind in "iu" or source.itemsize == 8 and source.kind == "f"):
             return _rounded_once(values).astype(BFLOAT16)
         return values.astype(dtype)
 
 
-def _truncated(x, dtype):
+def _truncated(x, dtype, nan):
     info = np.iinfo(dtype)
     t = np.nan_to_num(np.trunc(x), nan=0.0)
     inside = t.astype(dtype) if dtype.itemsize < 8 else np.where(
         (t > info.min) & (t < info.max), t, 0).astype(dtype)
-    return np.where(t >= info.max, info.max, np.where(t <= info.min, info.min, inside)).astype(dtype)
+    out = np.where(t >= info.max, info.max, np.where(t <= info.min, info.min, inside))
+    return np.where(np.isnan(x), np.array(nan).astype(dtype), out).astype(dtype)
 
 
 def _rounded_once(x):
