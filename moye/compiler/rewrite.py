@@ -534,6 +534,65 @@ def source_stamp(fn):
     return st.st_mtime_ns, st.st_size
 
 
+def _definition(fn):
+    """(fn's source lines, decorators first; the file line of the first; the
+    statement they parse to, its nodes at the file's line numbers): the
+    lines _block finds where they parse, else inspect.getsourcelines's
+    (whose tokenizer costs milliseconds)."""
+    block = _block(fn)
+    if block is not None:
+        try:
+            return (*block, _parse(*block))
+        except SyntaxError:
+            pass
+    lines, first = inspect.getsourcelines(fn)
+    return lines, first, _parse(lines, first)
+
+
+def _parse(lines, first):
+    # blank lines first: the nodes carry the file's line numbers
+    return ast.parse("\n" * (first - 1) + textwrap.dedent("".join(lines))).body[0]
+
+
+def _block(fn):
+    """(fn's source lines, the first's number) read without a tokenizer: from
+    its first line (a decorator or the def) to the last line of its code,
+    nested code included, then on over the lines indented deeper than that
+    first line (a `pass` or a closing bracket has no code of its own), and
+    the blank lines and comments among them. None where the first line is
+    neither a decorator nor a def (a lambda), or a tab or form feed could
+    make indentation read otherwise than Python reads it, or fn wraps
+    another."""
+    if hasattr(fn, "__wrapped__"):          # inspect reads the wrapped function's
+        return None
+    code = fn.__code__
+    file, first = code.co_filename, code.co_firstlineno
+    linecache.checkcache(file)
+    lines = linecache.getlines(file, fn.__globals__)
+    if not 0 < first <= len(lines) or not lines[first - 1].lstrip().startswith(("@", "def ")):
+        return None
+    indent = len(lines[first - 1]) - len(lines[first - 1].lstrip())
+    end = last = max(first, _last_line(code))
+    while end < len(lines):
+        text = lines[end].lstrip()
+        end += 1
+        if text and text[0] != "#":
+            if len(lines[end - 1]) - len(text) <= indent:
+                break
+            last = end
+    block = lines[first - 1:last]
+    return None if any("\t" in x or "\f" in x for x in block) else (block, first)
+
+
+def _last_line(code):
+    """The last source line of `code`'s instructions and its nested code's."""
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=0)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            last = max(last, _last_line(c))
+    return last
+
+
 def rewrite_function(fn, helper=False, stamp=None):
     """`fn` with its control flow rewritten; it sees the same globals and
     closure. None if its source cannot be read (made by `exec`, typed at an
@@ -560,9 +619,7 @@ def rewrite_function(fn, helper=False, stamp=None):
                                                 "not a lambda")
     lines, first = None, fn.__code__.co_firstlineno
     try:
-        lines, first = inspect.getsourcelines(fn)
-        # blank lines first: the nodes carry the file's line numbers
-        fdef = ast.parse("\n" * (first - 1) + textwrap.dedent("".join(lines))).body[0]
+        lines, first, fdef = _definition(fn)
     except (OSError, TypeError, SyntaxError, IndexError):
         fdef = None
     if lines is not None and (stamp is None or source_stamp(fn) != stamp) and _stale(fn):
