@@ -63,18 +63,34 @@ RT = "__moye_rt"
 
 def _walk(node):
     """Every node under `node`, `node` first, in ast.walk's (breadth-first)
-    order, as a list: ast.walk's generators cost several times more."""
+    order, as a list, but for the contexts and operators (Load, Add, ...):
+    leaves that nothing here looks for. ast.walk's generators cost several
+    times more."""
     out, i = [node], 0
     while i < len(out):
         n = out[i]
         i += 1
-        for field in n._fields:
+        for field in _branches(type(n)):
             v = getattr(n, field, None)
-            if isinstance(v, ast.AST):
+            if type(v) is list:
+                for x in v:
+                    if isinstance(x, ast.AST):
+                        out.append(x)
+            elif isinstance(v, ast.AST):
                 out.append(v)
-            elif type(v) is list:
-                out.extend(x for x in v if isinstance(x, ast.AST))
     return out
+
+
+_LEAVES = ("ctx", "op", "ops")      # the fields holding contexts and operators
+_BRANCHES = {}
+
+
+def _branches(cls):
+    """The fields of node class `cls` that may hold nodes other than leaves."""
+    fields = _BRANCHES.get(cls)
+    if fields is None:
+        fields = _BRANCHES[cls] = tuple(f for f in cls._fields if f not in _LEAVES)
+    return fields
 
 
 def _names_stored(nodes):
@@ -437,7 +453,7 @@ def _place(node, lineno, col, end_lineno, end_col):
             node.end_col_offset = end_col
         else:
             end_col = node.end_col_offset
-    for field in node._fields:
+    for field in _branches(type(node)):
         v = getattr(node, field, None)
         if isinstance(v, ast.AST):
             _place(v, lineno, col, end_lineno, end_col)
