@@ -412,12 +412,15 @@ _GENERATOR = "a kernel cannot be a generator (`yield`): its body would never run
 _CO_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
-def _refuse(fdef, where):
-    """Raise for the first construct a kernel cannot run as written."""
+def _refuse(fdef, where, code):
+    """Raise for the first construct a kernel cannot run as written (`code`:
+    its code object, whose flags say whether it yields)."""
     refused = [n for n in _walk(fdef) if type(n) in _REFUSED]
     if refused:
         node = min(refused, key=lambda n: n.lineno)
         raise where(node, _REFUSED[type(node)])
+    if not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR):
+        return
     stack = list(fdef.body)                 # its own yields, not a nested function's
     while stack:
         node = stack.pop()
@@ -649,7 +652,7 @@ def rewrite_function(fn, helper=False, stamp=None):
                         _REFUSED[ast.AsyncFunctionDef])
         return None                         # no source, or not this function's
     at = lambda node, what: where(node.lineno, what)  # noqa: E731
-    _refuse(fdef, at)
+    _refuse(fdef, at, fn.__code__)
     fdef.decorator_list = []
     freevars = fn.__code__.co_freevars
     fdef = _Rewriter(at, first, helper).visit(fdef)
