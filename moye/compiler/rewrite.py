@@ -113,6 +113,28 @@ def _names_loaded(nodes):
     return out
 
 
+def _loaded_in(stmts, memo):
+    """The names `stmts` load anywhere, each statement's set remembered in
+    `memo` (by node): a loop's reads are read from its rewritten body, whose
+    inner loops are the statements their own rewrite made and read."""
+    out = set()
+    for stmt in stmts:
+        got = memo.get(id(stmt))
+        if got is None or got[0] is not stmt:
+            names = set()
+            for field in _branches(type(stmt)):
+                v = getattr(stmt, field, None)
+                if type(v) is list and v and isinstance(v[0], ast.stmt):
+                    names |= _loaded_in(v, memo)
+                elif type(v) is list:
+                    names |= _names_loaded([x for x in v if isinstance(x, ast.AST)])
+                elif isinstance(v, ast.AST):
+                    names |= _names_loaded([v])
+            got = memo[id(stmt)] = (stmt, names)     # the node too: its id stays its own
+        out |= got[1]
+    return out
+
+
 def _read_first(stmts, memo=None):
     """Names that `stmts` may read before assigning them, on some path: an
     assignment inside a loop or a branch may not run, so it does not hide
@@ -202,6 +224,7 @@ class _Rewriter(ast.NodeTransformer):
         # _summary of each statement as written: a list is summarised (folded) before
         # any statement in it is rewritten, and a loop's own summary is read from here
         self.summaries = {}
+        self.loads = {}          # _loaded_in of each rewritten statement
         self.live = set()        # names the statements after the current one may read first
         self.bases = []          # per function being rewritten: the name of its jump base
 
@@ -251,8 +274,8 @@ class _Rewriter(ast.NodeTransformer):
         in_loop = self._live_in_loop(node, following)   # before node.iter is rewritten
         # read from the body as written: rewritten, its inner loops are `try` statements,
         # whose reads all count as reads before assignments
-        assigned = [n for n in _names_stored(node.body)
-                    if n not in _names_stored([node.target])]
+        bound = _names_stored([node.target])
+        assigned = [n for n in _names_stored(node.body) if n not in bound]
         early = _read_first(node.body, self.summaries)
         node.iter = self.visit(node.iter)
         if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) \
@@ -266,7 +289,7 @@ class _Rewriter(ast.NodeTransformer):
         carried = [n for n in assigned if n in early or n in self.live]
         loop = self._fresh("for")
         live = [n for n in carried if n in self.live]
-        reads = sorted(n for n in _names_loaded(node.body) if not n.startswith("__moye"))
+        reads = sorted(n for n in _loaded_in(node.body, self.loads) if not n.startswith("__moye"))
         setup = ast.Assign([ast.Name(loop, ast.Store())],
                            _call("for_loop", node.iter, _strs(carried), _getters(carried),
                                  ast.Constant(f"{loop}:{node.lineno - self.first + 1}"), _strs(live),
@@ -286,7 +309,7 @@ class _Rewriter(ast.NodeTransformer):
                                                    ast.Load()), [], []), [guarded], [])
         done = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "done",
                                                        ast.Load()), [], []))
-        targets = self._live_after(_names_stored([node.target]))
+        targets = self._live_after(bound)
         after = _assign(targets, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "targets",
                                                         ast.Load()),
                                           [_strs(targets), _getters(targets)], []))
