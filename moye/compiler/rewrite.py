@@ -228,6 +228,31 @@ class _Rewriter(ast.NodeTransformer):
         self.live = set()        # names the statements after the current one may read first
         self.bases = []          # per function being rewritten: the name of its jump base
 
+    def generic_visit(self, node):
+        """ast.NodeTransformer's, over the fields _walk reads: the leaves
+        (contexts, operators) hold nothing to rewrite."""
+        for field in _branches(type(node)):
+            old = getattr(node, field, None)
+            if type(old) is list:
+                new = []
+                for value in old:
+                    if isinstance(value, ast.AST):
+                        value = self.visit(value)
+                        if value is None:
+                            continue
+                        if not isinstance(value, ast.AST):
+                            new.extend(value)
+                            continue
+                    new.append(value)
+                old[:] = new
+            elif isinstance(old, ast.AST):
+                new = self.visit(old)
+                if new is None:
+                    delattr(node, field)
+                else:
+                    setattr(node, field, new)
+        return node
+
     def _fresh(self, kind):
         self.counter += 1
         return f"__moye_{kind}{self.counter}"
