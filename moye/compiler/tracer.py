@@ -73,7 +73,8 @@ class Builder:
         cls = ir.instruction_class(op)
         key = None
         if cls.pure and type is not None and op != "special":
-            key = (op, tuple(_key(a) for a in args), type, tuple(sorted(attrs.items(), key=str)))
+            key = (op, tuple(map(_key, args)), type,
+                   tuple(sorted(attrs.items(), key=str)) if attrs else ())
             for memo in reversed(self.memo):
                 hit = memo.get(key)
                 if hit is not None:
