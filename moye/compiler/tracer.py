@@ -55,6 +55,8 @@ class Builder:
         self.dynamic_ifs = 0
         self.unrolled = 0           # open loops that NVRTC unrolls (control.for_loop)
         self.known = {}             # value id -> how it follows from those loops' variables
+        self.leaves = {}            # value id -> unrolled.leaves of it, once found
+        self.bounds = {}            # value id -> unrolled._bounds of it, once found
         self.guards = []            # (condition, polarity) of the open dynamic branches
         self.static_sites = {}      # loop site -> why it unrolls while tracing
         self.fast_math = False      # @moye.kernel(fast_math=True): approximate Float32 math
