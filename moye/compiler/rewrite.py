@@ -487,25 +487,26 @@ def _place(node, lineno, col, end_lineno, end_col):
     call on the line its attribute ends on, and our calls span the whole
     statement: those that open a loop or branch name its first line, those
     that end it (writing the carried values) its last."""
+    got = node.__dict__         # read there: a getattr that misses raises and costs more
     if "lineno" in node._attributes:
-        if getattr(node, "lineno", None) is None:
+        if got.get("lineno") is None:
             node.lineno = lineno
         else:
-            lineno = node.lineno
-        if getattr(node, "end_lineno", None) is None:
+            lineno = got["lineno"]
+        if got.get("end_lineno") is None:
             node.end_lineno = end_lineno
         else:
-            end_lineno = node.end_lineno
-        if getattr(node, "col_offset", None) is None:
+            end_lineno = got["end_lineno"]
+        if got.get("col_offset") is None:
             node.col_offset = col
         else:
-            col = node.col_offset
-        if getattr(node, "end_col_offset", None) is None:
+            col = got["col_offset"]
+        if got.get("end_col_offset") is None:
             node.end_col_offset = end_col
         else:
-            end_col = node.end_col_offset
+            end_col = got["end_col_offset"]
     for field in _branches(type(node)):
-        v = getattr(node, field, None)
+        v = got.get(field)
         if isinstance(v, ast.AST):
             _place(v, lineno, col, end_lineno, end_col)
         elif type(v) is list:
