@@ -267,6 +267,9 @@ class _Rewriter(ast.NodeTransformer):
             later = reads | (later - writes)
         out = []
         for stmt, live_after in zip(body, live):
+            if _as_written(stmt):
+                out.append(stmt)
+                continue
             saved = self.live
             self.live = live_after
             new = self.visit(stmt)
@@ -439,6 +442,26 @@ class _Rewriter(ast.NodeTransformer):
         if isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
             node.func = ast.copy_location(_rt(node.func.id + "_"), node.func)
         return node
+
+
+# statements that hold no statements, and so are rewritten only in expressions
+_SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert, ast.Raise, ast.Pass,
+           ast.Delete)
+
+
+def _as_written(stmt):
+    """Whether the rewrite leaves `stmt` as it is: a simple statement none of
+    whose expressions the visit_ methods above change (and, or, not, x if c
+    else y, chained comparisons, min and max), which need not be visited."""
+    if not isinstance(stmt, _SIMPLE):
+        return False
+    for n in _walk(stmt):
+        t = type(n)
+        if t is ast.BoolOp or t is ast.IfExp or t is ast.UnaryOp and type(n.op) is ast.Not \
+                or t is ast.Compare and len(n.ops) > 1 \
+                or t is ast.Call and type(n.func) is ast.Name and n.func.id in ("min", "max"):
+            return False
+    return True
 
 
 _REFUSED = {
