@@ -225,6 +225,7 @@ class _Rewriter(ast.NodeTransformer):
         # any statement in it is rewritten, and a loop's own summary is read from here
         self.summaries = {}
         self.loads = {}          # _loaded_in of each rewritten statement
+        self.kept = set()        # ids of the statements left as they were written
         self.live = set()        # names the statements after the current one may read first
         self.bases = []          # per function being rewritten: the name of its jump base
 
@@ -268,6 +269,7 @@ class _Rewriter(ast.NodeTransformer):
         out = []
         for stmt, live_after in zip(body, live):
             if _as_written(stmt):
+                self.kept.add(id(stmt))
                 out.append(stmt)
                 continue
             saved = self.live
@@ -504,12 +506,15 @@ def _refuse(fdef, where, code):
 _AT_END = {"next", "done", "then_done", "else_done", "result", "targets"}
 
 
-def _place(node, lineno, col, end_lineno, end_col):
+def _place(node, lineno, col, end_lineno, end_col, kept):
     """ast.fix_missing_locations (a node without a position takes its
     parent's), and the position of our method calls: Python puts a method
     call on the line its attribute ends on, and our calls span the whole
     statement: those that open a loop or branch name its first line, those
-    that end it (writing the carried values) its last."""
+    that end it (writing the carried values) its last. The statements whose
+    ids are in `kept` are as parsed, positions and all: passed over."""
+    if id(node) in kept:
+        return
     got = node.__dict__         # read there: a getattr that misses raises and costs more
     if "lineno" in node._attributes:
         if got.get("lineno") is None:
@@ -531,11 +536,11 @@ def _place(node, lineno, col, end_lineno, end_col):
     for field in _branches(type(node)):
         v = got.get(field)
         if isinstance(v, ast.AST):
-            _place(v, lineno, col, end_lineno, end_col)
+            _place(v, lineno, col, end_lineno, end_col, kept)
         elif type(v) is list:
             for x in v:
                 if isinstance(x, ast.AST):
-                    _place(x, lineno, col, end_lineno, end_col)
+                    _place(x, lineno, col, end_lineno, end_col, kept)
     if type(node) is ast.Attribute and type(node.value) is ast.Name and \
             node.value.id.startswith("__moye") and node.attr not in _AT_END:
         node.end_lineno, node.end_col_offset = node.lineno, node.col_offset + len(node.attr)
@@ -545,11 +550,12 @@ def _code_named(code, name):
     return next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
 
 
-def _compiled(fdef, freevars, file, flags):
+def _compiled(fdef, freevars, file, flags, kept):
     """The module code defining the function `fdef`, compiled with the
     __future__ `flags` of its module: where it has `freevars`, inside a
     factory taking them, so that they stay free variables (cells shared
-    with the original's closure)."""
+    with the original's closure). `kept`: the ids of its statements the
+    rewrite left as parsed."""
     if freevars:                            # defined in a function that gives the closure
         factory = ast.FunctionDef("__moye_factory", ast.arguments(
             posonlyargs=[], args=[ast.arg(v) for v in freevars], vararg=None, kwonlyargs=[],
@@ -559,7 +565,7 @@ def _compiled(fdef, freevars, file, flags):
         module = ast.Module([ast.copy_location(factory, fdef)], [])
     else:
         module = ast.Module([fdef], [])
-    _place(module, 1, 0, 1, 0)
+    _place(module, 1, 0, 1, 0, kept)
     return compile(module, file, "exec", flags=flags, dont_inherit=True)
 
 
@@ -727,8 +733,9 @@ def rewrite_function(fn, helper=False, stamp=None):
     _refuse(fdef, at, fn.__code__)
     fdef.decorator_list = []
     freevars = fn.__code__.co_freevars
-    fdef = _Rewriter(at, first, helper).visit(fdef)
-    code = _compiled(fdef, freevars, file, fn.__code__.co_flags & _FUTURE_FLAGS)
+    rewriter = _Rewriter(at, first, helper)
+    fdef = rewriter.visit(fdef)
+    code = _compiled(fdef, freevars, file, fn.__code__.co_flags & _FUTURE_FLAGS, rewriter.kept)
     namespace = fn.__globals__
     namespace[RT] = control
     if freevars:                            # the new function shares the original's cells
