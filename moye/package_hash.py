@@ -19,12 +19,13 @@ def package_key():
     key = _state.get("package")
     if key is None:
         h = hashlib.sha256(sys.version.encode())
+        inside = len(_PACKAGE) + 1          # a path's start before its place in the package
         for root, dirs, files in os.walk(_PACKAGE):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             for name in sorted(files):
                 if name.endswith(".py"):
                     path = os.path.join(root, name)
-                    h.update(os.path.relpath(path, _PACKAGE).encode() + b"\0")
+                    h.update(path[inside:].encode() + b"\0")
                     h.update(file_digest(path) or b"?")
         key = _state["package"] = h.hexdigest()
     return key

@@ -17,7 +17,7 @@ from ..layout import Layout, as_layout, cosize, slice_and_offset
 from ..layout import inttuple as T
 from ..layout.layout import norm_coord
 from ..types import as_element_type
-from .engine import HostEngine, allocate, image_bounds
+from .engine import HostEngine, allocate, image_bounds, mode_offsets
 
 
 class MoYeArray:
@@ -160,9 +160,12 @@ class MoYeArray:
         """The offset of a coordinate, checked against the shape and, for a
         host array, against the buffer."""
         layout = self.layout
-        _check_coord(coord, layout.shape)
-        offset = T.crd2idx(coord, layout.shape, layout.stride) if type(layout) is Layout \
-            else layout(coord)
+        offset = _listed_offset(layout, coord) if type(coord) is tuple and \
+            type(layout) is Layout else None
+        if offset is None:
+            _check_coord(coord, layout.shape)
+            offset = T.crd2idx(coord, layout.shape, layout.stride) if type(layout) is Layout \
+                else layout(coord)
         if self._inside is not True:
             self._check_offset(coord, offset)
         return offset
@@ -300,6 +303,21 @@ def _plain(coord):
                 return False
         return True
     return False
+
+
+def _listed_offset(layout, coord):
+    """The offset of `coord`, a tuple of ints one per mode, in a static
+    Layout, summed from its modes' listed offsets (mode_offsets); None where
+    that does not apply, or `coord` is out of bounds (_check_coord says why)."""
+    modes = mode_offsets(layout)
+    if not modes or len(modes) != len(coord):
+        return None
+    offset = 0
+    for c, listed in zip(coord, modes):
+        if type(c) is not int or not 0 <= c < len(listed):
+            return None
+        offset += listed[c]
+    return offset
 
 
 def _check_coord(coord, shape):

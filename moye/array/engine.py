@@ -262,6 +262,26 @@ def layout_offsets(layout):
     return np.asarray(layout.outer(layout.offset + layout_offsets(inner)), dtype=np.int64)
 
 
+@memoized
+def mode_offsets(layout):
+    """Per mode of a static Layout with a tuple shape, the offsets of the
+    mode's elements as a list, in colexicographic order, so that the offset
+    of a tuple of ints is one sum of list items; () for another layout, or
+    where a mode is longer than element access needs listed.
+        >>> mode_offsets(Layout((2, (2, 3)), (1, (6, 2))))
+        ([0, 1], [0, 6, 2, 8, 4, 10])
+    """
+    if type(layout.shape) is not tuple or not layout.is_static():
+        return ()
+    modes = tuple(layout[i] for i in range(len(layout.shape)))
+    if any(T.product(m.shape) > _LISTED_MODE for m in modes):
+        return ()
+    return tuple(_offsets(m).tolist() for m in modes)
+
+
+_LISTED_MODE = 1 << 12          # the largest mode mode_offsets lists
+
+
 def _flat(t):
     if type(t) is tuple:
         out = []

@@ -63,18 +63,34 @@ RT = "__moye_rt"
 
 def _walk(node):
     """Every node under `node`, `node` first, in ast.walk's (breadth-first)
-    order, as a list: ast.walk's generators cost several times more."""
+    order, as a list, but for the contexts and operators (Load, Add, ...):
+    leaves that nothing here looks for. ast.walk's generators cost several
+    times more."""
     out, i = [node], 0
     while i < len(out):
         n = out[i]
         i += 1
-        for field in n._fields:
+        for field in _branches(type(n)):
             v = getattr(n, field, None)
-            if isinstance(v, ast.AST):
+            if type(v) is list:
+                for x in v:
+                    if isinstance(x, ast.AST):
+                        out.append(x)
+            elif isinstance(v, ast.AST):
                 out.append(v)
-            elif type(v) is list:
-                out.extend(x for x in v if isinstance(x, ast.AST))
     return out
+
+
+_LEAVES = ("ctx", "op", "ops")      # the fields holding contexts and operators
+_BRANCHES = {}
+
+
+def _branches(cls):
+    """The fields of node class `cls` that may hold nodes other than leaves."""
+    fields = _BRANCHES.get(cls)
+    if fields is None:
+        fields = _BRANCHES[cls] = tuple(f for f in cls._fields if f not in _LEAVES)
+    return fields
 
 
 def _names_stored(nodes):
@@ -94,6 +110,28 @@ def _names_loaded(nodes):
         for n in _walk(node):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
                 out.add(n.id)
+    return out
+
+
+def _loaded_in(stmts, memo):
+    """The names `stmts` load anywhere, each statement's set remembered in
+    `memo` (by node): a loop's reads are read from its rewritten body, whose
+    inner loops are the statements their own rewrite made and read."""
+    out = set()
+    for stmt in stmts:
+        got = memo.get(id(stmt))
+        if got is None or got[0] is not stmt:
+            names = set()
+            for field in _branches(type(stmt)):
+                v = getattr(stmt, field, None)
+                if type(v) is list and v and isinstance(v[0], ast.stmt):
+                    names |= _loaded_in(v, memo)
+                elif type(v) is list:
+                    names |= _names_loaded([x for x in v if isinstance(x, ast.AST)])
+                elif isinstance(v, ast.AST):
+                    names |= _names_loaded([v])
+            got = memo[id(stmt)] = (stmt, names)     # the node too: its id stays its own
+        out |= got[1]
     return out
 
 
@@ -186,8 +224,35 @@ class _Rewriter(ast.NodeTransformer):
         # _summary of each statement as written: a list is summarised (folded) before
         # any statement in it is rewritten, and a loop's own summary is read from here
         self.summaries = {}
+        self.loads = {}          # _loaded_in of each rewritten statement
+        self.kept = set()        # ids of the statements left as they were written
         self.live = set()        # names the statements after the current one may read first
         self.bases = []          # per function being rewritten: the name of its jump base
+
+    def generic_visit(self, node):
+        """ast.NodeTransformer's, over the fields _walk reads: the leaves
+        (contexts, operators) hold nothing to rewrite."""
+        for field in _branches(type(node)):
+            old = getattr(node, field, None)
+            if type(old) is list:
+                new = []
+                for value in old:
+                    if isinstance(value, ast.AST):
+                        value = self.visit(value)
+                        if value is None:
+                            continue
+                        if not isinstance(value, ast.AST):
+                            new.extend(value)
+                            continue
+                    new.append(value)
+                old[:] = new
+            elif isinstance(old, ast.AST):
+                new = self.visit(old)
+                if new is None:
+                    delattr(node, field)
+                else:
+                    setattr(node, field, new)
+        return node
 
     def _fresh(self, kind):
         self.counter += 1
@@ -203,6 +268,10 @@ class _Rewriter(ast.NodeTransformer):
             later = reads | (later - writes)
         out = []
         for stmt, live_after in zip(body, live):
+            if _as_written(stmt):
+                self.kept.add(id(stmt))
+                out.append(stmt)
+                continue
             saved = self.live
             self.live = live_after
             new = self.visit(stmt)
@@ -235,8 +304,8 @@ class _Rewriter(ast.NodeTransformer):
         in_loop = self._live_in_loop(node, following)   # before node.iter is rewritten
         # read from the body as written: rewritten, its inner loops are `try` statements,
         # whose reads all count as reads before assignments
-        assigned = [n for n in _names_stored(node.body)
-                    if n not in _names_stored([node.target])]
+        bound = _names_stored([node.target])
+        assigned = [n for n in _names_stored(node.body) if n not in bound]
         early = _read_first(node.body, self.summaries)
         node.iter = self.visit(node.iter)
         if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) \
@@ -250,7 +319,7 @@ class _Rewriter(ast.NodeTransformer):
         carried = [n for n in assigned if n in early or n in self.live]
         loop = self._fresh("for")
         live = [n for n in carried if n in self.live]
-        reads = sorted(n for n in _names_loaded(node.body) if not n.startswith("__moye"))
+        reads = sorted(n for n in _loaded_in(node.body, self.loads) if not n.startswith("__moye"))
         setup = ast.Assign([ast.Name(loop, ast.Store())],
                            _call("for_loop", node.iter, _strs(carried), _getters(carried),
                                  ast.Constant(f"{loop}:{node.lineno - self.first + 1}"), _strs(live),
@@ -270,7 +339,7 @@ class _Rewriter(ast.NodeTransformer):
                                                    ast.Load()), [], []), [guarded], [])
         done = _assign(carried, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "done",
                                                        ast.Load()), [], []))
-        targets = self._live_after(_names_stored([node.target]))
+        targets = self._live_after(bound)
         after = _assign(targets, ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "targets",
                                                         ast.Load()),
                                           [_strs(targets), _getters(targets)], []))
@@ -377,6 +446,26 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
 
+# statements that hold no statements, and so are rewritten only in expressions
+_SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert, ast.Raise, ast.Pass,
+           ast.Delete)
+
+
+def _as_written(stmt):
+    """Whether the rewrite leaves `stmt` as it is: a simple statement none of
+    whose expressions the visit_ methods above change (and, or, not, x if c
+    else y, chained comparisons, min and max), which need not be visited."""
+    if not isinstance(stmt, _SIMPLE):
+        return False
+    for n in _walk(stmt):
+        t = type(n)
+        if t is ast.BoolOp or t is ast.IfExp or t is ast.UnaryOp and type(n.op) is ast.Not \
+                or t is ast.Compare and len(n.ops) > 1 \
+                or t is ast.Call and type(n.func) is ast.Name and n.func.id in ("min", "max"):
+            return False
+    return True
+
+
 _REFUSED = {
     ast.Try: "`try` is not supported in a kernel: its faults happen when the kernel runs, "
              "where no handler can catch them",
@@ -396,12 +485,15 @@ _GENERATOR = "a kernel cannot be a generator (`yield`): its body would never run
 _CO_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
-def _refuse(fdef, where):
-    """Raise for the first construct a kernel cannot run as written."""
+def _refuse(fdef, where, code):
+    """Raise for the first construct a kernel cannot run as written (`code`:
+    its code object, whose flags say whether it yields)."""
     refused = [n for n in _walk(fdef) if type(n) in _REFUSED]
     if refused:
         node = min(refused, key=lambda n: n.lineno)
         raise where(node, _REFUSED[type(node)])
+    if not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR):
+        return
     stack = list(fdef.body)                 # its own yields, not a nested function's
     while stack:
         node = stack.pop()
@@ -414,37 +506,41 @@ def _refuse(fdef, where):
 _AT_END = {"next", "done", "then_done", "else_done", "result", "targets"}
 
 
-def _place(node, lineno, col, end_lineno, end_col):
+def _place(node, lineno, col, end_lineno, end_col, kept):
     """ast.fix_missing_locations (a node without a position takes its
     parent's), and the position of our method calls: Python puts a method
     call on the line its attribute ends on, and our calls span the whole
     statement: those that open a loop or branch name its first line, those
-    that end it (writing the carried values) its last."""
+    that end it (writing the carried values) its last. The statements whose
+    ids are in `kept` are as parsed, positions and all: passed over."""
+    if id(node) in kept:
+        return
+    got = node.__dict__         # read there: a getattr that misses raises and costs more
     if "lineno" in node._attributes:
-        if getattr(node, "lineno", None) is None:
+        if got.get("lineno") is None:
             node.lineno = lineno
         else:
-            lineno = node.lineno
-        if getattr(node, "end_lineno", None) is None:
+            lineno = got["lineno"]
+        if got.get("end_lineno") is None:
             node.end_lineno = end_lineno
         else:
-            end_lineno = node.end_lineno
-        if getattr(node, "col_offset", None) is None:
+            end_lineno = got["end_lineno"]
+        if got.get("col_offset") is None:
             node.col_offset = col
         else:
-            col = node.col_offset
-        if getattr(node, "end_col_offset", None) is None:
+            col = got["col_offset"]
+        if got.get("end_col_offset") is None:
             node.end_col_offset = end_col
         else:
-            end_col = node.end_col_offset
-    for field in node._fields:
-        v = getattr(node, field, None)
+            end_col = got["end_col_offset"]
+    for field in _branches(type(node)):
+        v = got.get(field)
         if isinstance(v, ast.AST):
-            _place(v, lineno, col, end_lineno, end_col)
+            _place(v, lineno, col, end_lineno, end_col, kept)
         elif type(v) is list:
             for x in v:
                 if isinstance(x, ast.AST):
-                    _place(x, lineno, col, end_lineno, end_col)
+                    _place(x, lineno, col, end_lineno, end_col, kept)
     if type(node) is ast.Attribute and type(node.value) is ast.Name and \
             node.value.id.startswith("__moye") and node.attr not in _AT_END:
         node.end_lineno, node.end_col_offset = node.lineno, node.col_offset + len(node.attr)
@@ -454,11 +550,12 @@ def _code_named(code, name):
     return next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
 
 
-def _compiled(fdef, freevars, file, flags):
+def _compiled(fdef, freevars, file, flags, kept):
     """The module code defining the function `fdef`, compiled with the
     __future__ `flags` of its module: where it has `freevars`, inside a
     factory taking them, so that they stay free variables (cells shared
-    with the original's closure)."""
+    with the original's closure). `kept`: the ids of its statements the
+    rewrite left as parsed."""
     if freevars:                            # defined in a function that gives the closure
         factory = ast.FunctionDef("__moye_factory", ast.arguments(
             posonlyargs=[], args=[ast.arg(v) for v in freevars], vararg=None, kwonlyargs=[],
@@ -468,7 +565,7 @@ def _compiled(fdef, freevars, file, flags):
         module = ast.Module([ast.copy_location(factory, fdef)], [])
     else:
         module = ast.Module([fdef], [])
-    _place(module, 1, 0, 1, 0)
+    _place(module, 1, 0, 1, 0, kept)
     return compile(module, file, "exec", flags=flags, dont_inherit=True)
 
 
@@ -534,6 +631,65 @@ def source_stamp(fn):
     return st.st_mtime_ns, st.st_size
 
 
+def _definition(fn):
+    """(fn's source lines, decorators first; the file line of the first; the
+    statement they parse to, its nodes at the file's line numbers): the
+    lines _block finds where they parse, else inspect.getsourcelines's
+    (whose tokenizer costs milliseconds)."""
+    block = _block(fn)
+    if block is not None:
+        try:
+            return (*block, _parse(*block))
+        except SyntaxError:
+            pass
+    lines, first = inspect.getsourcelines(fn)
+    return lines, first, _parse(lines, first)
+
+
+def _parse(lines, first):
+    # blank lines first: the nodes carry the file's line numbers
+    return ast.parse("\n" * (first - 1) + textwrap.dedent("".join(lines))).body[0]
+
+
+def _block(fn):
+    """(fn's source lines, the first's number) read without a tokenizer: from
+    its first line (a decorator or the def) to the last line of its code,
+    nested code included, then on over the lines indented deeper than that
+    first line (a `pass` or a closing bracket has no code of its own), and
+    the blank lines and comments among them. None where the first line is
+    neither a decorator nor a def (a lambda), or a tab or form feed could
+    make indentation read otherwise than Python reads it, or fn wraps
+    another."""
+    if hasattr(fn, "__wrapped__"):          # inspect reads the wrapped function's
+        return None
+    code = fn.__code__
+    file, first = code.co_filename, code.co_firstlineno
+    linecache.checkcache(file)
+    lines = linecache.getlines(file, fn.__globals__)
+    if not 0 < first <= len(lines) or not lines[first - 1].lstrip().startswith(("@", "def ")):
+        return None
+    indent = len(lines[first - 1]) - len(lines[first - 1].lstrip())
+    end = last = max(first, _last_line(code))
+    while end < len(lines):
+        text = lines[end].lstrip()
+        end += 1
+        if text and text[0] != "#":
+            if len(lines[end - 1]) - len(text) <= indent:
+                break
+            last = end
+    block = lines[first - 1:last]
+    return None if any("\t" in x or "\f" in x for x in block) else (block, first)
+
+
+def _last_line(code):
+    """The last source line of `code`'s instructions and its nested code's."""
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=0)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            last = max(last, _last_line(c))
+    return last
+
+
 def rewrite_function(fn, helper=False, stamp=None):
     """`fn` with its control flow rewritten; it sees the same globals and
     closure. None if its source cannot be read (made by `exec`, typed at an
@@ -560,9 +716,7 @@ def rewrite_function(fn, helper=False, stamp=None):
                                                 "not a lambda")
     lines, first = None, fn.__code__.co_firstlineno
     try:
-        lines, first = inspect.getsourcelines(fn)
-        # blank lines first: the nodes carry the file's line numbers
-        fdef = ast.parse("\n" * (first - 1) + textwrap.dedent("".join(lines))).body[0]
+        lines, first, fdef = _definition(fn)
     except (OSError, TypeError, SyntaxError, IndexError):
         fdef = None
     if lines is not None and (stamp is None or source_stamp(fn) != stamp) and _stale(fn):
@@ -576,11 +730,12 @@ def rewrite_function(fn, helper=False, stamp=None):
                         _REFUSED[ast.AsyncFunctionDef])
         return None                         # no source, or not this function's
     at = lambda node, what: where(node.lineno, what)  # noqa: E731
-    _refuse(fdef, at)
+    _refuse(fdef, at, fn.__code__)
     fdef.decorator_list = []
     freevars = fn.__code__.co_freevars
-    fdef = _Rewriter(at, first, helper).visit(fdef)
-    code = _compiled(fdef, freevars, file, fn.__code__.co_flags & _FUTURE_FLAGS)
+    rewriter = _Rewriter(at, first, helper)
+    fdef = rewriter.visit(fdef)
+    code = _compiled(fdef, freevars, file, fn.__code__.co_flags & _FUTURE_FLAGS, rewriter.kept)
     namespace = fn.__globals__
     namespace[RT] = control
     if freevars:                            # the new function shares the original's cells

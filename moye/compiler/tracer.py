@@ -18,15 +18,29 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES_DIR = os.path.join(_PKG_DIR, "examples")
 
 
-def user_location():
-    """The innermost frame of user code (outside the moye package, or in its examples)."""
+def user_location(seen=None):
+    """The ir.Loc of the innermost frame of user code (outside the moye
+    package, or in its examples); `seen`, a dict (file, line) -> Loc, gives
+    the statements of one line one Loc."""
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR) or fn.startswith(_EXAMPLES_DIR):
-            return ir.Loc(fn, f.f_lineno, linecache.getline(fn, f.f_lineno).strip())
+        user = _USER_FILES.get(fn)
+        if user is None:
+            user = _USER_FILES[fn] = not fn.startswith(_PKG_DIR) or fn.startswith(_EXAMPLES_DIR)
+        if user:
+            key = (fn, f.f_lineno)
+            loc = seen.get(key) if seen is not None else None
+            if loc is None:
+                loc = ir.Loc(fn, f.f_lineno, linecache.getline(fn, f.f_lineno).strip())
+                if seen is not None:
+                    seen[key] = loc
+            return loc
         f = f.f_back
     return None
+
+
+_USER_FILES = {}        # file name -> whether it holds user code
 
 
 class Builder:
@@ -41,13 +55,16 @@ class Builder:
         self.dynamic_ifs = 0
         self.unrolled = 0           # open loops that NVRTC unrolls (control.for_loop)
         self.known = {}             # value id -> how it follows from those loops' variables
+        self.leaves = {}            # value id -> unrolled.leaves of it, once found
+        self.bounds = {}            # value id -> unrolled._bounds of it, once found
         self.guards = []            # (condition, polarity) of the open dynamic branches
         self.static_sites = {}      # loop site -> why it unrolls while tracing
         self.fast_math = False      # @moye.kernel(fast_math=True): approximate Float32 math
+        self.locs = {}              # user_location's Loc of each (file, line) met
 
     def emit(self, stmt):
         if stmt.loc is None:
-            stmt.loc = user_location()
+            stmt.loc = user_location(self.locs)
         self.bodies[-1].append(stmt)
         return stmt
 
@@ -58,7 +75,8 @@ class Builder:
         cls = ir.instruction_class(op)
         key = None
         if cls.pure and type is not None and op != "special":
-            key = (op, tuple(_key(a) for a in args), type, tuple(sorted(attrs.items(), key=str)))
+            key = (op, tuple(map(_key, args)), type,
+                   tuple(sorted(attrs.items(), key=str)) if attrs else ())
             for memo in reversed(self.memo):
                 hit = memo.get(key)
                 if hit is not None:

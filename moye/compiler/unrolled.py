@@ -66,17 +66,18 @@ def _pow2_dividing(start, step):
     return g & -g if g else 1 << 30
 
 
-def leaves(b, x, memo=None):
+def leaves(b, x):
     """The loop variables and carried reads that `x` is computed from (a set
-    of known entries' value ids); Unknown if it depends on anything else."""
+    of known entries' value ids); Unknown if it depends on anything else.
+    A value's entry is made with it and never changes, so each value's
+    leaves are found once per trace (`b.leaves`)."""
     if isinstance(x, (int, float, bool)):
         return frozenset()
     if isinstance(x, Sym):
         x = x.value
     if not isinstance(x, ir.Value):
         raise Unknown(x)
-    memo = {} if memo is None else memo
-    out = memo.get(x.id)
+    out = b.leaves.get(x.id)
     if out is not None:
         return out
     k = b.known.get(x.id)
@@ -85,8 +86,8 @@ def leaves(b, x, memo=None):
     if isinstance(k, (IV, CarriedRead)):
         out = frozenset((x.id,))
     else:
-        out = frozenset().union(*(leaves(b, a, memo) for a in k.args))
-    memo[x.id] = out
+        out = frozenset().union(*(leaves(b, a) for a in k.args))
+    b.leaves[x.id] = out
     return out
 
 
@@ -102,8 +103,7 @@ def values(b, x):
             guards.append((cond, polarity, leaves(b, cond)))
         except Unknown:
             pass                    # a run-time condition: the iteration may reach here
-    memo = {}
-    ids = set(leaves(b, x, memo))
+    ids = set(leaves(b, x))
     for _, _, g in guards:
         ids |= g
     if any(not isinstance(b.known[i], IV) for i in ids):
@@ -172,7 +172,7 @@ def _inside(b, x, lo, hi):
         if math.prod(len(b.known[i].values) if isinstance(b.known[i], IV) else 0
                      for i in ids) > COMBINATIONS_LIMIT:
             return False
-    span = _bounds(b, x, {})
+    span = _bounds(b, x, b.bounds)
     return span is not None and lo <= span[0] and span[1] < hi
 
 
@@ -187,7 +187,8 @@ def _known_leaves(b, x):
 def _bounds(b, x, cache):
     """(least, greatest) int value of x over every combination of its loop
     variables, where each step is an int operation that cannot fail (values()
-    would raise Unknown on none of them); None otherwise."""
+    would raise Unknown on none of them); None otherwise. `cache`: the
+    values' bounds found so far (b.bounds: like leaves, once per trace)."""
     if type(x) is int or type(x) is bool:
         return int(x), int(x)
     if not isinstance(x, ir.Value):

@@ -4,7 +4,7 @@ fragments the registers that hold them (register_lists), in the order the
 instructions (mma.sync, ldmatrix, stmatrix, wgmma) take them.
 """
 from .. import types as T
-from ..array import MoYeArray
+from ..array import MoYeArray, layout_offsets
 from ..compiler.memory import PointerEngine
 from ..compiler.tracer import KernelError, Sym, divisor_of
 from ..layout import Layout, make_layout, size
@@ -40,16 +40,25 @@ def atom_instances(array, n, what):
         raise KernelError(f"{what}: the partition {array.layout} repeats the atom a dynamic "
                           "number of times; tile the array to a static shape first")
     out = []
+    at, rest_at = _offset_of(values), _offset_of(rest)
     for r in range(size(rest)):
-        r_off = rest(r)
+        r_off = rest_at(r)
         for c in range(v // n):
-            first = values(c * n)
+            first = at(c * n)
             rel = []
             for i in range(n):
-                d = values(c * n + i) - first if i else 0
+                d = at(c * n + i) - first if i else 0
                 rel.append(d if isinstance(d, int) else None)
             out.append((rel, array.engine.offset + first + r_off))
     return out
+
+
+def _offset_of(layout):
+    """`layout` as a function of an index; a static one's offsets are listed
+    once (layout_offsets remembers them), then indexed."""
+    if type(layout) is Layout and layout.is_static():
+        return layout_offsets(layout).tolist().__getitem__
+    return layout
 
 
 def _swizzled_instances(array, n, what):

@@ -113,6 +113,19 @@ def test_dynamic_index_into_a_register_fragment_is_an_error():
         K.dynamic_fragment_index.trace(vec(1), vec(), block=4)
 
 
+def test_each_instruction_names_its_kernel_line():
+    """An instruction emitted deep inside moye (a load, an add) records the
+    innermost frame of user code: the kernel's line that asked for it."""
+    kernel = K.branch.trace(vec(), vec(), block=32)[0]
+    source = open(K.__file__).read().splitlines()
+    first = K.branch.fn.__code__.co_firstlineno
+    for kind, text in ((ir.Mul, "v = x[t] * 2.0"), (ir.Add, "v = x[t] + 1.0"),
+                       (ir.Load, "v = x[t] * 2.0"), (ir.Store, "out[t] = v")):
+        line = next(n for n in range(first, len(source)) if source[n - 1].strip() == text)
+        loc = stmts(kernel, kind)[0].loc
+        assert (loc.file, loc.line, loc.text) == (K.__file__, line, text)
+
+
 def test_generated_source_has_line_comments_and_no_dynamic_register_index():
     from moye.examples import matmul_smem as mm
     A = np.asfortranarray(np.ones((256, 64), np.float32))
