@@ -366,7 +366,8 @@ class Sym:
 def coerce(x, t):
     """An operand of type t: a Sym's value (cast if needed) or a constant."""
     if isinstance(x, Sym):
-        if x.type is t or (x.type.bits == t.bits and x.type.kind == t.kind):
+        if x.type is t or (x.type.bits == t.bits and x.type.kind == t.kind
+                           and x.type.numpy == t.numpy):     # TFloat32 is a Float32
             return x.value
         return current().instr("cast", (x.value,), t, to=t)
     if isinstance(x, bool):

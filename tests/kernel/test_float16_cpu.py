@@ -227,6 +227,31 @@ def test_arithmetic_rounds_once_and_compares_as_floats(dtype):
     check_arithmetic(run_cpu, dtype, 1024)
 
 
+@moye.kernel
+def store(out, x):
+    """out[i] = x[i], converted by the store alone."""
+    i = moye.block_idx.x * moye.block_dim.x + moye.thread_idx.x
+    out[i] = x[i]
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["half", "bfloat16"])
+def test_a_store_converts_between_the_16_bit_types(dtype):
+    """Float16 and BFloat16 have the same size and kind but not the same
+    bits: a store of one into the other converts (rounding once), on the
+    CPU and in the C++ that NVRTC compiles."""
+    other = HALVES[1 - HALVES.index(dtype)]
+    x = every_value(other)
+    out = np.full(len(x), np.nan, dtype)
+    launch(store, out, x)
+    with np.errstate(invalid="ignore", over="ignore"):      # NaN stays NaN, bfloat16's range
+        same_bits(out, x.astype(np.float32).astype(dtype))     # overflows half
+    assert f"static_cast<{'half' if dtype is np.float16 else '__nv_bfloat16'}>" in \
+        store.cuda_source(out, x, block=BLOCK)
+    for arch in ("sm_80", "sm_90a"):
+        assert BACKENDS["cuda"].compile_only(store.trace(out, x, block=BLOCK)[0],
+                                             (BLOCK, 1, 1), arch)
+
+
 # -- the C++ -------------------------------------------------------------------------------
 def sources(dtype):
     """The C++ of convert from and to every number type, and of arithmetic."""
