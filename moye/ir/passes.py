@@ -12,9 +12,8 @@ def eliminate_dead_code(kernel):
 
     def count(body):
         for s in body:
-            for a in operands_of(s):
-                if isinstance(a, Value):
-                    uses[a.id] = uses.get(a.id, 0) + 1
+            for a in _values(operands_of(s)):
+                uses[a.id] = uses.get(a.id, 0) + 1
             if isinstance(s, Instr):
                 if s.pure and s.result is not None:
                     pure[s.result.id] = s
@@ -27,14 +26,22 @@ def eliminate_dead_code(kernel):
     while todo:
         s = todo.pop()
         dead.add(id(s))
-        for a in s.args:
-            if isinstance(a, Value):
-                uses[a.id] -= 1
-                if not uses[a.id] and a.id in pure:
-                    todo.append(pure[a.id])
+        for a in _values(s.args):
+            uses[a.id] -= 1
+            if not uses[a.id] and a.id in pure:
+                todo.append(pure[a.id])
     if dead:
         _sweep(kernel.body, dead)
     return kernel
+
+
+def _values(operands):
+    """The Values among `operands`, those inside tuples included."""
+    for a in operands:
+        if isinstance(a, Value):
+            yield a
+        elif isinstance(a, tuple):
+            yield from _values(a)
 
 
 def _sweep(body, dead):

@@ -91,6 +91,23 @@ def test_verifier_sees_the_while_tests_definitions_in_its_body_only():
         ir.verify(_kernel([loop, ir.Not(c, result=ir.Value(T.Bool))], [ir.Param("a", T.Int32, a)]))
 
 
+def test_dead_code_elimination_drops_chains_and_keeps_values_used_in_tuples():
+    """A pure instruction goes when nothing reads its result, and then those
+    only it read; one read inside a tuple operand keeps it."""
+    a = ir.Value(T.Int32, "a")
+    p = ir.Value(ir.PtrType(T.Int32, "global"), "p")
+    first, second, kept, stored = (ir.Value(T.Int32) for _ in range(4))
+    chain = [ir.Add(a, 1, result=first), ir.Mul(first, 2, result=second)]   # read by nothing
+    held = ir.Neg(a, result=kept)
+    store = ir.Store(p, 0, a, width=1, elem=T.Int32)
+    store.args = (p, 0, (a, kept))          # `kept` read only inside a tuple operand
+    body = [*chain, held, ir.Add(a, 3, result=stored), ir.Store(p, 1, stored, width=1,
+                                                                 elem=T.Int32), store]
+    kernel = ir.eliminate_dead_code(_kernel(body, [ir.Param("a", T.Int32, a),
+                                                   ir.Param("p", T.Int32, p)]))
+    assert [type(s).__name__ for s in kernel.body] == ["Neg", "Add", "Store", "Store"]
+
+
 def test_every_traced_example_kernel_verifies():
     @moye.kernel
     def scale(y, x, n):
