@@ -9,7 +9,7 @@ import pytest
 
 from ..kernel.test_float16_cpu import (HALVES, arithmetic, check_arithmetic, check_from_ints,
                                        check_narrowing, check_round_trip, check_to_ints,
-                                       check_widening, every_value, launch)
+                                       check_widening, every_value, float_edges, launch)
 
 pytestmark = pytest.mark.gpu
 
@@ -76,7 +76,15 @@ def test_integers_round_once(run, dtype, int_type):
 @pytest.mark.parametrize("int_type", INTS)
 @pytest.mark.parametrize("dtype", HALVES, ids=["half", "bfloat16"])
 def test_every_value_truncates_to_integers_saturating(run, dtype, int_type):
-    check_to_ints(run, dtype, int_type, every_value(dtype))
+    check_to_ints(run, int_type, every_value(dtype))
+
+
+@pytest.mark.parametrize("int_type", INTS)
+@pytest.mark.parametrize("source", [np.float32, np.float64])
+def test_wider_floats_truncate_to_integers_saturating(run, source, int_type):
+    """Kernels convert float32 and float64 to integers through NVVM, not
+    the 16-bit prelude: the same rule, which the CPU backend follows."""
+    check_to_ints(run, int_type, float_edges(source))
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=["half", "bfloat16"])

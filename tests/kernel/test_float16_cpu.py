@@ -68,18 +68,35 @@ def nearest(value, dtype):
 
 
 def truncated(values, dtype):
-    """16-bit values as the integer `dtype`: toward zero, clamped to its
-    range (PTX cvt.rzi); NaN 0, or 1 << 63 into a 64-bit integer."""
+    """Float values as the integer `dtype`: toward zero, clamped to its
+    range (PTX cvt.rzi); NaN 0, or 1 << (bits - 1) into a 64-bit integer or
+    from a float64, as the PTX ISA states; below 32 bits, the 32-bit value
+    clamped."""
     info = np.iinfo(dtype)
-    nan = (info.min or 1 << 63) if info.bits == 64 else 0
+    if info.bits < 32:
+        wide = truncated(values, np.int32 if info.min else np.uint32)
+        return np.clip(wide, info.min, info.max).astype(dtype)
+    nan = (info.min or 1 << info.bits - 1) if info.bits == 64 or values.itemsize == 8 else 0
     with np.errstate(invalid="ignore"):         # ml_dtypes warns on NaN, which stays NaN
-        wide = values.astype(np.float32).astype(np.float64)
+        wide = values.astype(np.float64)
     out = []
     for v in wide:
         out.append(nan if math.isnan(v) else
                    max(info.min, min(info.max, int(v) if math.isfinite(v) else
                                      (info.max if v > 0 else info.min))))
     return np.array(out, dtype)
+
+
+def float_edges(source, seed=4):
+    """Float32 or float64 values at and past every integer type's ends,
+    fractions either side of zero, infinities, NaN and random ones."""
+    ends = [float(e) + d for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+                                   np.int64, np.uint64)
+            for e in (np.iinfo(t).min, np.iinfo(t).max) for d in (-1.5, -0.5, 0, 0.5, 1.5)]
+    rng = np.random.default_rng(seed)
+    special = [math.nan, math.inf, -math.inf, 0.0, -0.0, 0.7, -0.7, 1e30, -1e30]
+    return padded(np.array(ends + special + list(rng.standard_normal(200) * 10.0 **
+                                                 rng.integers(0, 20, 200)), source))
 
 
 def bits(x):
@@ -165,7 +182,7 @@ def check_from_ints(run, dtype, int_type, n):
     same_bits(run(convert, dtype, x), [nearest(int(v), dtype) for v in x])
 
 
-def check_to_ints(run, dtype, int_type, x):
+def check_to_ints(run, int_type, x):
     got, want = run(convert, int_type, x), truncated(x, int_type)
     wrong = np.flatnonzero(got != want)
     assert not wrong.size, (x[wrong[:8]], got[wrong[:8]], want[wrong[:8]])
@@ -219,7 +236,14 @@ def test_integers_round_once(dtype, int_type):
                                       np.uint64])
 @pytest.mark.parametrize("dtype", HALVES, ids=["half", "bfloat16"])
 def test_every_value_truncates_to_integers_saturating(dtype, int_type):
-    check_to_ints(run_cpu, dtype, int_type, every_value(dtype))
+    check_to_ints(run_cpu, int_type, every_value(dtype))
+
+
+@pytest.mark.parametrize("int_type", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+                                      np.int64, np.uint64])
+@pytest.mark.parametrize("source", [np.float32, np.float64])
+def test_wider_floats_truncate_to_integers_saturating(source, int_type):
+    check_to_ints(run_cpu, int_type, float_edges(source))
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=["half", "bfloat16"])
@@ -299,7 +323,8 @@ def test_every_prelude_function_compiles_alone():
     NVRTC compiles what no generated kernel happens to use yet."""
     from moye.backend.cuda import nvrtc
     body = PRELUDE + r"""
-extern "C" __global__ void every_function(half* h, __nv_bfloat16* b, __half2* h2, __nv_bfloat162* b2,
+extern "C" __global__ void every_function(half* h, __nv_bfloat16* b, __half2* h2,
+                                          __nv_bfloat162* b2,
                                float* f, long long* l, unsigned long long* u, char* c) {
   half x = h[0];
   __nv_bfloat16 y = b[0];

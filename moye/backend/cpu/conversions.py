@@ -2,7 +2,9 @@
 NumPy's `astype` differs:
 - float to integer truncates toward zero and saturates (PTX cvt.rzi), where
   NumPy's out-of-range casts are undefined; NaN gives 0, or 1 << (bits - 1)
-  from a float64 or into a 64-bit integer, as the PTX ISA states;
+  from a float64 or into a 64-bit integer, as the PTX ISA states. An
+  integer narrower than 32 bits is the 32-bit one clamped to its range, as
+  the generated C++ computes it (codegen's Cast, float16.PRELUDE);
 - to bfloat16, a float64 or an integer rounds once to the nearest, where
   ml_dtypes goes through float32 and can round twice.
 
@@ -24,9 +26,13 @@ def convert(values, dtype):
     source = values.dtype
     with np.errstate(all="ignore"):
         if dtype.kind in "iu" and (source.kind == "f" or source == BFLOAT16):
+            if dtype.itemsize < 4:
+                info = np.iinfo(dtype)
+                wide = convert(values, np.dtype(f"{dtype.kind}4"))
+                return np.clip(wide, info.min, info.max).astype(dtype)
             nan = 1 << dtype.itemsize * 8 - 1 if source.itemsize == 8 or dtype.itemsize == 8 else 0
             return _truncated(values.astype(np.float64), dtype, nan)
-        if dtype == BFLOAT16 and (source.kind in "iu" or source.itemsize == 8 and source.kind == "f"):
+        if dtype == BFLOAT16 and (source.kind in "iu" or source == np.float64):
             return _rounded_once(values).astype(BFLOAT16)
         return values.astype(dtype)
 

@@ -352,14 +352,31 @@ def _emit_select(w, s, ind, decl):
     w.emit(ind, f"{decl}{w.operand(s.cond)} ? {w.arg(s.a, t)} : {w.arg(s.b, t)};")
 
 
+# a float32 or float64 to an integer narrower than 32 bits: C++ leaves a value out of the
+# integer's range undefined (NVVM wraps it), so it goes through the 32-bit conversion, which
+# truncates and saturates (cvt.rzi), and is clamped to the type's range
+_NARROW_INTEGERS = {"Int8": (-128, 127), "Int16": (-32768, 32767), "UInt8": (0, 255),
+                    "UInt16": (0, 65535)}
+
+
 @emits(ir.Cast)
 def _emit_cast(w, s, ind, decl):
+    to, source = s.result.type, ir.type_of(s.x)
     if s.ptr:
-        w.emit(ind, f"{decl}reinterpret_cast<{ctype(s.result.type)}>({w.operand(s.x)});")
+        w.emit(ind, f"{decl}reinterpret_cast<{ctype(to)}>({w.operand(s.x)});")
+    elif to.name in _NARROW_INTEGERS and (source.name in ("Float32", "TFloat32", "Float64")
+                                          if source is not None else isinstance(s.x, float)):
+        lo, hi = _NARROW_INTEGERS[to.name]
+        wide = "double" if source is not None and source.name == "Float64" else "float"
+        x = w.arg(s.x, source)
+        if lo < 0:
+            value = f"max({lo}, min({hi}, __{wide}2int_rz({x})))"
+        else:
+            value = f"min({hi}u, __{wide}2uint_rz({x}))"
+        w.emit(ind, f"{decl}static_cast<{ctype(to)}>({value});")
     else:
         # a number cast to a float type is a literal of that type (0.1f would round a Float64)
-        to = s.result.type if s.result.type.is_float else None
-        w.emit(ind, f"{decl}static_cast<{ctype(s.result.type)}>({w.arg(s.x, to)});")
+        w.emit(ind, f"{decl}static_cast<{ctype(to)}>({w.arg(s.x, to if to.is_float else None)});")
 
 
 @emits(ir.Call)
