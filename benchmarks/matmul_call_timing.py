@@ -84,11 +84,11 @@ def main(argv=None):
             dt = getattr(torch, dtype)
             a = torch.randn(M, K, device=args.device, generator=g).to(dt)
             b = torch.randn(K, N, device=args.device, generator=g).to(dt)
-            before = set(matmul_op._timed_sm90.cache)
+            before = set(matmul_op._timed.cache)
             moye_call, torch_call = (lambda: mops.matmul(a, b)), (lambda: torch.mm(a, b))
             moye_call()
             row = {"dtype": dtype, "M": M, "N": N, "K": K,
-                   "config": [list(c.cfg) for k, c in matmul_op._timed_sm90.cache.items()
+                   "config": [list(c.cfg) for k, c in matmul_op._timed.cache.items()
                               if k not in before],
                    "loop_us": {"moye": in_loop(torch, moye_call, args.calls, cuda),
                                "torch": in_loop(torch, torch_call, args.calls, cuda)},

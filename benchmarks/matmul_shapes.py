@@ -282,7 +282,7 @@ def tuned_configs():
     moye.ops.matmul's autotuner chose so far in this process, timed or read
     from its disk cache (a row records the ones its calls added)."""
     from moye.ops import matmul_op
-    return {slot: tuple(c.cfg) for slot, c in matmul_op._timed_sm90.cache.items()}
+    return {slot: tuple(c.cfg) for slot, c in matmul_op._timed.cache.items()}
 
 
 def rounds_for(rounds, times, timer, fns, iters):

@@ -4,9 +4,15 @@ epilogue fused into the GEMM kernel.
 The raw host function checks the operands, views them as the kernels take
 them (batches of (M, K) a and of b transposed, (N, K); out (B, M, N)
 row-major) and launches, by device:
-- a CUDA device of compute capability 9.x: gemm_sm90 (TMA, wgmma);
-- other CUDA devices (sm_80 to sm_89): gemm_sm80 (cp.async, mma.sync);
-- NumPy arrays and CPU torch tensors: gemm_sm90 on the CPU backend.
+- a CUDA device of compute capability 9.x: gemm_sm90 (TMA, wgmma), or
+  for M <= 16 gemm_skinny (b streamed into mma.sync registers), whichever
+  the autotuner times faster;
+- other CUDA devices (sm_80 to sm_89): gemm_skinny for M <= 16, else
+  gemm_sm80 (cp.async, mma.sync);
+- NumPy arrays and CPU torch tensors: the kernel the heuristic picks for a
+  Hopper GPU (gemm_skinny.preferred, else gemm_sm90) on the CPU backend.
+gemm_skinny takes 16-bit operands whose 16-byte loads are aligned
+(gemm_skinny.eligible).
 TMA reads rows whose strides are multiples of 16 bytes: an operand whose
 are not is copied once into rows padded to that (its extra columns are
 never read); gemm_sm90 stores such an output from its registers instead
@@ -25,7 +31,7 @@ import numpy as np
 from ..compiler.arguments import as_array_arg
 from ..compiler.autotune import Config, autotune, measure
 from ..errors import MoyeTypeError, ShapeError
-from . import gemm_sm80, gemm_sm90, replay, rows
+from . import gemm_skinny, gemm_sm80, gemm_sm90, replay, rows
 from .epilogue import check_activation
 
 IN_TYPES = ("float16", "bfloat16", "float32")      # float32: as tf32, with allow_tf32
@@ -273,41 +279,53 @@ def _itemsize(t):
 
 def _launch(a3, b3, out3, bias, residual3, alpha, activation):
     backend = None if rows.backend_of(out3) == "cuda" else "cpu"
-    if _kernel_for(out3) is gemm_sm90:
-        sms = rows.multiprocessors(out3) if backend is None else gemm_sm90.SMS_H100
-        cfg = _sm90_config(a3, b3, out3, bias, residual3, alpha, activation, sms, backend)
-        for kernel, dims, args in gemm_sm90.launches(
-                a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
-                activation=activation, cfg=cfg, blocks=sms if backend is None else None,
-                backend=backend):
-            replay.launch(kernel, dims, args, backend)
-    else:
+    hopper = _kernel_for(out3) is gemm_sm90
+    skinny = gemm_skinny.eligible(a3, b3)
+    if not (hopper or skinny):
         gemm_sm80.launch(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
                          activation=activation, config=None)     # by the device's limits
+        return
+    sms = rows.multiprocessors(out3) if backend is None else gemm_sm90.SMS_H100
+    cfg = _config(a3, b3, out3, bias, residual3, alpha, activation, sms, backend, hopper, skinny)
+    for kernel, dims, args in _launches(a3, b3, out3, bias, residual3, alpha, activation, cfg,
+                                        sms, backend):
+        replay.launch(kernel, dims, args, backend)
 
 
-def _sm90_config(a3, b3, out3, bias, residual3, alpha, activation, sms, backend):
-    """gemm_sm90's config for this call: on CUDA the fastest of the
-    candidates (gemm_sm90.candidates), timed once per problem (moye.autotune:
-    its disk cache, MOYE_AUTOTUNE=0 for the heuristic's default) on a
-    scratch output, outside the call's replay record; the heuristic's
-    default on the CPU backend and while a CUDA graph is captured."""
+def _launches(a3, b3, out3, bias, residual3, alpha, activation, cfg, sms, backend):
+    """The launches of config `cfg`: gemm_skinny's or gemm_sm90's."""
+    if gemm_skinny.is_config(cfg):
+        return gemm_skinny.launches(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha,
+                                    beta=1.0, activation=activation, cfg=cfg, backend=backend)
+    return gemm_sm90.launches(a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
+                              activation=activation, cfg=cfg,
+                              blocks=sms if backend is None else None, backend=backend)
+
+
+def _config(a3, b3, out3, bias, residual3, alpha, activation, sms, backend, hopper, skinny):
+    """The config for this call, of gemm_sm90 (`hopper`) or gemm_skinny
+    (`skinny`: gemm_skinny.eligible; the only kernel off Hopper): on CUDA
+    the fastest of the candidates (_problem_configs), timed once per
+    problem (moye.autotune: its disk cache, MOYE_AUTOTUNE=0 for the
+    heuristic's default) on a scratch output, outside the call's replay
+    record; the heuristic's default on the CPU backend and while a CUDA
+    graph is captured."""
     (batches, M, N), K = out3.shape, a3.shape[2]
-    if backend is not None or _capturing():
-        return gemm_sm90.default_config(M, N, K, batches, sms, _itemsize(a3))
     problem = (M, N, K, batches, sms, str(a3.dtype), str(out3.dtype), gemm_sm90.major(a3, "a"),
-               gemm_sm90.major(b3, "b"), bias is not None, residual3 is not None, activation)
-    chosen = _timed_sm90.best_config(a3, b3, out3, bias, residual3, alpha, activation, problem)
+               gemm_sm90.major(b3, "b"), bias is not None, residual3 is not None, activation,
+               hopper, skinny)
+    if backend is not None or _capturing():
+        return _problem_default(problem).cfg
+    chosen = _timed.best_config(a3, b3, out3, bias, residual3, alpha, activation, problem)
     if chosen is None:
         scratch = _empty_strided(out3)
         with replay.unrecorded():       # times the candidates (and runs the fastest) once
             try:
-                _timed_sm90(a3, b3, scratch, bias, residual3, alpha, activation, problem)
+                _timed(a3, b3, scratch, bias, residual3, alpha, activation, problem)
             finally:
                 for k in [k for k in _TUNING_LAUNCHES if k[0] == id(scratch)]:
                     del _TUNING_LAUNCHES[k]
-        chosen = _timed_sm90.best_config(a3, b3, out3, bias, residual3, alpha, activation,
-                                         problem)
+        chosen = _timed.best_config(a3, b3, out3, bias, residual3, alpha, activation, problem)
     return chosen.cfg
 
 
@@ -322,13 +340,23 @@ def _capturing():
 
 
 def _problem_configs(configs, problem):
-    """autotune's prune: the configs gemm_sm90.candidates gives `problem`."""
+    """autotune's prune: the configs gemm_sm90.candidates (on Hopper) and
+    gemm_skinny.candidates (where it applies) give `problem`."""
     M, N, K, batches, sms = problem[:5]
-    mine = set(gemm_sm90.candidates(M, N, K, batches, sms, _problem_ebytes(problem)))
+    hopper, skinny = problem[-2:]
+    mine = set(gemm_sm90.candidates(M, N, K, batches, sms, _problem_ebytes(problem))) \
+        if hopper else set()
+    if skinny:
+        mine |= set(gemm_skinny.candidates(M, N, K, batches, sms, problem[8]))
     return [c for c in configs if c.cfg in mine]
 
 
 def _problem_default(problem):
+    """The heuristic's config: gemm_skinny's where it applies and is
+    preferred (or is the only kernel: off Hopper), else gemm_sm90's."""
+    hopper, skinny = problem[-2:]
+    if skinny and (not hopper or gemm_skinny.preferred(*problem[:2])):
+        return Config(cfg=gemm_skinny.default_config(*problem[:5], problem[8]))
     return Config(cfg=gemm_sm90.default_config(*problem[:5], _problem_ebytes(problem)))
 
 
@@ -366,25 +394,27 @@ def _call_time(run, config):
     host_ms = (time.perf_counter() - start) * 1e3
     torch.cuda._sleep(int(HOLD_CYCLES_PER_MS * (2 * host_ms * (TIMED_RUNS + 2) + 0.05)))
     gpu_ms = measure(run, "cuda", warmup=0, repeat=TIMED_RUNS)
-    return max(gpu_ms, HOST_MS[config.cfg[4] > 1])
+    return max(gpu_ms, HOST_MS[config.cfg[4] > 1])     # both kernels' configs: [4] is splits
 
 
 TIMED_RUNS = 10
 
 
 @autotune(configs=[Config(cfg=gemm_sm90.config(*c[:4], s)) for c in gemm_sm90.CONFIGS
-                   for s in range(1, gemm_sm90.MAX_SPLITS + 1)],
+                   for s in range(1, gemm_sm90.MAX_SPLITS + 1)] +
+          [Config(cfg=gemm_skinny.config(tiles, steps, s)) for tiles, steps in gemm_skinny.SHAPES
+           for s in range(1, gemm_skinny.MAX_SPLITS + 1)],
           key=["problem"], prune=_problem_configs, default=_problem_default, timer=_call_time)
-def _timed_sm90(a3, b3, out3, bias, residual3, alpha, activation, problem, cfg):
-    """gemm_sm90's launches with `cfg` (what the autotuner times): planned
-    on the first run of a tuning, so that the timed ones launch alone (a
-    plan's host time would hide the GPU's); a split config's tickets are
-    zeroed again before each run (on the GPU, as a call's are made)."""
+def _timed(a3, b3, out3, bias, residual3, alpha, activation, problem, cfg):
+    """The launches of `cfg` (gemm_sm90's or gemm_skinny's: what the
+    autotuner times): planned on the first run of a tuning, so that the
+    timed ones launch alone (a plan's host time would hide the GPU's); a
+    split config's tickets are zeroed again before each run (on the GPU, as
+    a call's are made)."""
     plan = _TUNING_LAUNCHES.get((id(out3), cfg))
     if plan is None:
-        plan = _TUNING_LAUNCHES[id(out3), cfg] = gemm_sm90.launches(
-            a3, b3, out3, bias=bias, residual=residual3, alpha=alpha, beta=1.0,
-            activation=activation, cfg=cfg, blocks=problem[4], backend=None)
+        plan = _TUNING_LAUNCHES[id(out3), cfg] = _launches(
+            a3, b3, out3, bias, residual3, alpha, activation, cfg, problem[4], None)
     for kernel, dims, args in plan:
         gemm_sm90.reset_tickets(args)
         kernel[dims](*args)

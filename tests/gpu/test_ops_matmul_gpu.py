@@ -213,7 +213,7 @@ def test_every_candidate_config(torch, hopper_only, dtype, M, N, K):
     """Each config the autotuner may pick (split along K or not), launched
     directly, writes every element, and a split one the same bits each
     time; the public call picks one of them, and its later calls replay it."""
-    from moye.ops import gemm_sm90, matmul_op, rows
+    from moye.ops import gemm_skinny, gemm_sm90, matmul_op, rows
     dt = getattr(torch, dtype)
     g = torch.Generator(device="cuda").manual_seed(M + K)
     a = torch.randn(1, M, K, device="cuda", generator=g).to(dt)
@@ -221,24 +221,34 @@ def test_every_candidate_config(torch, hopper_only, dtype, M, N, K):
     bias = torch.randn(N, device="cuda", generator=g).to(dt)
     residual = torch.randn(1, M, N, device="cuda", generator=g).to(dt)
     sms = rows.multiprocessors(a)
-    configs = gemm_sm90.candidates(M, N, K, 1, sms)
+    skinny = gemm_skinny.eligible(a, w)
+    assert skinny == (M <= 16)
+    configs = gemm_sm90.candidates(M, N, K, 1, sms) + \
+        (gemm_skinny.candidates(M, N, K, 1, sms) if skinny else [])
     assert any(c[4] > 1 for c in configs)
+
+    def launch(out, cfg, epilogue=True):
+        extra = dict(bias=bias, residual=residual, activation="silu") if epilogue else \
+            dict(bias=None, residual=None, activation=None)
+        for kernel, dims, args in matmul_op._launches(a, w, out, extra["bias"],
+                                                      extra["residual"], 1.0,
+                                                      extra["activation"], cfg, sms, None):
+            kernel[dims](*args)
     for cfg in configs:
         out = torch.full((1, M, N), math.nan, device="cuda", dtype=dt)
-        gemm_sm90.launch(a, w, out, bias=bias, residual=residual, activation="silu", cfg=cfg,
-                         blocks=sms)
+        launch(out, cfg)
         check(torch, out[0], a[0], w[0].T, bias, "silu", residual[0])
         if cfg[4] > 2:      # the splits add up in their order, whichever finishes last
             runs = [torch.full((1, M, N), math.nan, device="cuda") for _ in range(4)]
             for run in runs:
-                gemm_sm90.launch(a, w, run, cfg=cfg, blocks=sms)
+                launch(run, cfg, epilogue=False)
             for run in runs[1:]:
                 torch.testing.assert_close(run, runs[0], atol=0, rtol=0)
     for _ in range(3):      # the first call tunes; the later ones replay it (a split config's
         # tickets zero-filled anew each time)
         y = ops.matmul(a[0], w[0].T, bias=bias, activation="silu", residual=residual[0])
         check(torch, y, a[0], w[0].T, bias, "silu", residual[0])
-    problem = (M, N, K, 1, sms, str(a.dtype), str(dt), "K", "K", True, True, "silu")
-    chosen = matmul_op._timed_sm90.best_config(a, w, residual, bias, residual, 1.0, "silu",
-                                               problem)
+    problem = (M, N, K, 1, sms, str(a.dtype), str(dt), "K", "K", True, True, "silu", True,
+               skinny)
+    chosen = matmul_op._timed.best_config(a, w, residual, bias, residual, 1.0, "silu", problem)
     assert chosen is not None and chosen.cfg in configs

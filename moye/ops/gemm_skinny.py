@@ -1,0 +1,372 @@
+"""moye.ops.matmul's kernel for few rows (M <= 16: decoding, GEMV-like
+products), where the time is reading b once: b's values go from global
+memory straight into mma.sync registers, 16 bytes a load, with no shared
+memory between (CUTLASS: the GEMV kernels; TensorRT-LLM: the "skinny"
+GEMMs).
+
+    out[b] = activation(alpha * a[b] @ b[b]^T + bias) + beta * residual[b]
+
+a (Ba, M, K) K-major and b (Bb, N, K), K-major or N-major (the transposed
+view of a row-major (K, N)), float16 or bfloat16, K a multiple of 8 and
+every row 16-byte aligned (`eligible`); out (B, M, N) of any strides.
+
+One mma.sync m16n8k16 has 16 rows: a's M rows fill them (rows past M
+repeat row M - 1, never stored). A sum over k does not care about the
+order of the k's, so the MMA's k's are renumbered, the same for a and b,
+that each thread reads runs of b that are contiguous in memory:
+- K-major b: in a chunk of 16 * steps k's, thread (g, t) of a warp (lane
+  4 g + t) holds 4 * steps k's of b's row 8 j + g for each of its `tiles`
+  n-tiles j, in 8-value pieces (16 bytes) that its quad's four threads
+  hold side by side (k_of); step s's fragment is its values 4 s .. 4 s + 3
+  (the MMA's k's 2t, 2t+1, 2t+8, 2t+9);
+- N-major b: the thread reads 16 bytes of columns 8 g .. 8 g + 7 of each of
+  those k's rows, and n-tile j's column g is column 8 g + j (eight n-tiles
+  a warp: 64 columns).
+a's fragment takes the same k's of its rows g and g + 8.
+
+A block of `warps` warps covers warps * 8 * tiles columns over one part of
+K: the grid is (column blocks, splits, batches). Split along K
+(`splits` > 1), each block writes its float32 partial sums and takes a
+ticket of its columns, and the last adds them up in split order and runs
+the epilogue (gemm_sm90.settle_split), in one launch.
+"""
+import functools
+
+import moye
+from moye import Layout, gemm, make_fragment_like, make_layout, make_tiled_mma, tile
+
+from ..compiler import range_constexpr
+from ..compiler.arguments import as_array_arg
+from ..errors import MoyeError
+from . import rows
+from .epilogue import epilogue_value
+from .gemm_sm90 import store_values
+
+MAX_ROWS = 16               # one mma.sync's M
+MAX_SPLITS = 32
+ALIGN = 8                   # values of a 16-byte load
+WARPS = 4
+SHAPES = ((2, 4), (4, 4), (8, 2), (8, 4))  # the tuned (tiles, steps): K-major b's, N-major b's
+
+
+@functools.lru_cache(maxsize=None)
+def config(tiles=4, steps=4, splits=1, warps=WARPS):
+    """A configuration ("skinny", warps, tiles, steps, splits): a warp's
+    n-tiles of 8 columns (8 for an N-major b), the mma k-steps of a chunk
+    (a thread reads 4 * steps values of a row a chunk), the splits of K.
+        >>> config(2, 4, 8)
+        ('skinny', 4, 2, 4, 8)
+    """
+    if tiles not in (1, 2, 4, 8) or steps not in (2, 4) or warps not in (1, 2, 4, 8) or \
+            not 1 <= splits <= MAX_SPLITS:
+        raise MoyeError(f"gemm_skinny.config: tiles={tiles!r} steps={steps!r} splits={splits!r} "
+                        f"warps={warps!r}; need tiles 1, 2, 4 or 8, steps 2 or 4, warps 1..8 "
+                        f"(powers of 2), 1..{MAX_SPLITS} splits")
+    return "skinny", warps, tiles, steps, splits
+
+
+def is_config(cfg):
+    """Whether `cfg` is one of this kernel's configs (not gemm_sm90's)."""
+    return cfg[0] == "skinny"
+
+
+def eligible(a, b):
+    """Whether this kernel computes (B, M, N) `out` from a (Ba, M, K) and
+    b (Bb, N, K): M <= 16, 16-bit inputs, a K-major, b K- or N-major, the
+    16-byte loads aligned (K, and N for an N-major b, multiples of 8, the
+    strides too, the addresses 16-byte aligned).
+        >>> import numpy as np
+        >>> x, w = np.zeros((1, 4, 64), np.float16), np.zeros((1, 32, 64), np.float16)
+        >>> eligible(x, w), eligible(x[..., :60], w[..., :60])
+        (True, False)
+    """
+    A, B = as_array_arg(a, "a"), as_array_arg(b, "b")
+    M, K, N = a.shape[1], a.shape[2], b.shape[1]
+    if M > MAX_ROWS or A.dtype.bits != 16 or B.dtype is not A.dtype or K % ALIGN:
+        return False
+    if A.strides[2] != 1 and K > 1:
+        return False
+    if b_major(b) is None or (b_major(b) == "MN" and N % ALIGN):
+        return False
+    steps = [s for x in (A, B) for s, n in zip(x.strides, x.shape) if n > 1 and s != 1]
+    return all(s % ALIGN == 0 for s in steps) and A.ptr % 16 == 0 and B.ptr % 16 == 0
+
+
+def preferred(M, N):
+    """Whether the heuristic (no tuning) takes this kernel over gemm_sm90
+    for an eligible (M, N, K) product: for M <= 4 and N <= 16384, where it
+    timed faster on an H200 (M = 1: 4096 x 4096 13.8 against 17.7 us,
+    8192 x 8192 42.3 against 44.3; at N = 28672 125 against 118, at M = 16
+    two times slower: its a rows are read from L2 by every warp).
+        >>> preferred(1, 8192), preferred(16, 8192), preferred(1, 28672)
+        (True, False, False)
+    """
+    return M <= 4 and N <= 16384
+
+
+def b_major(b):
+    """"K" where b's rows (N, K) are contiguous, "MN" where its columns are,
+    else None."""
+    s = as_array_arg(b, "b").strides
+    return "K" if s[2] == 1 else "MN" if s[1] == 1 else None
+
+
+def columns(cfg, major):
+    """The columns one block covers."""
+    warps, tiles = cfg[1], cfg[2] if major == "K" else 8
+    return warps * 8 * tiles
+
+
+def candidates(M, N, K, batches=1, sms=132, major="K"):
+    """The configs worth timing for an (M, N, K) product: for a K-major b
+    2 or 4 n-tiles a warp, for an N-major b 2 or 4 steps a chunk; each
+    split along K into about 1/2, 1 and 2 times the splits that give 16
+    warps a multiprocessor (at least one chunk a split).
+        >>> candidates(1, 4096, 4096)[:3]
+        [('skinny', 4, 2, 4, 4), ('skinny', 4, 2, 4, 8), ('skinny', 4, 2, 4, 16)]
+    """
+    out = []
+    for tiles, steps in SHAPES[:2] if major == "K" else SHAPES[2:]:
+        base = _fill(config(tiles, steps), N, K, batches, sms, major)
+        chunks = -(-K // (16 * steps))
+        for s in sorted({max(1, base // 2), base, 2 * base}):
+            if s <= min(MAX_SPLITS, chunks):
+                out.append(config(tiles, steps, s))
+    return out
+
+
+def default_config(M, N, K, batches=1, sms=132, major="K"):
+    """The heuristic's config: 4 n-tiles a warp (K-major b) or 2 steps a
+    chunk (N-major), split to give about 16 warps a multiprocessor.
+        >>> default_config(1, 4096, 14336), default_config(16, 14336, 4096, major="MN")
+        (('skinny', 4, 4, 4, 16), ('skinny', 4, 8, 2, 8))
+    """
+    tiles, steps = (4, 4) if major == "K" else (8, 2)
+    return config(tiles, steps, _fill(config(tiles, steps), N, K, batches, sms, major))
+
+
+def _fill(cfg, N, K, batches, sms, major):
+    """The splits that give about 16 warps a multiprocessor (at most one a
+    chunk, at most MAX_SPLITS)."""
+    blocks = batches * -(-N // columns(cfg, major))
+    want = -(-16 * sms // (blocks * cfg[1]))
+    return max(1, min(MAX_SPLITS, -(-K // (16 * cfg[3])), _pow2_near(want)))
+
+
+def _pow2_near(n):
+    """The power of 2 nearest n (the larger of a tie)."""
+    up = 1 << max(0, n - 1).bit_length()
+    return up if 4 * n >= 3 * up else up // 2
+
+
+@functools.lru_cache(maxsize=None)
+def tiled_mma(dtype_name):
+    """mma.sync m16n8k16 of `dtype_name` (float16, bfloat16) into float32."""
+    op = moye.MMAOP_16x8x16_F32F16F16F32_TN if dtype_name == "Float16" else \
+        moye.MMAOP_16x8x16_F32BF16BF16F32_TN
+    return make_tiled_mma(op)
+
+
+# -- the kernel ------------------------------------------------------------------------
+
+def k_of(kbase, t, q):
+    """The k of value q (0 .. 4 steps - 1) of quad thread t's run in the
+    chunk at kbase: 8-value pieces, the quad's four threads' side by side
+    (a warp's load of a b row then covers 64 contiguous bytes)."""
+    return kbase + 8 * t + 32 * (q // 8) + q % 8
+
+
+@moye.func
+def load_pieces(dst, views, per, kbase, t, K, tail):
+    """dst[:, r] = the 8 values from k_of(kbase, t, 8 (r % per)) of row view
+    views[r // per], for each column r of dst; with `tail`, pieces at or
+    past K are zeros (K is a multiple of 8: a piece lies in or out)."""
+    for r in range_constexpr(moye.size(dst, 1)):
+        k = k_of(kbase, t, 8 * (r % per))
+        src = tile(views[r // per], (8,), (k // 8,))
+        if tail:
+            if k < K:
+                moye.copyto(dst[None, r], src)
+            else:
+                for i in range_constexpr(8):
+                    dst[i, r] = 0.0
+        else:
+            moye.copyto(dst[None, r], src)
+
+
+@moye.func
+def chunk(mma, acc, tCrA, tCrB, x, w, A, Bm, r0, r1, col0, g, t, kbase, N, K, tiles, steps,
+          major, tail):
+    """acc += the chunk of K at kbase (this thread's 4 * steps k's of it,
+    k_of): a's rows r0, r1 and b's values read into x and w, placed into
+    the MMA's fragments (the module doc's order), multiplied."""
+    span = 4 * steps
+    per = span // 8
+    load_pieces(x, (A[r0, None], A[r1, None]), per, kbase, t, K, tail)
+    if major == "K":
+        b_rows = [Bm[moye.minimum(col0 + 8 * j + g, N - 1), None] for j in range(tiles)]
+        load_pieces(w, b_rows, per, kbase, t, K, tail)
+    else:
+        piece = moye.minimum(col0 // 8 + g, N // 8 - 1)
+        for r in range_constexpr(span):
+            k = k_of(kbase, t, r)
+            if tail:
+                if k < K:
+                    moye.copyto(w[None, r], tile(Bm[None, k], (8,), (piece,)))
+                else:
+                    for i in range_constexpr(8):
+                        w[i, r] = 0.0
+            else:
+                moye.copyto(w[None, r], tile(Bm[None, k], (8,), (piece,)))
+    for s in range_constexpr(steps):
+        for v in range_constexpr(8):        # a: rows g, g + 8 (v // 2 % 2), k pairs (v // 4)
+            q = 4 * s + 2 * (v // 4) + v % 2
+            tCrA[v, 0, s] = x[q % 8, (v // 2 % 2) * per + q // 8]
+        for j in range_constexpr(tiles):
+            for v in range_constexpr(4):
+                if major == "K":
+                    tCrB[v, j, s] = w[(4 * s + v) % 8, j * per + (4 * s + v) // 8]
+                else:
+                    tCrB[v, j, s] = w[j, 4 * s + v]
+    gemm(mma, acc, tCrA, tCrB, acc)
+
+
+@moye.kernel
+def skinny_gemm_kernel(a, b, out, bias, residual, partial, tickets, mma, M, N, K, a_step, b_step,
+                       alpha, beta, splits, warps: moye.Constexpr, tiles: moye.Constexpr,
+                       steps: moye.Constexpr, major: moye.Constexpr,
+                       activation: moye.Constexpr):
+    tid = moye.thread_idx.x
+    lane, warp = tid % 32, tid // 32
+    g = lane // 4
+    col_block, split, bt = moye.block_idx.x, moye.block_idx.y, moye.block_idx.z
+    span, kc = 4 * steps, 16 * steps
+    cols = 8 * tiles
+    col0 = (col_block * warps + warp) * cols
+    A, Bm = a[bt * a_step, None, None], b[bt * b_step, None, None]
+    thr = mma.get_slice(lane)
+    tCrA = thr.partition_fragment_A(make_layout((16, kc)))
+    tCrB = thr.partition_fragment_B(make_layout((cols, kc)))
+    acc = thr.partition_fragment_C(make_layout((16, cols)))
+    for i in range_constexpr(moye.size(acc)):
+        acc[i] = 0.0
+    x = make_fragment_like(Layout((8, 2 * span // 8)), a.dtype)       # rows g, g + 8
+    w = make_fragment_like(Layout((8, tiles * span // 8)), b.dtype) if major == "K" else \
+        make_fragment_like(Layout((8, span)), b.dtype)               # N-major: k rows
+    r0, r1 = moye.minimum(g, M - 1), moye.minimum(g + 8, M - 1)
+    t = lane % 4
+    chunks = (K + kc - 1) // kc
+    first, last = split * chunks // splits, (split + 1) * chunks // splits
+    whole = moye.minimum(last, K // kc)
+    for c in range(first, whole):
+        chunk(mma, acc, tCrA, tCrB, x, w, A, Bm, r0, r1, col0, g, t, c * kc, N, K, tiles, steps,
+              major, False)
+    if whole < last:                                # K's last, partial chunk
+        chunk(mma, acc, tCrA, tCrB, x, w, A, Bm, r0, r1, col0, g, t, whole * kc, N, K, tiles,
+              steps, major, True)
+    coords = [value_coords(i, lane, col0, major) for i in range(moye.size(acc))]
+    res = residual[bt, None, None] if residual is not None else None
+    if partial is None:
+        store_values(out, acc, coords, 0, moye.size(acc), bt, 0, 0, M, N, alpha, bias, res,
+                     beta, activation)
+    else:
+        settle(partial, tickets, acc, coords, bt * moye.grid_dim.x + col_block, split, splits,
+               col_block * warps * cols, warps * cols, 32 * warps, M, N, out, bt, alpha, bias,
+               res, beta, activation)
+
+
+@moye.func
+def settle(partial, tickets, acc, coords, tile_id, split, splits, col_base, cols, threads, M, N,
+           out, bt, alpha, bias, res, beta, activation):
+    """Split-K in one launch: each block of a column block's `splits`
+    writes the rows < M of its partial sums (M x cols float32, row-major)
+    to its slot of `partial`, fences and takes a ticket (tickets[tile_id],
+    zero before the launch); the block that takes the last one adds the
+    slots up, in split order (the same bits whichever came last), a thread
+    an output element at a time (M * cols of them, not 16 * cols: the rows
+    past M are neither written nor read), and stores their epilogue
+    (CUTLASS: the serial split-K reduction)."""
+    tid = moye.thread_idx.x
+    per_split = M * cols
+    base = tile_id * splits * per_split
+    for i in range_constexpr(moye.size(acc)):
+        row, col = coords[i]
+        if row < M:
+            partial[base + split * per_split + row * cols + col - col_base] = acc[i]
+    moye.threadfence()
+    settled = moye.shared_array(moye.Int32, 1)
+    moye.sync_threads()
+    if tid == 0:
+        settled[0] = moye.atomic_add(tickets, tile_id, 1)
+    moye.sync_threads()
+    if settled[0] == splits - 1:
+        moye.threadfence()
+        for e in range(tid, per_split, threads):
+            v = partial[base + e]
+            for s in range(1, splits):
+                v = v + partial[base + s * per_split + e]
+            row, col = e // cols, col_base + e % cols
+            if col < N:
+                out[bt, row, col] = moye.cast(epilogue_value(v, row, col, alpha, bias, res, beta,
+                                                             activation), out.dtype)
+
+
+def value_coords(i, lane, col0, major):
+    """(row, column) in out of accumulator value i (4 a tile: rows g and
+    g + 8, the MMA's columns 2t and 2t + 1) of lane 4 g + t."""
+    g, t = lane // 4, lane % 4
+    v, j = i % 4, i // 4
+    row, c = g + 8 * (v // 2), 2 * t + v % 2
+    return row, col0 + (8 * j + c if major == "K" else 8 * c + j)
+
+
+# -- the host side ------------------------------------------------------------------------
+
+def launch(a, b, out, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None,
+           cfg=None, backend=None):
+    """out = activation(alpha * a @ b^T + bias) + beta * residual on the
+    arrays' device (shapes as gemm_sm90.launch; `eligible` must hold).
+        >>> import numpy as np
+        >>> a, b = np.ones((1, 3, 64), np.float16), np.ones((1, 40, 64), np.float16)
+        >>> out = np.full((1, 3, 40), np.nan, np.float32)
+        >>> launch(a, b, out, bias=np.arange(40, dtype=np.float32), cfg=config(1, 2, 2))
+        >>> float(out[0, 0, 0]), float(out[0, 2, 39])
+        (64.0, 103.0)
+    """
+    for kernel, dims, args in launches(a, b, out, bias=bias, residual=residual, alpha=alpha,
+                                       beta=beta, activation=activation, cfg=cfg,
+                                       backend=backend):
+        kernel[dims](*args, backend=backend)
+
+
+def launches(a, b, out, *, bias, residual, alpha, beta, activation, cfg, backend=None):
+    """The launch of `launch`, as [(kernel, (grid, block), args)]; split
+    along K, with a new float32 workspace and zeroed tickets (one per
+    block's columns)."""
+    if not eligible(a, b):
+        raise MoyeError(f"gemm_skinny: a {tuple(a.shape)} and b {tuple(b.shape)} (strides "
+                        f"{as_array_arg(a).strides}, {as_array_arg(b).strides}) are not for this "
+                        "kernel: see gemm_skinny.eligible")
+    (batches, M, N), K = out.shape, a.shape[2]
+    major = b_major(b)
+    if cfg is None:
+        cfg = default_config(M, N, K, batches, major=major)
+    _, warps, tiles, steps, splits = cfg
+    if major == "MN" and tiles != 8:
+        raise MoyeError(f"gemm_skinny: config {cfg} has {tiles} n-tiles a warp; an N-major b "
+                        "takes 8")
+    col_blocks = -(-N // columns(cfg, major))
+    partial = tickets = None
+    threads = 32 * warps
+    if splits > 1:
+        values = col_blocks * batches * splits * M * columns(cfg, major)
+        if values >= 2**31:
+            raise MoyeError(f"gemm_skinny: config {cfg} takes {values} partial sums for out "
+                            f"{tuple(out.shape)}, past 2**31 - 1: fewer splits")
+        partial = rows.empty(out, (values,), "float32")
+        tickets = rows.zeros(out, (col_blocks * batches,), "int32")
+    A = as_array_arg(a)
+    args = (a, b, out, bias, residual, partial, tickets, tiled_mma(A.dtype.name), M, N, K,
+            int(a.shape[0] > 1), int(b.shape[0] > 1), float(alpha), float(beta), splits,
+            warps, tiles, steps, major, activation)
+    return [(skinny_gemm_kernel, ((col_blocks, splits, batches), threads), args)]
