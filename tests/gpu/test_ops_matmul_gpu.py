@@ -252,3 +252,35 @@ def test_every_candidate_config(torch, hopper_only, dtype, M, N, K):
                skinny)
     chosen = matmul_op._timed.best_config(a, w, residual, bias, residual, 1.0, "silu", problem)
     assert chosen is not None and chosen.cfg in configs
+
+
+@pytest.mark.parametrize("M, tb", [(1, False), (3, True)])
+def test_few_rows_through_gemm_skinny_replayed_and_captured(torch, M, tb):
+    """M <= 4 runs gemm_skinny (tuned, or its heuristic config while a CUDA
+    graph is captured: split along K, tickets zero-filled each call): every
+    element, on calls that replay the first, and on graph replays."""
+    from moye.ops import gemm_skinny
+    g = torch.Generator(device="cuda").manual_seed(M)
+    w = torch.randn(4104, 2048, device="cuda", generator=g).half()     # K: 64 chunks and 8
+    b = w.T.contiguous().T if tb else w         # (K, N) column-major: K-major b^T
+    bias = torch.randn(2048, device="cuda", generator=g).half()
+    assert gemm_skinny.preferred(M, 2048)
+    for _ in range(3):
+        a = torch.randn(M, 4104, device="cuda", generator=g).half()
+        residual = torch.randn(M, 2048, device="cuda", generator=g).half()
+        y = ops.matmul(a, b, bias=bias, activation="gelu", residual=residual)
+        check(torch, y, a, b, bias, "gelu", residual)
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ops.matmul(a, b, bias=bias, activation="relu")
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(graph):
+        static = ops.matmul(a, b, bias=bias, activation="relu")
+    for seed in (1, 2):
+        a.copy_(torch.randn(M, 4104, device="cuda", generator=torch.Generator(
+            device="cuda").manual_seed(seed)).half())
+        graph.replay()
+        torch.cuda.synchronize()
+        check(torch, static, a, b, bias, "relu")
