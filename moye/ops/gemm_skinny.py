@@ -343,7 +343,8 @@ def launch(a, b, out, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
 def launches(a, b, out, *, bias, residual, alpha, beta, activation, cfg, backend=None):
     """The launch of `launch`, as [(kernel, (grid, block), args)]; split
     along K, with a new float32 workspace and zeroed tickets (one per
-    block's columns)."""
+    block's columns), the tickets at gemm_sm90.TICKETS of args as in
+    gemm_sm90's (the autotuner zeroes them there between timed runs)."""
     if not eligible(a, b):
         raise MoyeError(f"gemm_skinny: a {tuple(a.shape)} and b {tuple(b.shape)} (strides "
                         f"{as_array_arg(a).strides}, {as_array_arg(b).strides}) are not for this "

@@ -194,3 +194,19 @@ def test_the_tuned_configs_include_these():
     assert {c.cfg for c in matmul_op._problem_configs(matmul_op._timed.configs, off_hopper)} == \
         set(gemm_skinny.candidates(1, 4096, 4096))
     assert gemm_skinny.is_config(matmul_op._problem_default((16,) + off_hopper[1:]).cfg)
+
+
+def test_a_split_launch_keeps_its_tickets_where_the_tuner_zeroes_them():
+    """The autotuner zeroes a split launch's tickets again before each timed
+    run through gemm_sm90.reset_tickets, which finds them at TICKETS of
+    either kernel's arguments."""
+    a, b = operands(1, 2, 64, 256, np.float16, "K")
+    out = np.full((1, 2, 64), np.nan, np.float16)
+    (kern, dims, args), = gemm_skinny.launches(a, b, out, bias=None, residual=None, alpha=1.0,
+                                               beta=1.0, activation=None,
+                                               cfg=gemm_skinny.config(2, 4, 4))
+    for _ in range(2):
+        gemm_sm90.reset_tickets(args)
+        kern[dims](*args)
+        assert args[gemm_sm90.TICKETS].tolist() == [4]      # one column block, 4 splits
+        assert_close(out, reference3(a, b, None, None, None, 1.0), a, np.swapaxes(b, 1, 2))
