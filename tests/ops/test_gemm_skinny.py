@@ -142,6 +142,8 @@ def test_the_op_sends_few_rows_here(monkeypatch, M, K, tb, kernel):
 
 def test_torch_calls_replay_it(monkeypatch):
     torch = pytest.importorskip("torch")
+    from moye.ops import replay
+    replay.forget()                 # no record of this signature from another test
     sent = _sent(monkeypatch)
     for _ in range(3):
         x, w = torch.randn(2, 2, 64).bfloat16(), torch.randn(48, 64).bfloat16()
