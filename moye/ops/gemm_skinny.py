@@ -27,7 +27,7 @@ A block of `warps` warps covers warps * 8 * tiles columns over one part of
 K: the grid is (column blocks, splits, batches). Split along K
 (`splits` > 1), each block writes its float32 partial sums and takes a
 ticket of its columns, and the last adds them up in split order and runs
-the epilogue (gemm_sm90.settle_split), in one launch.
+the epilogue (settle), in one launch.
 """
 import functools
 
@@ -85,7 +85,8 @@ def eligible(a, b):
         return False
     if A.strides[2] != 1 and K > 1:
         return False
-    if b_major(b) is None or (b_major(b) == "MN" and N % ALIGN):
+    major = b_major(b)
+    if major is None or (major == "MN" and N % ALIGN):
         return False
     steps = [s for x in (A, B) for s, n in zip(x.strides, x.shape) if n > 1 and s != 1]
     return all(s % ALIGN == 0 for s in steps) and A.ptr % 16 == 0 and B.ptr % 16 == 0
@@ -112,8 +113,8 @@ def b_major(b):
 
 def columns(cfg, major):
     """The columns one block covers."""
-    warps, tiles = cfg[1], cfg[2] if major == "K" else 8
-    return warps * 8 * tiles
+    tiles = cfg[2] if major == "K" else 8
+    return cfg[1] * 8 * tiles
 
 
 def candidates(M, N, K, batches=1, sms=132, major="K"):
@@ -178,21 +179,26 @@ def k_of(kbase, t, q, span):
 
 
 @moye.func
+def load_piece(dst, r, src, k, K, tail):
+    """dst[:, r] = the 8 values of view `src` (from k); with `tail`, zeros
+    where k is at or past K (K is a multiple of 8: a piece lies in or out)."""
+    if tail:
+        if k < K:
+            moye.copyto(dst[None, r], src)
+        else:
+            for i in range_constexpr(8):
+                dst[i, r] = 0.0
+    else:
+        moye.copyto(dst[None, r], src)
+
+
+@moye.func
 def load_pieces(dst, views, per, kbase, t, K, tail):
-    """dst[:, r] = the 8 values from k_of(kbase, t, 8 (r % per), 8 per) of row view
-    views[r // per], for each column r of dst; with `tail`, pieces at or
-    past K are zeros (K is a multiple of 8: a piece lies in or out)."""
+    """dst[:, r] = the 8 values from k_of(kbase, t, 8 (r % per), 8 per) of row
+    view views[r // per], for each column r of dst (load_piece)."""
     for r in range_constexpr(moye.size(dst, 1)):
         k = k_of(kbase, t, 8 * (r % per), 8 * per)
-        src = tile(views[r // per], (8,), (k // 8,))
-        if tail:
-            if k < K:
-                moye.copyto(dst[None, r], src)
-            else:
-                for i in range_constexpr(8):
-                    dst[i, r] = 0.0
-        else:
-            moye.copyto(dst[None, r], src)
+        load_piece(dst, r, tile(views[r // per], (8,), (k // 8,)), k, K, tail)
 
 
 @moye.func
@@ -211,14 +217,7 @@ def chunk(mma, acc, tCrA, tCrB, x, w, A, Bm, r0, r1, col0, g, t, kbase, N, K, ti
         piece = moye.minimum(col0 // 8 + g, N // 8 - 1)
         for r in range_constexpr(span):
             k = k_of(kbase, t, r, span)
-            if tail:
-                if k < K:
-                    moye.copyto(w[None, r], tile(Bm[None, k], (8,), (piece,)))
-                else:
-                    for i in range_constexpr(8):
-                        w[i, r] = 0.0
-            else:
-                moye.copyto(w[None, r], tile(Bm[None, k], (8,), (piece,)))
+            load_piece(w, r, tile(Bm[None, k], (8,), (piece,)), k, K, tail)
     for s in range_constexpr(steps):
         for v in range_constexpr(8):        # a: rows g, g + 8 (v // 2 % 2), k pairs (v // 4)
             q = 4 * s + 2 * (v // 4) + v % 2
