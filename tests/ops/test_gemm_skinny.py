@@ -212,3 +212,11 @@ def test_a_split_launch_keeps_its_tickets_where_the_tuner_zeroes_them():
         kern[dims](*args)
         assert args[gemm_sm90.TICKETS].tolist() == [4]      # one column block, 4 splits
         assert_close(out, reference3(a, b, None, None, None, 1.0), a, np.swapaxes(b, 1, 2))
+
+
+def test_a_workspace_past_int32_offsets_is_refused():
+    a, b = operands(1, 16, 48, 4096, np.float16, "K")
+    huge = np.lib.stride_tricks.as_strided(np.zeros(1, np.float16), (1, 16, 2**24), (0, 0, 0))
+    with pytest.raises(MoyeError, match="past 2\\*\\*31 - 1: fewer splits"):
+        gemm_skinny.launches(a, b, huge, bias=None, residual=None, alpha=1.0, beta=1.0,
+                             activation=None, cfg=gemm_skinny.config(4, 4, 32))
