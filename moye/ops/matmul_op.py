@@ -84,9 +84,10 @@ def matmul(a, b, bias=None, activation=None, residual=None, alpha=1.0, out=None,
     a3, b3, out3, residual3 = _kernel_views(a, b, result, residual, batch)
     if a.shape[-1] == 0:        # a product of zeros: the kernel on 8 zero columns
         a3, b3 = (_zeros(t, t.shape[:2] + (8,)) for t in (a3, b3))
-    # gemm_sm90 stores an output TMA cannot address from its registers; gemm_sm80 gets rows
-    # padded to 16 bytes
-    direct = _kernel_for(out3) is gemm_sm90 or gemm_sm90.tma_addressable(out3)
+    # gemm_sm90 and gemm_skinny store an output TMA cannot address from their registers;
+    # gemm_sm80 gets rows padded to 16 bytes (its operands' eligibility _tma_ready keeps)
+    direct = _kernel_for(out3) is gemm_sm90 or gemm_sm90.tma_addressable(out3) or \
+        gemm_skinny.eligible(a3, b3)
     target = out3 if direct else _padded_rows(out3)
     k_major = dtype == "float32"        # tf32 wgmma and ldmatrix read K-major tiles alone
     _launch(_tma_ready(a3, k_major), _tma_ready(b3, k_major), target, bias, residual3,
