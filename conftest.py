@@ -24,10 +24,10 @@ def poisoned_ops_outputs(monkeypatch):
     from moye.ops import replay
     note = replay.output
 
-    def poisoned(out, zeroed=False):
+    def poisoned(out, zeroed=False, remake=None):
         if not zeroed:
             out[...] = float("nan") if "float" in str(out.dtype) else -(2**62)
-        return note(out, zeroed)
+        return note(out, zeroed, remake)
     monkeypatch.setattr(replay, "output", poisoned)
 
 

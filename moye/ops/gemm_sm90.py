@@ -42,7 +42,7 @@ from moye import (CopyAtom, Float32, Layout, MoYeArray, Swizzle, UniversalCopy,
 from ..compiler import range_constexpr
 from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError
-from . import rows
+from . import rows, workspace
 from .epilogue import epilogue_of, epilogue_value
 
 SWIZZLE_BYTES = 128         # a swizzle row: a stage's K (bk), an M/N-major box's rows
@@ -335,7 +335,8 @@ def settle_split(partial, tickets, settled, acc, coords, tile, split, splits, ro
     partial sum `acc` (its rows inside the M rows) to its slot of `partial`
     (split_slot(tile * splits + split)), fences, and takes a ticket
     (tickets[tile], zero before the launch); the block that takes the last
-    one fences, sets its `acc` to the splits' sum, added in split order (the
+    one zeroes it again (workspace.tickets: kept for the next launch),
+    fences, sets its `acc` to the splits' sum, added in split order (the
     same bits whichever came last), and returns True: it stores the tile.
     `threads` threads take part (the consumers), `thread` this one;
     `settled` is a shared Int32 (CUTLASS: the serial split-K reduction).
@@ -354,6 +355,8 @@ def settle_split(partial, tickets, settled, acc, coords, tile, split, splits, ro
     moye.named_barrier_sync(SPLIT_BARRIER, threads)
     last = settled[0] == splits - 1
     if last:
+        if thread == 0:
+            tickets[tile] = 0       # as it was before the launch, for the next one
         moye.threadfence()
         slot = split_slot(partial, tile * splits, n, threads)
         for i in range_constexpr(n):
@@ -492,9 +495,9 @@ def launch(a, b, out, *, bias=None, residual=None, alpha=1.0, beta=1.0, activati
 
 def launches(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks, backend):
     """The launches of `launch`, as (kernel, (grid, block), args) each: one,
-    the GEMM's; with a config split along K, it also takes a new float32
-    workspace for the splits' partial sums and zeroed tickets, one per
-    tile (settle_split)."""
+    the GEMM's; with a config split along K, it also takes a float32
+    workspace for the splits' partial sums and tickets, one per tile
+    (settle_split), from workspace.py."""
     partial = tickets = None
     bM, bN, splits = cfg[0], cfg[1], cfg[4]
     if splits > 1:
@@ -504,8 +507,8 @@ def launches(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks,
             raise MoyeError(f"gemm_sm90: config {cfg} splits {tiles} tiles of out "
                             f"{tuple(out.shape)} into {tiles * splits * bM * bN} partial sums, past 2**31 - 1: "
                             f"fewer splits")
-        partial = rows.empty(out, (tiles * splits * bM * bN,), "float32")
-        tickets = rows.zeros(out, (tiles,), "int32")
+        partial = workspace.scratch(out, tiles * splits * bM * bN)
+        tickets = workspace.tickets(out, tiles)
     grid, block, args = arguments(a, b, out, bias=bias, residual=residual, alpha=alpha, beta=beta,
                                   activation=activation, cfg=cfg, blocks=blocks, backend=backend,
                                   partial=partial, tickets=tickets)
@@ -535,20 +538,7 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
     return max(1, min(blocks, units)), threads(cfg), args
 
 
-TICKETS = 6     # the place of a split launch's tickets among the GEMM kernel's arguments
-
-
-def reset_tickets(args):
-    """Zero again the tickets of a GEMM launch's arguments `args` (from
-    `launches`; none unless split along K), so that it can run again on
-    the same workspace.
-        >>> import numpy as np
-        >>> args = (None,) * TICKETS + (np.ones(3, np.int32),)
-        >>> reset_tickets(args); args[TICKETS].tolist()
-        [0, 0, 0]
-    """
-    if args[TICKETS] is not None:
-        args[TICKETS][...] = 0
+TICKETS = 6     # the place of a split launch's tickets among the GEMM kernels' arguments
 
 
 def check_operands(a_type, b_type, a_major, b_major):

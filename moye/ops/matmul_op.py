@@ -409,15 +409,13 @@ TIMED_RUNS = 10
 def _timed(a3, b3, out3, bias, residual3, alpha, activation, problem, cfg):
     """The launches of `cfg` (gemm_sm90's or gemm_skinny's: what the
     autotuner times): planned on the first run of a tuning, so that the
-    timed ones launch alone (a plan's host time would hide the GPU's); a
-    split config's tickets are zeroed again before each run (on the GPU, as
-    a call's are made)."""
+    timed ones launch alone (a plan's host time would hide the GPU's; a
+    split config's kernel leaves its tickets zero for the next run)."""
     plan = _TUNING_LAUNCHES.get((id(out3), cfg))
     if plan is None:
         plan = _TUNING_LAUNCHES[id(out3), cfg] = _launches(
             a3, b3, out3, bias, residual3, alpha, activation, cfg, problem[4], None)
     for kernel, dims, args in plan:
-        gemm_sm90.reset_tickets(args)
         kernel[dims](*args)
 
 

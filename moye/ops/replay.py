@@ -22,7 +22,8 @@ functions as well.
 A record is kept only when it is complete, else the signature always runs
 in full:
 - each array a launch took is an argument or an output, or a view of one
-  starting at its address (`x.reshape(m, n)`, `part[:used]`), and only
+  starting at its address (`x.reshape(m, n)`, `part[:used]`), or a
+  buffer kept between calls (workspace.py: fetched again), and only
   one of them (arguments aliased to one another are not recorded); a
   launch that takes TMA copies is on CUDA, and each copy maps one of
   those tensors from its address (a replay moves the recorded tensor maps
@@ -58,7 +59,8 @@ class Recipe:
     fills in order: the call's tensor arguments (`inputs`: their places in
     the call), its new outputs (`outputs`: (pool index of a tensor to take
     empty_like of, or None; pool index of a tensor to take new_empty of, or
-    None; size, dtype, device; whether it is made zero-filled) each), the views its
+    None; size, dtype, device; whether it is made zero-filled; the function
+    that gives a kept buffer again, or None) each), the views its
     launches took ((pool index, size, stride) each), the launches'
     non-tensor arguments and None (`constants`); then `launches` (kernel,
     config, backend, pool indices of the arguments, and the launch made
@@ -89,7 +91,10 @@ class Recipe:
         nothing, where a launch takes TMA copies and an address's alignment
         is not the record's."""
         pool = list(self._take(args))
-        for like, near, size, dtype, device, zeroed in self.outputs:
+        for like, near, size, dtype, device, zeroed, remake in self.outputs:
+            if remake is not None:
+                pool.append(output(remake(), zeroed))
+                continue
             if zeroed:
                 t = _torch.zeros(size, dtype=dtype, device=device)
             elif like is not None:
@@ -132,16 +137,21 @@ class _Recording:
     def __init__(self):
         self.outputs, self.versions, self.launches, self.complete = [], [], [], True
         self.zeroed = set()         # indices of the outputs made zero-filled
+        self.remakes = {}           # index of a kept buffer -> what gives it again
 
 
-def output(tensor, zeroed=False):
+def output(tensor, zeroed=False, remake=None):
     """`tensor`, a raw function's new output (rows.empty, rows.zeros and the
     replays make every output through this; `zeroed`: made zero-filled, as
-    a replay makes it again), noted while a call is recorded."""
+    a replay makes it again), noted while a call is recorded. A buffer kept
+    between calls (workspace.py) comes with `remake`, which a replay calls
+    for it instead of allocating."""
     rec = _recordings.get(get_ident()) if _recordings else None
     if rec is not None:
         if zeroed:
             rec.zeroed.add(len(rec.outputs))
+        if remake is not None:
+            rec.remakes[len(rec.outputs)] = remake
         rec.outputs.append(tensor)
         rec.versions.append(_versions([tensor]))
     return tensor
@@ -327,8 +337,8 @@ def _record(fn, args):
     if not rec.complete or changed:
         return out, _FULL
     try:
-        return out, _Planner([args[i] for i in inputs], rec.outputs, rec.zeroed).recipe(
-            tuple(inputs), rec.launches, out)
+        return out, _Planner([args[i] for i in inputs], rec.outputs, rec.zeroed,
+                             rec.remakes).recipe(tuple(inputs), rec.launches, out)
     except (_Incomplete, RuntimeError):     # RuntimeError: a tensor without an address
         return out, _FULL
 
@@ -352,17 +362,18 @@ class _Planner:
     `place(a)` is the pool index of a launch's argument, adding views and
     constants as met."""
 
-    def __init__(self, inputs, outputs, zeroed=()):
+    def __init__(self, inputs, outputs, zeroed=(), remakes=None):
         self.tensors = inputs + outputs
         self.first_output = len(inputs)
-        self.zeroed = zeroed
+        self.zeroed, self.remakes = zeroed, remakes or {}
         self.views, self.constants = [], []
 
     def recipe(self, inputs, launches, out):
         launches = tuple(self.launch(*launch) for launch in launches)
         result = self.result(out)
         outputs = tuple((self.like(k), self.near(k), tuple(t.shape), t.dtype, t.device,
-                         k - self.first_output in self.zeroed)
+                         k - self.first_output in self.zeroed,
+                         self.remakes.get(k - self.first_output))
                         for k, t in enumerate(self.tensors) if k >= self.first_output)
         base = len(self.tensors) + len(self.views)
         views = tuple(self.views)
@@ -445,8 +456,8 @@ class _Planner:
             return self.place(None)
         k = self.place(out, constant=False)
         source = self.views[k - len(self.tensors)][0] if k >= len(self.tensors) else k
-        if source < self.first_output:
-            raise _Incomplete
+        if source < self.first_output or source - self.first_output in self.remakes:
+            raise _Incomplete           # an argument, or a buffer kept between calls
         return k
 
 

@@ -102,9 +102,9 @@ def test_launch_refuses_what_it_cannot_compute():
 
 
 def test_candidates_and_default():
-    for major in ("K", "MN"):
+    for major, count in (("K", 6), ("MN", 2)):      # MN: 16 and 32 splits (32 at most)
         cands = gemm_skinny.candidates(1, 4096, 14336, major=major)
-        assert len(cands) == len(set(cands)) >= 4
+        assert len(cands) == len(set(cands)) == count
         assert gemm_skinny.default_config(1, 4096, 14336, major=major) in cands
         assert all(gemm_skinny.is_config(c) and (c[2] == 8) == (major == "MN") for c in cands)
     # a split per chunk at most: K = 64 is one chunk of 16 * 4 k's
@@ -166,7 +166,7 @@ def _source(cfg, major, dtype=np.float16):
 @pytest.mark.parametrize("cfg, major", [(gemm_skinny.config(4, 4, 8), "K"),
                                         (gemm_skinny.config(2, 4, 1), "K"),
                                         (gemm_skinny.config(8, 2, 8), "MN"),
-                                        (gemm_skinny.config(8, 4, 1), "MN")])
+                                        (gemm_skinny.config(8, 2, 1), "MN")])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_compiles_without_spills_its_loads_16_bytes_in_a_loop(cfg, major, arch):
     """No spills for sm_90a; for sm_80 ptxas keeps 2 n-tiles' kernel to 56
@@ -180,7 +180,7 @@ def test_compiles_without_spills_its_loads_16_bytes_in_a_loop(cfg, major, arch):
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
     assert spills and max(spills) <= (0 if arch == "sm_90a" else 8), log
     registers = int(re.search(r"Used (\d+) registers", log).group(1))
-    assert registers <= 128, log         # 4 blocks of 128 threads a multiprocessor fit
+    assert registers <= 168, log     # 3 blocks of 128 threads a multiprocessor fit (65,536 registers)
 
 
 def test_the_tuned_configs_include_these():
@@ -198,19 +198,22 @@ def test_the_tuned_configs_include_these():
     assert gemm_skinny.is_config(matmul_op._problem_default((16,) + off_hopper[1:]).cfg)
 
 
-def test_a_split_launch_keeps_its_tickets_where_the_tuner_zeroes_them():
-    """The autotuner zeroes a split launch's tickets again before each timed
-    run through gemm_sm90.reset_tickets, which finds them at TICKETS of
-    either kernel's arguments."""
-    a, b = operands(1, 2, 64, 256, np.float16, "K")
-    out = np.full((1, 2, 64), np.nan, np.float16)
+def test_a_split_launch_leaves_its_tickets_zero_for_the_next():
+    """The block that takes a column block's last ticket zeroes it again:
+    a second launch on the same workspace (workspace.py keeps it between
+    calls) counts from zero too. The tickets sit at gemm_sm90.TICKETS, as
+    in gemm_sm90's arguments."""
+    a, b = operands(2, 2, 72, 256, np.float16, "K")
+    out = np.full((2, 2, 72), np.nan, np.float16)
     (kern, dims, args), = gemm_skinny.launches(a, b, out, bias=None, residual=None, alpha=1.0,
                                                beta=1.0, activation=None,
                                                cfg=gemm_skinny.config(2, 4, 4))
+    tickets = args[gemm_sm90.TICKETS]
+    assert tickets.dtype == np.int32 and tickets.shape == (2 * 2,)      # 2 column blocks, 2 batches
     for _ in range(2):
-        gemm_sm90.reset_tickets(args)
+        out[...] = np.nan
         kern[dims](*args)
-        assert args[gemm_sm90.TICKETS].tolist() == [4]      # one column block, 4 splits
+        assert not tickets.any()
         assert_close(out, reference3(a, b, None, None, None, 1.0), a, np.swapaxes(b, 1, 2))
 
 

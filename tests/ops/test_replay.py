@@ -3,6 +3,8 @@ first one's launches on new tensors. Every replayed result is compared,
 element by element, with the same call run in full (`fn.__wrapped__`), with
 the outputs poisoned (tests/ops/conftest.py) in both; what cannot be
 replayed runs in full each time."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -304,12 +306,59 @@ def test_a_zero_filled_output_is_zero_filled_again_by_each_replay():
     makes it zero-filled again (an empty one would add to leftovers)."""
     first = _histogram(torch.tensor([0, 1, 1, 3], dtype=torch.int32))
     recipe = _state(_histogram, torch.tensor([0, 1, 1, 3], dtype=torch.int32))
-    assert isinstance(recipe, replay.Recipe) and recipe.outputs[0][-1] is True
+    assert isinstance(recipe, replay.Recipe) and recipe.outputs[0][5] is True
     assert first.tolist() == [1, 2, 0, 1]
     for seed in range(3):
         x = torch.randint(0, 4, (4,), generator=torch.Generator().manual_seed(seed),
                           dtype=torch.int32)
         assert _histogram(x).tolist() == torch.bincount(x, minlength=4).tolist()
+
+
+_KEPT = torch.zeros(64)
+_fetches = []
+
+
+def _fetch_kept(n):
+    """A buffer kept between calls, as workspace.kept gives one."""
+    _fetches.append(n)
+    return _KEPT[:n]
+
+
+@replay.replayed
+def _quadrupled_through_a_kept_buffer(x):
+    remake = functools.partial(_fetch_kept, x.shape[0])
+    scratch = replay.output(remake(), remake=remake)
+    _launch(scratch, x)
+    y = replay.output(torch.empty_like(x))
+    _launch(y, scratch)
+    return y
+
+
+@replay.replayed
+def _returns_a_kept_buffer(x):
+    remake = functools.partial(_fetch_kept, x.shape[0])
+    scratch = replay.output(remake(), remake=remake)
+    _launch(scratch, x)
+    return scratch
+
+
+def test_a_kept_buffer_is_fetched_again_by_each_replay():
+    """An output made with `remake` (workspace.py's buffers, kept between
+    calls) is not allocated by a replay: the replay calls remake, whose
+    buffer the launches take. A call whose result is such a buffer runs
+    in full (the next call would overwrite it)."""
+    _fetches.clear()
+    first = _quadrupled_through_a_kept_buffer(_randn(8, seed=1))
+    recipe = _state(_quadrupled_through_a_kept_buffer, _randn(8, seed=1))
+    assert isinstance(recipe, replay.Recipe)
+    assert [o[6] is not None for o in recipe.outputs] == [True, False]
+    for seed in range(2, 5):
+        x = _randn(8, seed=seed)
+        assert torch.equal(_quadrupled_through_a_kept_buffer(x), x * 4.0)
+    assert _fetches == [8] * 4 and torch.equal(_KEPT[:8], x * 2.0)
+    assert not torch.equal(first, x * 4.0)
+    _returns_a_kept_buffer(_randn(8, seed=1))
+    assert _state(_returns_a_kept_buffer, _randn(8, seed=1)) is replay._FULL
 
 
 def test_keywords_share_the_record_of_their_places():
