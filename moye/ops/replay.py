@@ -67,20 +67,32 @@ class Recipe:
     ready for them by kernel.prepared, or None; where it takes TMA copies,
     whose places hold the tensors they map, the addresses modulo 16 of the
     arrays its prepared launch takes, else None) and the `result` (a pool
-    index, or a tuple of them)."""
+    index, or a tuple of them). Where every launch is prepared, a view is
+    made only for the result (a prepared launch takes the view's tensor:
+    it reads the address alone), or for a launch that runs in full."""
     __slots__ = ("inputs", "outputs", "views", "constants", "launches", "result", "_take",
-                 "_steps", "_checks", "_result")
+                 "_steps", "_checks", "_result", "_first_view", "_result_views", "_all_prepared")
 
     def __init__(self, inputs, outputs, views, constants, launches, result):
         self.inputs, self.outputs, self.views = inputs, outputs, views
         self.constants, self.launches, self.result = constants, launches, result
         # what run() does, with the pool's reads as itemgetters (a list comprehension
-        # costs several times as much)
+        # costs several times as much). A prepared launch reads only its arrays' addresses,
+        # and a view starts at its tensor's: it takes the tensor (views cost 1-2 us each)
+        first = self._first_view = len(inputs) + len(outputs)
+
+        def source(k):
+            return views[k - first][0] if first <= k < first + len(views) else k
         self._take = _getter(inputs)
         self._steps = tuple(
-            (_getter(places), prepared and _getter([places[i] for i in prepared.places]),
+            (_getter(places),
+             prepared and _getter([source(places[i]) for i in prepared.places]),
              prepared, kernel, config, backend, maps)
             for kernel, config, backend, places, prepared, maps in launches)
+        self._all_prepared = all(prepared is not None for *_, prepared, _ in launches)
+        flat = (result,) if type(result) is int else result
+        self._result_views = tuple(k - first for k in flat
+                                   if k is not None and first <= k < first + len(views))
         # the launches with TMA copies, checked before any launch: (arrays, their residues)
         self._checks = tuple((arrays, maps) for _, arrays, _, _, _, _, maps in self._steps
                              if maps)
@@ -104,8 +116,16 @@ class Recipe:
             else:
                 t = _torch.empty(size, dtype=dtype, device=device)
             pool.append(output(t, zeroed))
-        for source, size, stride in self.views:
-            pool.append(pool[source].as_strided(size, stride))
+        views = self.views
+        lazy = self._all_prepared and views     # the views made where a launch needs them
+        if lazy:
+            pool += (None,) * len(views)
+            for i in self._result_views:
+                source, size, stride = views[i]
+                pool[self._first_view + i] = pool[source].as_strided(size, stride)
+        else:
+            for source, size, stride in views:
+                pool.append(pool[source].as_strided(size, stride))
         pool += self.constants
         for arrays, residues in self._checks:
             if tuple(a.data_ptr() & 15 for a in arrays(pool)) != residues:
@@ -115,6 +135,10 @@ class Recipe:
             # takes its prepared launch: the record's call took that specialization)
             if prepared is not None and prepared(*arrays(pool)) is None:
                 continue
+            if lazy:        # a launch in full (another specialization) takes the views
+                for i, (source, size, stride) in enumerate(views):
+                    pool[self._first_view + i] = pool[source].as_strided(size, stride)
+                lazy = False
             kernel[config](*take(pool), backend=backend)
         result = self._result
         return pool[result] if type(result) is int else result(pool)

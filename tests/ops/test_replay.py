@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import moye
+from moye.compiler.dispatch import NOT_MINE
 from moye.errors import BoundsError
 from moye.ops import (attention_op, cross_entropy_op, layer_norm_op, log_softmax_op, replay,
                       rms_norm_op, rows, softmax_op)
@@ -359,6 +360,53 @@ def test_a_kept_buffer_is_fetched_again_by_each_replay():
     assert not torch.equal(first, x * 4.0)
     _returns_a_kept_buffer(_randn(8, seed=1))
     assert _state(_returns_a_kept_buffer, _randn(8, seed=1)) is replay._FULL
+
+
+class _Kernel:
+    """A kernel's stand-in: its launches in full, as (config, args)."""
+
+    def __init__(self):
+        self.full = []
+
+    def __getitem__(self, config):
+        return lambda *args, backend: self.full.append((config, args))
+
+
+def _prepared(answer, seen):
+    """A prepared launch's stand-in taking the arrays at places 0 and 1,
+    noting them, giving `answer` (None: launched; NOT_MINE: run in full)."""
+    def launch(*arrays):
+        seen.append(arrays)
+        return answer
+    launch.places = (0, 1)
+    return launch
+
+
+@pytest.mark.parametrize("answer", [None, "NOT_MINE"])
+def test_a_prepared_launch_takes_a_views_tensor_and_views_are_made_where_needed(answer):
+    """Pool: x (argument), y (output), then the views (x as (2, 4), y as
+    (8,)[::2] in a view of y's start), a constant. The launch takes both
+    views; the result is y's (2, 4) view. Prepared, the launch gets x and y
+    themselves (their addresses are the views'), and only the result's
+    view is made; where it answers NOT_MINE, every view is made and the
+    launch runs in full on them."""
+    seen, kernel = [], _Kernel()
+    answer = NOT_MINE if answer else None
+    views = ((0, (2, 4), (4, 1)), (1, (4,), (2,)), (1, (2, 4), (4, 1)))
+    launches = ((kernel, (1, 1), None, (2, 3, 5), _prepared(answer, seen), None),)
+    recipe = replay.Recipe((0,), ((0, None, (8,), torch.float32, "cpu", False, None),), views,
+                           (7,), launches, 4)
+    x = _randn(8, seed=3)
+    out = recipe.run((x,))
+    (got_x, got_y), = seen
+    assert got_x is x and got_y.shape == (8,) and out.shape == (2, 4)
+    assert out.data_ptr() == got_y.data_ptr()
+    if answer is None:
+        assert kernel.full == []
+    else:
+        (config, (vx, vy, c)), = kernel.full
+        assert vx.shape == (2, 4) and vx.data_ptr() == x.data_ptr() and c == 7
+        assert vy.shape == (4,) and vy.stride() == (2,) and vy.data_ptr() == got_y.data_ptr()
 
 
 def test_keywords_share_the_record_of_their_places():
