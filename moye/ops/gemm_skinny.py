@@ -25,10 +25,10 @@ a's fragment takes the same k's of its rows g and g + 8.
 
 A block of `warps` warps covers warps * 8 * tiles columns over one part of
 K: the grid is (column blocks, splits, batches). A thread keeps two chunks
-of loads in flight: the next chunk's are issued before this one's MMAs. Split along K
-(`splits` > 1), each block writes its float32 partial sums and takes a
-ticket of its columns, and the last adds them up in split order and runs
-the epilogue (settle), in one launch.
+of loads in flight: the next chunk's are issued before this one's MMAs.
+Split along K (`splits` > 1), each block writes its float32 partial sums
+and takes a ticket of its columns, and the last adds them up in split
+order and runs the epilogue (settle), in one launch.
 """
 import functools
 

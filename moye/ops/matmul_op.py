@@ -370,13 +370,13 @@ def _problem_ebytes(problem):
 
 
 # What a replayed call costs the host, unsplit and split along K. 13.4 us unsplit, profiled on
-# the H200 machine at 1 x 14336 x 4096. Split, the call also allocates the partial sums' workspace
-# and zeroed tickets (a torch fill kernel): about 5 us more, an estimate to measure (split calls
-# made a second launch up to session 19, and cost 37.7 us). Timed call by call (CUDA events
-# around each, as benchmarks/matmul_shapes.py does), a call whose host time is close to its GPU
-# time shows it (benchmarks/results/matmul_call_timing_s19_h200.txt). In a stream of calls the
-# GPU cannot run a call faster than the host issues it.
-HOST_MS = {False: 0.0134, True: 0.0185}
+# the H200 machine at 1 x 14336 x 4096. Split, the call also fetches its kept workspace and
+# tickets (workspace.py): replayed on one H200 host, 20.7 against 16.3 us unsplit (x 1.27;
+# a new workspace and zeroed tickets each call had cost 10.5 us more). Timed call by call (CUDA
+# events around each, as benchmarks/matmul_shapes.py does), a call whose host time is close to
+# its GPU time shows it (benchmarks/results/matmul_call_timing_s19_h200.txt). In a stream of
+# calls the GPU cannot run a call faster than the host issues it.
+HOST_MS = {False: 0.0134, True: 0.0170}
 HOLD_CYCLES_PER_MS = 2_000_000     # GPU cycles a millisecond (H100, H200: below 2 GHz)
 
 
