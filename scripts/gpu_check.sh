@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
 #   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention|compile|
-#                         hopper|cutlass|cutedsl|rowwise|shapes|calltiming|attnops]...
+#                         hopper|cutlass|cutedsl|rowwise|shapes|calltiming|kerneltimes|
+#                         attnops]...
 #                         (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
@@ -43,6 +44,9 @@
 #               benchmarks/matmul_shapes.py --merge A.json B.json --json all.json
 #     calltiming benchmarks/matmul_call_timing.py: moye.ops.matmul and torch.mm on small-M
 #               shapes, in a loop of calls and call by call (CALLTIMING_ARGS); not part of 'all'
+#     kerneltimes benchmarks/matmul_kernel_times.py: the GPU time of every candidate config of
+#               gemm_skinny and gemm_sm90 beside cuBLAS on few-row shapes (KERNELTIMES_ARGS);
+#               not part of 'all'
 #     attnops   benchmarks/attention_ops.py: moye.ops.attention forward and backward against
 #               SDPA's cuDNN and FLASH backends (and flash-attn-4 where it imports) on issue
 #               20's shapes (ATTNOPS_ARGS, e.g. --head-dims 64 --no-backward): attention_ops.json
@@ -230,6 +234,10 @@ fi
 if [[ " ${stages[*]} " == *" calltiming "* ]]; then
   python3 benchmarks/matmul_call_timing.py ${CALLTIMING_ARGS:-} \
     --json "$OUT/matmul_call_timing.json" 2>&1 | tee "$OUT/matmul_call_timing.log" || status=1
+fi
+if [[ " ${stages[*]} " == *" kerneltimes "* ]]; then
+  python3 benchmarks/matmul_kernel_times.py ${KERNELTIMES_ARGS:-} \
+    --json "$OUT/matmul_kernel_times.json" 2>&1 | tee "$OUT/matmul_kernel_times.log" || status=1
 fi
 echo "gpu_check: exit $status" | tee -a "$OUT/device.log"
 exit $status
