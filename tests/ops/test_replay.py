@@ -384,8 +384,8 @@ def _prepared(answer, seen):
 
 @pytest.mark.parametrize("answer", [None, "NOT_MINE"])
 def test_a_prepared_launch_takes_a_views_tensor_and_views_are_made_where_needed(answer):
-    """Pool: x (argument), y (output), then the views (x as (2, 4), y as
-    (8,)[::2] in a view of y's start), a constant. The launch takes both
+    """Pool: x (argument), y (output), then the views (x as (2, 4),
+    y[::2], y as (2, 4)), a constant. The launch takes both
     views; the result is y's (2, 4) view. Prepared, the launch gets x and y
     themselves (their addresses are the views'), and only the result's
     view is made; where it answers NOT_MINE, every view is made and the
