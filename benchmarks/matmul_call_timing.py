@@ -19,24 +19,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from matmul_shapes import mnk  # noqa: E402
+
 SHAPES = ((1, 14336, 4096), (1, 8192, 8192), (16, 8192, 8192), (16, 4096, 14336))
 
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", nargs="+", default=[",".join(map(str, s)) for s in SHAPES],
-                   help="M,N,K each (default: %(default)s)")
+    p.add_argument("--shapes", nargs="+", type=mnk, default=list(SHAPES), metavar="M,N,K",
+                   help="(default: %(default)s)")
     p.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
     p.add_argument("--calls", type=int, default=200, help="calls a figure (default 200)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--json")
     a = p.parse_args(argv)
-    try:
-        a.shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes]
-    except ValueError:
-        p.error(f"--shapes: M,N,K each, got {a.shapes}")
-    if any(len(s) != 3 or min(s) < 1 for s in a.shapes) or a.calls < 1:
-        p.error("--shapes: three positive ints each; --calls: at least 1")
+    if a.calls < 1:
+        p.error("--calls: at least 1")
     return a
 
 

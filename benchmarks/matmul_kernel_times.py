@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from matmul_shapes import excess, operands  # noqa: E402
+from matmul_shapes import excess, mnk, operands  # noqa: E402
 
 SHAPES = ((1, 4096, 4096), (1, 8192, 8192), (1, 4096, 14336), (4, 8192, 8192),
           (16, 8192, 8192))
@@ -32,8 +32,8 @@ EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", nargs="+", default=[",".join(map(str, s)) for s in SHAPES],
-                   help="M,N,K each (default: %(default)s)")
+    p.add_argument("--shapes", nargs="+", type=mnk, default=list(SHAPES), metavar="M,N,K",
+                   help="(default: %(default)s)")
     p.add_argument("--layouts", nargs="+", default=["nt", "nn"], choices=["nt", "nn"])
     p.add_argument("--dtypes", nargs="+", default=["bfloat16"], choices=sorted(EPS))
     p.add_argument("--reps", type=int, default=20, help="launches a figure (default 20)")
@@ -41,12 +41,8 @@ def parse(argv):
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--json")
     a = p.parse_args(argv)
-    try:
-        a.shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes]
-    except ValueError:
-        p.error(f"--shapes: M,N,K each, got {a.shapes}")
-    if any(len(s) != 3 or min(s) < 1 for s in a.shapes) or a.reps < 1 or a.top < 1:
-        p.error("--shapes: three positive ints each; --reps, --top: at least 1")
+    if a.reps < 1 or a.top < 1:
+        p.error("--reps, --top: at least 1")
     return a
 
 

@@ -87,12 +87,25 @@ HOST_TARGET_US = 10.0
 
 # -- arguments -------------------------------------------------------------------------------
 
+def positive_ints(text, names, example):
+    """The positive ints of 'a,b,...' (or 'axb...'), as many as `names`
+    ('N,K') has, else an argparse error naming them."""
+    parts = text.replace("x", ",").split(",")
+    if len(parts) != len(names.split(",")) or \
+            not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {names}, e.g. {example}")
+    return tuple(int(p) for p in parts)
+
+
 def _nk(text):
     """(N, K) from 'N,K' (or 'NxK')."""
-    parts = text.replace("x", ",").split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected N,K, e.g. 14336,4096")
-    return tuple(int(p) for p in parts)
+    return positive_ints(text, "N,K", "14336,4096")
+
+
+def mnk(text):
+    """(M, N, K) from 'M,N,K' (or 'MxNxK'), the shapes argument of the
+    matmul benchmarks that take any."""
+    return positive_ints(text, "M,N,K", "1,8192,8192")
 
 
 def parse_args(argv=None):

@@ -91,8 +91,7 @@ class Recipe:
             for kernel, config, backend, places, prepared, maps in launches)
         self._all_prepared = all(prepared is not None for *_, prepared, _ in launches)
         flat = (result,) if type(result) is int else result
-        self._result_views = tuple(k - first for k in flat
-                                   if k is not None and first <= k < first + len(views))
+        self._result_views = tuple(k - first for k in flat if first <= k < first + len(views))
         # the launches with TMA copies, checked before any launch: (arrays, their residues)
         self._checks = tuple((arrays, maps) for _, arrays, _, _, _, _, maps in self._steps
                              if maps)
