@@ -46,9 +46,10 @@ MAX_ROWS = 16               # one mma.sync's M
 MAX_SPLITS = 32
 ALIGN = 8                   # values of a 16-byte load
 WARPS = 4
-# the tuned (tiles, steps): K-major b's, N-major b's (an N-major b's 4 steps take 214 registers
-# with two chunks in flight: 2 blocks a multiprocessor)
-SHAPES = ((2, 4), (4, 4), (8, 2))
+# the tuned (warps, tiles, steps): K-major b's, N-major b's (an N-major b's 4 steps take 214
+# registers with two chunks in flight: 2 blocks a multiprocessor; its 2 steps take 136, and
+# blocks of 2 warps time best: H200, 1 x 8192 x 8192 bfloat16 37.7 against 38.4 us at 4 warps)
+SHAPES = ((4, 2, 4), (4, 4, 4), (2, 8, 2))
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,40 +122,47 @@ def columns(cfg, major):
 
 
 def candidates(M, N, K, batches=1, sms=132, major="K"):
-    """The configs worth timing for an (M, N, K) product: for a K-major b
-    2 or 4 n-tiles a warp, for an N-major b 2 steps a chunk; each
-    split along K into about 1/2, 1 and 2 times the splits that give 16
-    warps a multiprocessor (at least one chunk a split).
+    """The configs worth timing for an (M, N, K) product (SHAPES): for a
+    K-major b 2 or 4 n-tiles a warp, split along K into about 1/2, 1 and 2
+    times the splits of _fill; for an N-major b 3/4, 1 and 5/4 of them (at
+    least one chunk a split).
         >>> candidates(1, 4096, 4096)[:3]
         [('skinny', 4, 2, 4, 4), ('skinny', 4, 2, 4, 8), ('skinny', 4, 2, 4, 16)]
+        >>> candidates(1, 8192, 8192, major="MN")
+        [('skinny', 2, 8, 2, 7), ('skinny', 2, 8, 2, 10), ('skinny', 2, 8, 2, 12)]
     """
     out = []
-    for tiles, steps in SHAPES[:2] if major == "K" else SHAPES[2:]:
-        base = _fill(config(tiles, steps), N, K, batches, sms, major)
+    for warps, tiles, steps in SHAPES[:2] if major == "K" else SHAPES[2:]:
+        base = _fill(config(tiles, steps, 1, warps), N, K, batches, sms, major)
         chunks = -(-K // (16 * steps))
-        for s in sorted({max(1, base // 2), base, 2 * base}):
-            if s <= min(MAX_SPLITS, chunks):
-                out.append(config(tiles, steps, s))
+        near = (base // 2, base, 2 * base) if major == "K" else (3 * base // 4, base, 5 * base // 4)
+        for s in sorted(set(near)):
+            if 1 <= s <= min(MAX_SPLITS, chunks):
+                out.append(config(tiles, steps, s, warps))
     return out
 
 
 def default_config(M, N, K, batches=1, sms=132, major="K"):
-    """The heuristic's config: 2 n-tiles a warp (K-major b) or 2 steps a
-    chunk (N-major), split to give about 16 warps a multiprocessor (the
-    fastest on an H200 at M = 1 and 4, K = 2048 to 32768).
+    """The heuristic's config: SHAPES' first for a K-major b (2 n-tiles of 4
+    warps), its last for an N-major one (2 steps, 2 warps), split as _fill
+    says (the fastest on an H200 at M = 1 and 4, K = 2048 to 32768).
         >>> default_config(1, 4096, 14336), default_config(16, 14336, 4096, major="MN")
-        (('skinny', 4, 2, 4, 8), ('skinny', 4, 8, 2, 8))
+        (('skinny', 4, 2, 4, 8), ('skinny', 2, 8, 2, 6))
     """
-    tiles, steps = (2, 4) if major == "K" else (8, 2)
-    return config(tiles, steps, _fill(config(tiles, steps), N, K, batches, sms, major))
+    warps, tiles, steps = SHAPES[0] if major == "K" else SHAPES[-1]
+    return config(tiles, steps, _fill(config(tiles, steps, 1, warps), N, K, batches, sms, major),
+                  warps)
 
 
 def _fill(cfg, N, K, batches, sms, major):
-    """The splits that give about 16 warps a multiprocessor (at most one a
-    chunk, at most MAX_SPLITS)."""
-    blocks = batches * -(-N // columns(cfg, major))
-    want = -(-16 * sms // (blocks * cfg[1]))
-    return max(1, min(MAX_SPLITS, -(-K // (16 * cfg[3])), _pow2_near(want)))
+    """The splits (at most one a chunk, at most MAX_SPLITS) that give a
+    multiprocessor about 16 warps, a power of 2 (K-major b), or 10 warps
+    (N-major: 136 registers a thread, blocks of 2 warps; on an H200, 1 x
+    8192 x 8192 in 10 splits took 37.7 us, in 8 39.0, in 16 39.5; 1 x 14336 x
+    4096 in 6 34.2, in 4 35.9)."""
+    blocks = batches * -(-N // columns(cfg, major)) * cfg[1]      # warps a split
+    want = _pow2_near(-(-16 * sms // blocks)) if major == "K" else round(10 * sms / blocks)
+    return max(1, min(MAX_SPLITS, -(-K // (16 * cfg[3])), want))
 
 
 def _pow2_near(n):

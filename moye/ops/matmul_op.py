@@ -403,7 +403,8 @@ TIMED_RUNS = 10
 
 @autotune(configs=[Config(cfg=gemm_sm90.config(*c[:4], s)) for c in gemm_sm90.CONFIGS
                    for s in range(1, gemm_sm90.MAX_SPLITS + 1)] +
-          [Config(cfg=gemm_skinny.config(tiles, steps, s)) for tiles, steps in gemm_skinny.SHAPES
+          [Config(cfg=gemm_skinny.config(tiles, steps, s, warps))
+           for warps, tiles, steps in gemm_skinny.SHAPES
            for s in range(1, gemm_skinny.MAX_SPLITS + 1)],
           key=["problem"], prune=_problem_configs, default=_problem_default, timer=_call_time)
 def _timed(a3, b3, out3, bias, residual3, alpha, activation, problem, cfg):

@@ -102,11 +102,19 @@ def test_launch_refuses_what_it_cannot_compute():
 
 
 def test_candidates_and_default():
-    for major, count in (("K", 6), ("MN", 2)):      # MN: 16 and 32 splits (32 at most)
+    for major, count in (("K", 6), ("MN", 3)):
         cands = gemm_skinny.candidates(1, 4096, 14336, major=major)
         assert len(cands) == len(set(cands)) == count
         assert gemm_skinny.default_config(1, 4096, 14336, major=major) in cands
         assert all(gemm_skinny.is_config(c) and (c[2] == 8) == (major == "MN") for c in cands)
+    # N-major: blocks of 2 warps, 10 warps a multiprocessor (32 column blocks x 21 splits x 2
+    # warps over 132), and 3/4 and 5/4 of that; at most MAX_SPLITS, K's chunks of 32 k's
+    assert gemm_skinny.candidates(1, 4096, 14336, major="MN") == \
+        [gemm_skinny.config(8, 2, s, 2) for s in (15, 21, 26)]
+    assert [c[4] for c in gemm_skinny.candidates(1, 1024, 14336, major="MN")] == [24, 32]
+    assert [c[4] for c in gemm_skinny.candidates(1, 1024, 96, major="MN")] == [2, 3]
+    assert gemm_skinny.candidates(4, 8192, 8192, 2, major="MN") == \
+        [gemm_skinny.config(8, 2, s, 2) for s in (3, 5, 6)]
     # a split per chunk at most: K = 64 is one chunk of 16 * 4 k's
     assert {c[4] for c in gemm_skinny.candidates(1, 64, 64)} == {1}
     assert not gemm_skinny.is_config(gemm_sm90.CONFIGS[0])
@@ -165,8 +173,8 @@ def _source(cfg, major, dtype=np.float16):
 
 @pytest.mark.parametrize("cfg, major", [(gemm_skinny.config(4, 4, 8), "K"),
                                         (gemm_skinny.config(2, 4, 1), "K"),
-                                        (gemm_skinny.config(8, 2, 8), "MN"),
-                                        (gemm_skinny.config(8, 2, 1), "MN")])
+                                        (gemm_skinny.config(8, 2, 10, 2), "MN"),
+                                        (gemm_skinny.config(8, 2, 1, 2), "MN")])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_compiles_without_spills_its_loads_16_bytes_in_a_loop(cfg, major, arch):
     """No spills for sm_90a; for sm_80 ptxas keeps 2 n-tiles' kernel to 56
