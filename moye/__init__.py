@@ -37,8 +37,7 @@ def _cuda(module):
     return _importlib.import_module(f".backend.cuda.{module}", __name__)
 
 
-# the autotuner's disk cache folder, GPU name and streams (the compiler imports no backend)
-_HOOKS.cache_directory = lambda: _cuda("cache").directory()
+# the autotuner's GPU name and streams (the compiler imports no backend)
 _HOOKS.driver = lambda: _cuda("driver")
 _HOOKS.current_stream = _current_stream_getter
 if _os.path.exists("/dev/nvidiactl"):

@@ -40,7 +40,7 @@ def twice(y, x):
 assert ops.softmax(np.zeros((2, 4), np.float32)).tolist() == [[0.25] * 4] * 2
 assert moye.ops.softmax is ops.softmax and callable(moye.analyze)
 assert moye.Config(BLOCK=64).BLOCK == 64 and callable(moye.autotune)
-assert HOOKS.driver().device_count() >= 0 and HOOKS.cache_directory()
+assert HOOKS.driver().device_count() >= 0
 x = np.arange(4, dtype=np.float32)
 y = np.zeros_like(x)
 twice[1, 4](y, x)                                   # on the CPU backend

@@ -35,7 +35,7 @@ from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout.scalar import is_int
 from .arguments import as_array_arg, keyword_arguments_error, spec_text, static_key
 from .device_function import DeviceFunction
-from .disk import atomic_write
+from .disk import atomic_write, cache_directory
 from .frontend import KernelFunction, backend_named, default_backend
 from .hooks import HOOKS
 from .identity import function_key
@@ -489,7 +489,7 @@ class Autotuner:
             h = hashlib.sha256("\0".join([identity, "|".join(self.key)] + self._texts).encode())
             name = re.sub(r"[^A-Za-z0-9_.-]", "_", self._qualified)
             self._stem = f"{name[-100:]}-{h.hexdigest()[:20]}.json"
-        return os.path.join(HOOKS.cache_directory(), "autotune", self._stem)
+        return os.path.join(cache_directory(), "autotune", self._stem)
 
     def _record_key(self, slot):
         backend, parts = slot

@@ -1,7 +1,16 @@
-"""Files that moye's caches (compiled kernels, tunings) write whole or not
-at all."""
+"""The folder of moye's caches (compiled kernels, tunings, the package
+key), and files they write whole or not at all."""
 import os
 import tempfile
+
+
+def cache_directory():
+    """The folder of the disk caches: $MOYE_CACHE_DIR, or ~/.cache/moye.
+        >>> import os; os.environ["MOYE_CACHE_DIR"] = "/tmp/c"; cache_directory()
+        '/tmp/c'
+    """
+    return os.environ.get("MOYE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                            "moye")
 
 
 def atomic_write(path, data):

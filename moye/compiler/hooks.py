@@ -4,7 +4,6 @@ frontend.BACKENDS. The autotuner (autotune.py) is their reader."""
 import types
 
 HOOKS = types.SimpleNamespace(
-    cache_directory=None,       # () -> the disk cache's folder (backend/cuda/cache.directory)
     driver=None,                # () -> backend/cuda/driver: device_name, stream_handle, raise_error
     current_stream=None,        # backend/cuda/backend.current_stream_getter
 )

@@ -6,7 +6,9 @@ instructions (mma.sync, ldmatrix, stmatrix, wgmma) take them.
 from .. import types as T
 from ..array import MoYeArray, layout_offsets
 from ..compiler.memory import PointerEngine
-from ..compiler.tracer import KernelError, Sym, divisor_of
+from ..compiler.tracer import KernelError, Sym, coerce, current, divisor_of
+from ..compiler.unrolled import check_register_index
+from ..ir import Array, PtrType, type_of
 from ..layout import Layout, make_layout, size
 from ..layout import inttuple as IT
 
@@ -115,18 +117,34 @@ def register_list(engine, rel, first, reg_type, what):
     if q == 0 or reg_type.bits % engine.dtype.bits or len(rel) % q:
         raise KernelError(f"{what}: {len(rel)} {engine.dtype} values do not fill whole "
                           f"{reg_type.bits}-bit registers")
+    base, at = _recast_base(engine, reg_type), 0
     if not isinstance(first, int):
-        raise KernelError(f"{what}: a register fragment is indexed with a dynamic value")
+        # a start from the variables of loops NVRTC unrolls (a k-block's fragment in a
+        # `for kb in range(...)` that stays a loop): the registers from a pointer there
+        if divisor_of(first) % q:
+            raise KernelError(f"{what}: the register fragment's start {first} is not provably "
+                              f"a whole {reg_type.bits}-bit register")
+        elements = engine.base.size if isinstance(engine.base, Array) else None
+        try:
+            for last in (first, first + max(d for d in rel if d is not None)):
+                check_register_index(last, elements)
+        except KernelError as e:
+            raise KernelError(f"{what}: {e}") from None
+        b = current()
+        if isinstance(base, Array):
+            base = b.instr("addr", (base,), PtrType(base.elem, base.space))
+        base = b.instr("offset", (base, coerce(first // q, T.Int32)), type_of(base))
+        first, at = 0, first
     words = []
     for j in range(0, len(rel), q):
         group = rel[j:j + q]
         start = first + group[0] if group[0] is not None else None
         if start is None or any(d != group[0] + i for i, d in enumerate(group)) or start % q:
             raise KernelError(f"{what}: values {j}..{j + q - 1} of the fragment are not one "
-                              f"{reg_type.bits}-bit register (offsets {group} from {first}); "
+                              f"{reg_type.bits}-bit register (offsets {group} from {at or first}); "
                               "build the fragment with make_fragment_A/B/C or make_fragment_like")
         words.append(start // q)
-    return _recast_base(engine, reg_type), tuple(words)
+    return base, tuple(words)
 
 
 def _recast_base(engine, t):

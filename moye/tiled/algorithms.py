@@ -115,15 +115,17 @@ def _gemm_thread(atom, d, a, b, c):
                         f"do not form (1,M,K) x (1,N,K) -> (1,M,N) for {atom.op}")
     fma = _host_fma(atom) if d.engine.space == "host" else None
 
-    def k_block(k, src):
-        for m in range(M):
-            for n in range(N):
-                av, bv, cv = a[0, m, k], b[0, n, k], src[0, m, n]
-                d[0, m, n] = fma(av, bv, cv) if fma else cv + av * bv
+    def k_block(k, src):            # in a kernel: loops over m and n that NVRTC unrolls
+        run_loop(d.engine, 0, M, lambda m: run_loop(
+            d.engine, 0, N, lambda n: fma_at(k, m, n, src)))
+
+    def fma_at(k, m, n, src):
+        av, bv, cv = a[0, m, k], b[0, n, k], src[0, m, n]
+        d[0, m, n] = fma(av, bv, cv) if fma else cv + av * bv
 
     if K:
         k_block(0, c)
-        run_loop(d.engine, 1, K, lambda k: k_block(k, d))   # in a kernel: one unrolled loop
+        run_loop(d.engine, 1, K, lambda k: k_block(k, d))
     return d
 
 

@@ -28,16 +28,20 @@ def instrs(kernel, op):
 def test_gemm_main_loop_swizzles_once_per_distinct_offset():
     """In the GEMM's main loop a stage index and static multiples of the
     swizzle's period stay outside the swizzle: the 12 cp.async of a k-tile
-    share one swizzled offset, and each k-block's ldmatrix one per operand."""
+    share one swizzled offset, and a k-block's ldmatrix one per operand. The
+    k-blocks are a loop NVRTC unrolls (their fragments' registers from the
+    loop's variable), not unrolled while tracing."""
     from moye.examples import gemm
     args, threads = gemm.make_config("Float16")
     A, D = np.ones((256, 128), np.float16), np.zeros((256, 256), np.float16)
     k = gemm.gemm_kernel.trace(A, A, D, D, 1.0, 0.0, *args, block=threads)[0]
     loop = [s for s in k.body if isinstance(s, ir.For) and s.unroll is None][0]   # over k-tiles
-    body = ir.Kernel("b", [], loop.body)
-    assert len(instrs(body, "cp_async")) == 12 and len(instrs(body, "ldmatrix")) == 32
-    # k-blocks 1..3 read with ldmatrix in the loop (k-block 0 at loop-invariant offsets)
-    assert len(instrs(body, "xor")) == 1 + 2 * 3
+    (k_blocks,) = [s for s in loop.body if isinstance(s, ir.For)]
+    assert (k_blocks.stop, k_blocks.unroll) == (4, "full")
+    body = ir.Kernel("b", [], k_blocks.body)
+    # the next k-block's ldmatrix, 8 in each branch (the tile's last k-block reads the next stage)
+    assert len(instrs(body, "cp_async")) == 12 and len(instrs(body, "ldmatrix")) == 16
+    assert len(instrs(body, "mma")) == 32 and len(instrs(body, "xor")) == 1 + 2
 
 
 def test_tiled_mmas_with_equal_layouts_but_other_types_are_other_specializations():

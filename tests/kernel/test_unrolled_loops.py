@@ -847,17 +847,24 @@ def thread_gemm(D, A, B, C, K: moye.Constexpr):
 
 @pytest.mark.parametrize("K", [1, 2, 5])
 def test_one_thread_gemm_k_loop_is_one_loop_after_the_first_k_block(K):
+    """k-block 0 reads C, the others (one loop) D; each block loops over m and n."""
     A, B, C, D = rand(2, K), rand(3, K), rand(2, 3), poisoned(2, 3)
     k = trace(thread_gemm, D, A, B, C, K)
     k_loops = [f for f in fors(k) if f.start == 1]
     fmas = [s for s, _ in walk(k.body) if isinstance(s, ir.Instr) and s.op == "mul"
             and s.result.type is Float32]
+    # a k-block is a loop over m (2) holding one over n (3): one multiply-add each
+    mn_loops = [(f.stop, f.unroll) for f in fors(k) if f.start == 0 and
+                any(s.op == "mul" and s.result.type is Float32 for s, _ in walk(f.body)
+                    if isinstance(s, ir.Instr))]
     if K > 2:
         (loop,) = k_loops
         assert (loop.stop, loop.unroll) == (K, "full")
-        assert len(fmas) == 2 * 2 * 3           # k-block 0, then the loop's body once
+        assert len(fmas) == 2                   # k-block 0, then the loop's body once
+        assert mn_loops == [(2, "full"), (3, "full")] * 2
     else:
-        assert not k_loops and len(fmas) == K * 2 * 3
+        assert not k_loops and len(fmas) == K
+        assert mn_loops == [(2, "full"), (3, "full")] * K
     assert not comments(k)
     want = C.astype(np.float64) + A.astype(np.float64) @ B.astype(np.float64).T
     run(thread_gemm, D, A, B, C, K)

@@ -22,18 +22,13 @@ import re
 import stat
 
 from ...compiler.disk import atomic_write
+from ...compiler.disk import cache_directory as directory   # noqa: F401 (cache.directory())
 from ...package_hash import package_key
 
 _MAGIC = b"MOYECACHE1\n"
 _HEADER = len(_MAGIC) + 8 + 32
 _NAME = re.compile(r"^[0-9a-f]{64}\.bin$")
 _memory = {}
-
-
-def directory():
-    """The folder of the disk cache: $MOYE_CACHE_DIR, or ~/.cache/moye."""
-    return os.environ.get("MOYE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                            "moye")
 
 
 def key(source, arch, options, compiler_version, *more):
