@@ -20,7 +20,7 @@ from .compiler.disk import atomic_write, cache_directory
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _state = {}
-_file_digests = {}              # path -> ((size, mtime_ns), digest)
+_file_digests = {}              # path -> ((size, mtime, ctime, inode), digest)
 _KEY = re.compile(rb"[0-9a-f]{64}")
 
 
@@ -30,16 +30,10 @@ def package_key():
     the Python version: any edit to moye changes the disk cache's keys."""
     key = _state.get("package")
     if key is None:
-        files = _source_files()
-        stamps = hashlib.sha256(sys.version.encode())
-        for rel, path in files:
-            try:
-                st = os.stat(path)
-            except OSError:
-                st = None
-            stamp = st and (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-            stamps.update(f"{rel}\0{stamp}\0".encode())
-        memo = os.path.join(cache_directory(), "package", stamps.hexdigest())
+        files, stamps = [], []
+        _scan(_PACKAGE, "", files, stamps)
+        memo = os.path.join(cache_directory(), "package", hashlib.sha256(
+            "\0".join([sys.version] + stamps).encode()).hexdigest())
         key = _read_key(memo)
         if key is None:
             key = _content_key(files)
@@ -48,16 +42,22 @@ def package_key():
     return key
 
 
-def _source_files():
-    """(path inside the package, path) of moye's .py files, in a fixed order."""
-    out, inside = [], len(_PACKAGE) + 1
-    for root, dirs, files in os.walk(_PACKAGE):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(root, name)
-                out.append((path[inside:], path))
-    return out
+def _scan(folder, prefix, files, stamps):
+    """Append (path inside the package, path) of the .py files under
+    `folder` to `files`, in a fixed order, and each one's stamp (path, size,
+    mtime, ctime, inode) to `stamps`."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return
+    for e in entries:
+        if e.name.endswith(".py") and e.is_file():
+            st = e.stat()
+            files.append((prefix + e.name, e.path))
+            stamps.append(f"{prefix}{e.name}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+                          f"{st.st_ino}")
+        elif e.is_dir() and e.name != "__pycache__":
+            _scan(e.path, prefix + e.name + "/", files, stamps)
 
 
 def _content_key(files):
@@ -80,11 +80,11 @@ def _read_key(path):
 
 
 def file_digest(path):
-    """sha256 of a file's bytes (remembered while its size and mtime stay),
-    or None where it cannot be read."""
+    """sha256 of a file's bytes (remembered while its size, mtime, ctime and
+    inode stay), or None where it cannot be read."""
     try:
         st = os.stat(path)
-        stamp = (st.st_size, st.st_mtime_ns)
+        stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         hit = _file_digests.get(path)
         if hit is not None and hit[0] == stamp:
             return hit[1]

@@ -129,6 +129,61 @@ def test_the_package_key_is_a_hash_of_moyes_files(tmp_path, monkeypatch):
     assert package_hash.package_key() != first
 
 
+def _package_copy(tmp_path, monkeypatch):
+    import shutil
+    copy = tmp_path / "moye"
+    shutil.copytree(os.path.dirname(moye.__file__), copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(package_hash, "_PACKAGE", str(copy))
+    monkeypatch.delitem(package_hash._state, "package", raising=False)
+    return copy
+
+
+def test_a_later_process_reads_the_package_key_without_hashing_the_files(tmp_path, monkeypatch,
+                                                                          cache_dir):
+    _package_copy(tmp_path, monkeypatch)
+    first = package_hash.package_key()
+    (memo,) = (cache_dir / "package").iterdir()
+    assert memo.read_text() == first
+    monkeypatch.delitem(package_hash._state, "package")        # as a new process starts
+    monkeypatch.setattr(package_hash, "_content_key", lambda files: pytest.fail("hashed"))
+    assert package_hash.package_key() == first
+
+
+def test_a_damaged_package_memo_is_hashed_again(tmp_path, monkeypatch, cache_dir):
+    _package_copy(tmp_path, monkeypatch)
+    first = package_hash.package_key()
+    for bad in (b"", b"z" * 64, first.encode()[:40]):
+        (memo,) = (cache_dir / "package").iterdir()
+        memo.write_bytes(bad)
+        monkeypatch.delitem(package_hash._state, "package")
+        assert package_hash.package_key() == first
+        assert memo.read_text() == first                    # written again
+
+
+def test_an_edit_that_keeps_size_and_mtime_still_changes_the_package_key(tmp_path, monkeypatch,
+                                                                         cache_dir):
+    copy = _package_copy(tmp_path, monkeypatch)
+    first = package_hash.package_key()
+    helper = copy / "layout" / "layout.py"
+    st, text = helper.stat(), helper.read_text()
+    helper.write_text(text[:-1] + ("#" if text[-1] != "#" else " "))    # same size
+    os.utime(helper, ns=(st.st_atime_ns, st.st_mtime_ns))                 # same mtime
+    assert helper.stat().st_size == st.st_size and helper.stat().st_mtime_ns == st.st_mtime_ns
+    monkeypatch.delitem(package_hash._state, "package")
+    assert package_hash.package_key() != first              # its ctime moved
+
+
+def test_an_unwritable_cache_folder_still_gives_the_package_key(tmp_path, monkeypatch):
+    _package_copy(tmp_path, monkeypatch)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("MOYE_CACHE_DIR", str(blocker))
+    first = package_hash.package_key()
+    monkeypatch.delitem(package_hash._state, "package")
+    assert package_hash.package_key() == first and len(first) == 64
+
+
 def test_clear_cache_removes_only_moye_files(cache_dir):
     nvrtc.compile_cuda(SRC, "k", "sm_80")
     (cache_dir / "notes.txt").write_text("mine")
