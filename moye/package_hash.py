@@ -11,7 +11,6 @@ trusts (it checks mtime and size alone). Stating moye's files takes about
     >>> len(package_key())
     64
 """
-import hashlib
 import os
 import re
 import sys
@@ -30,6 +29,7 @@ def package_key():
     the Python version: any edit to moye changes the disk cache's keys."""
     key = _state.get("package")
     if key is None:
+        import hashlib      # on first use: loading OpenSSL costs `import moye` 5-10 ms
         files, stamps = [], []
         _scan(_PACKAGE, "", files, stamps)
         memo = os.path.join(cache_directory(), "package", hashlib.sha256(
@@ -62,6 +62,7 @@ def _scan(folder, prefix, files, stamps):
 
 def _content_key(files):
     """sha256 of the Python version and every file's path and bytes."""
+    import hashlib
     h = hashlib.sha256(sys.version.encode())
     for rel, path in files:
         h.update(rel.encode() + b"\0")
@@ -88,6 +89,7 @@ def file_digest(path):
         hit = _file_digests.get(path)
         if hit is not None and hit[0] == stamp:
             return hit[1]
+        import hashlib
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).digest()
     except OSError:

@@ -1,7 +1,6 @@
 """The folder of moye's caches (compiled kernels, tunings, the package
 key), and files they write whole or not at all."""
 import os
-import tempfile
 
 
 def cache_directory():
@@ -23,6 +22,7 @@ def atomic_write(path, data):
         >>> atomic_write(path, b"{}"); open(path, "rb").read()
         b'{}'
     """
+    import tempfile         # on first write: its imports cost `import moye` about 10 ms
     folder = os.path.dirname(path)
     tmp = None
     try:

@@ -22,7 +22,6 @@ source (made by `exec`, typed at a prompt) is hashed by its code object
 alone; recursion and cycles are cut by back-references.
 """
 import builtins
-import hashlib
 import os
 import pickle
 import struct
@@ -99,6 +98,7 @@ class _Hasher:
     that different values never give the same stream."""
 
     def __init__(self, strict, what):
+        import hashlib      # on first use: loading OpenSSL costs `import moye` 5-10 ms
         self.h = hashlib.sha256()
         self.strict, self.what = strict, what
         self.seen = {}                  # id -> index, for cycles and shared objects
