@@ -333,11 +333,9 @@ def settle(partial, tickets, acc, coords, tile_id, split, splits, col_base, cols
         if tid == 0:
             tickets[tile_id] = 0        # as it was before the launch, for the next one
         moye.threadfence()
-        # unrolled run-time loops, so that a thread has several partial sums' loads in
-        # flight (a loop not unrolled waits for each load before the next)
-        for e in moye.range(tid, per_split, threads, unroll=2):
+        for e in range(tid, per_split, threads):
             v = partial[base + e]
-            for s in moye.range(1, splits, unroll=4):
+            for s in range(1, splits):
                 v = v + partial[base + s * per_split + e]
             row, col = e // cols, col_base + e % cols
             if col < N:
