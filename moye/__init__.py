@@ -4,7 +4,6 @@ Layouts and their algebra, arrays seen through layouts, tiled copies and
 tiled MMAs, and GPU kernels written in Python.
 """
 import importlib as _importlib
-import os as _os
 
 from .errors import (BoundsError, CompileError, CudaError, DynamicValueError, KernelError,
                      KernelRuntimeError, LaunchError, LayoutError, MoyeError, MoyeTypeError,
@@ -40,13 +39,8 @@ def _cuda(module):
 # the autotuner's GPU name and streams (the compiler imports no backend)
 _HOOKS.driver = lambda: _cuda("driver")
 _HOOKS.current_stream = _current_stream_getter
-if _os.path.exists("/dev/nvidiactl"):
-    # a GPU machine will use the driver: load its bindings now (tens of ms)
-    # rather than inside the first kernel launch
-    try:
-        import cuda.bindings.driver  # noqa: F401
-    except ImportError:
-        pass
+# the driver's bindings (cuda.bindings.driver, about 90 ms on a CI machine) load with the
+# first use of a GPU, which creates its CUDA context then too, not with `import moye`
 
 # loaded on first use (PEP 562), not with `import moye`:
 # name -> (its module, the attribute; None for the module itself)

@@ -13,7 +13,8 @@ ROOT = Path(moye.__file__).resolve().parents[1]
 
 # modules that `import moye` leaves for later: each loads when first used
 LATER = ["moye.ops", "moye.ops.functional", "moye.analysis", "moye.compiler.autotune",
-         "moye.backend.cpu.interpreter", "moye.backend.cuda.codegen", "moye.backend.cuda.driver"]
+         "moye.backend.cpu.interpreter", "moye.backend.cuda.codegen", "moye.backend.cuda.driver",
+         "cuda.bindings.driver", "hashlib", "tempfile"]
 
 # a program that imports moye, then uses what LATER holds
 PROGRAM = '''\
@@ -46,6 +47,8 @@ y = np.zeros_like(x)
 twice[1, 4](y, x)                                   # on the CPU backend
 assert y.tolist() == [0, 2, 4, 6], y
 assert "2.0f" in twice.cuda_source(y, x, block=4)
+from moye.compiler.disk import atomic_write         # noqa: E402  (what the caches write with)
+atomic_write("cache/a.bin", b"1")
 print(json.dumps([m for m in later if m in sys.modules]))
 '''
 
