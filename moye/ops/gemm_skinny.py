@@ -48,7 +48,8 @@ ALIGN = 8                   # values of a 16-byte load
 WARPS = 4
 # the tuned (warps, tiles, steps): K-major b's, N-major b's (an N-major b's 4 steps take 214
 # registers with two chunks in flight: 2 blocks a multiprocessor; its 2 steps take 136, and
-# blocks of 2 warps time best: H200, 1 x 8192 x 8192 bfloat16 37.7 against 38.4 us at 4 warps)
+# blocks of 2 warps time as well or better: H200, bfloat16, 1 x 4096 x 4096 11.8 against 12.2 us
+# at 4 warps, 4 x 8192 x 8192 42.2 against 42.7)
 SHAPES = ((4, 2, 4), (4, 4, 4), (2, 8, 2))
 
 
@@ -158,7 +159,7 @@ def _fill(cfg, N, K, batches, sms, major):
     """The splits (at most one a chunk, at most MAX_SPLITS) that give a
     multiprocessor about 16 warps, a power of 2 (K-major b), or 10 warps
     (N-major: 136 registers a thread, blocks of 2 warps; on an H200, 1 x
-    8192 x 8192 in 10 splits took 37.7 us, in 8 39.0, in 16 39.5; 1 x 14336 x
+    8192 x 8192 in 10 splits took 37.7 us, in 12 38.2, in 8 39.0; 1 x 14336 x
     4096 in 6 34.2, in 4 35.9)."""
     blocks = batches * -(-N // columns(cfg, major)) * cfg[1]      # warps a split
     want = _pow2_near(-(-16 * sms // blocks)) if major == "K" else round(10 * sms / blocks)
