@@ -52,12 +52,15 @@ def _scan(folder, prefix, files, stamps):
         return
     for e in entries:
         if e.name.endswith(".py") and e.is_file():
-            st = e.stat()
             files.append((prefix + e.name, e.path))
-            stamps.append(f"{prefix}{e.name}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
-                          f"{st.st_ino}")
+            stamps.append(f"{prefix}{e.name}:{_stamp(e.stat())}")
         elif e.is_dir() and e.name != "__pycache__":
             _scan(e.path, prefix + e.name + "/", files, stamps)
+
+
+def _stamp(st):
+    """What says a file is unchanged: its size, mtime, ctime and inode."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 def _content_key(files):
@@ -84,8 +87,7 @@ def file_digest(path):
     """sha256 of a file's bytes (remembered while its size, mtime, ctime and
     inode stay), or None where it cannot be read."""
     try:
-        st = os.stat(path)
-        stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        stamp = _stamp(os.stat(path))
         hit = _file_digests.get(path)
         if hit is not None and hit[0] == stamp:
             return hit[1]

@@ -113,22 +113,6 @@ def test_keys_see_every_input(monkeypatch):
     assert cache.key(*base) != k                      # moye's own files are in the key
 
 
-def test_the_package_key_is_a_hash_of_moyes_files(tmp_path, monkeypatch):
-    """Not the version string: an edit to any of moye's files changes it."""
-    import shutil
-    copy = tmp_path / "moye"
-    shutil.copytree(os.path.dirname(moye.__file__), copy,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(package_hash, "_PACKAGE", str(copy))
-    monkeypatch.delitem(package_hash._state, "package", raising=False)
-    first = package_hash.package_key()
-    assert package_hash.package_key() == first and len(first) == 64
-    helper = copy / "layout" / "layout.py"
-    helper.write_text(helper.read_text() + "\n# an edit\n")
-    monkeypatch.delitem(package_hash._state, "package")
-    assert package_hash.package_key() != first
-
-
 def _package_copy(tmp_path, monkeypatch):
     import shutil
     copy = tmp_path / "moye"
@@ -137,6 +121,17 @@ def _package_copy(tmp_path, monkeypatch):
     monkeypatch.setattr(package_hash, "_PACKAGE", str(copy))
     monkeypatch.delitem(package_hash._state, "package", raising=False)
     return copy
+
+
+def test_the_package_key_is_a_hash_of_moyes_files(tmp_path, monkeypatch):
+    """Not the version string: an edit to any of moye's files changes it."""
+    copy = _package_copy(tmp_path, monkeypatch)
+    first = package_hash.package_key()
+    assert package_hash.package_key() == first and len(first) == 64
+    helper = copy / "layout" / "layout.py"
+    helper.write_text(helper.read_text() + "\n# an edit\n")
+    monkeypatch.delitem(package_hash._state, "package")
+    assert package_hash.package_key() != first
 
 
 def test_a_later_process_reads_the_package_key_without_hashing_the_files(tmp_path, monkeypatch,
