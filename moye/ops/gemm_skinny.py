@@ -295,53 +295,56 @@ def skinny_gemm_kernel(a, b, out, bias, residual, partial, tickets, mma, M, N, K
         load_chunk(x, w, A, Bm, r0, r1, col0, g, t, whole * kc, N, K, tiles, steps, major, True)
         mma_chunk(mma, acc, tCrA, tCrB, x, w, tiles, steps, major)
     coords = [value_coords(i, lane, col0, major) for i in range(moye.size(acc))]
+    # a split's partial sums lie as a K-major b's would: lanes 4g .. 4g + 3 side by side (2 values
+    # each), so that a warp's store covers whole sectors; an N-major b's columns (8c + j) spread
+    # it over 32 (H200, 16 x 4096 x 4096 in 15 splits: 60 us, 2.5 times that of 1 row)
+    places = [value_coords(i, lane, col0, "K") for i in range(moye.size(acc))]
     res = residual[bt, None, None] if residual is not None else None
-    if partial is None:
+    if partial is None or settle(partial, tickets, acc, places, bt * moye.grid_dim.x + col_block,
+                                 split, splits, col_block * warps * cols, warps * cols, M):
         store_values(out, acc, coords, 0, moye.size(acc), bt, 0, 0, M, N, alpha, bias, res,
                      beta, activation)
-    else:
-        settle(partial, tickets, acc, coords, bt * moye.grid_dim.x + col_block, split, splits,
-               col_block * warps * cols, warps * cols, 32 * warps, M, N, out, bt, alpha, bias,
-               res, beta, activation)
 
 
 @moye.func
-def settle(partial, tickets, acc, coords, tile_id, split, splits, col_base, cols, threads, M, N,
-           out, bt, alpha, bias, res, beta, activation):
+def settle(partial, tickets, acc, places, tile_id, split, splits, col_base, cols, M):
     """Split-K in one launch: each block of a column block's `splits`
-    writes the rows < M of its partial sums (M x cols float32, row-major)
-    to its slot of `partial`, fences and takes a ticket (tickets[tile_id],
+    writes the rows < M of its partial sums (M x cols float32, row-major,
+    value i at places[i]: its row, and a column of the block's) to its slot
+    of `partial`, fences and takes a ticket (tickets[tile_id],
     zero before the launch); the block that takes the last one zeroes it
-    again (workspace.tickets: kept for the next launch), adds the
-    slots up, in split order (the same bits whichever came last), a thread
-    an output element at a time (M * cols of them, not 16 * cols: the rows
-    past M are neither written nor read), and stores their epilogue
-    (CUTLASS: the serial split-K reduction)."""
-    tid = moye.thread_idx.x
+    again (workspace.tickets: kept for the next launch), sets each thread's
+    `acc` to the slots' sums of its own values, added in split order (the
+    same bits whichever came last), and returns True: it stores them
+    (CUTLASS: the serial split-K reduction). A split's loads are a static
+    count a thread, independent of one another: a value's row is clamped
+    into the M rows written (at M = 1 every row reads row 0, from cache)
+    and rows past M taken as 0.0; a load under a branch of its own would
+    wait for the one before."""
     per_split = M * cols
     base = tile_id * splits * per_split
     for i in range_constexpr(moye.size(acc)):
-        row, col = coords[i]
+        row, col = places[i]
         if row < M:
             partial[base + split * per_split + row * cols + col - col_base] = acc[i]
     moye.threadfence()
     settled = moye.shared_array(moye.Int32, 1)
     moye.sync_threads()
-    if tid == 0:
+    if moye.thread_idx.x == 0:
         settled[0] = moye.atomic_add(tickets, tile_id, 1)
     moye.sync_threads()
-    if settled[0] == splits - 1:
-        if tid == 0:
+    last = settled[0] == splits - 1
+    if last:
+        if moye.thread_idx.x == 0:
             tickets[tile_id] = 0        # as it was before the launch, for the next one
         moye.threadfence()
-        for e in range(tid, per_split, threads):
-            v = partial[base + e]
-            for s in range(1, splits):
-                v = v + partial[base + s * per_split + e]
-            row, col = e // cols, col_base + e % cols
-            if col < N:
-                out[bt, row, col] = moye.cast(epilogue_value(v, row, col, alpha, bias, res, beta,
-                                                             activation), out.dtype)
+        for s in range(splits):
+            for i in range_constexpr(moye.size(acc)):
+                row, col = places[i]
+                v = partial[base + s * per_split + moye.minimum(row, M - 1) * cols + col - col_base]
+                v = moye.ifelse(row < M, v, 0.0)
+                acc[i] = moye.ifelse(s == 0, v, acc[i] + v)
+    return last
 
 
 def value_coords(i, lane, col0, major):

@@ -41,6 +41,7 @@ def reference3(a, b, bias, activation, residual, alpha):
     (5, 64, 72, "MN", gemm_skinny.config(8, 2, 2)),
     (16, 136, 264, "MN", gemm_skinny.config(8, 4, 3)),
     (7, 16, 8, "MN", gemm_skinny.config(8, 2, 1)),          # one piece of K
+    (11, 200, 328, "MN", gemm_skinny.config(8, 2, 4, 2)),   # rows g + 8, 2 warps, 4 splits
 ])
 @pytest.mark.parametrize("dtype", [np.float16, BF16])
 def test_every_element(M, N, K, major, cfg, dtype):
