@@ -125,18 +125,19 @@ def columns(cfg, major):
 def candidates(M, N, K, batches=1, sms=132, major="K"):
     """The configs worth timing for an (M, N, K) product (SHAPES): for a
     K-major b 2 or 4 n-tiles a warp, split along K into about 1/2, 1 and 2
-    times the splits of _fill; for an N-major b 3/4, 1 and 5/4 of them (at
-    least one chunk a split).
+    times the splits of _fill; for an N-major b 3/4, 1 and 5/4 of them (one
+    more at least; at least one chunk a split).
         >>> candidates(1, 4096, 4096)[:3]
         [('skinny', 4, 2, 4, 4), ('skinny', 4, 2, 4, 8), ('skinny', 4, 2, 4, 16)]
         >>> candidates(1, 8192, 8192, major="MN")
-        [('skinny', 2, 8, 2, 7), ('skinny', 2, 8, 2, 10), ('skinny', 2, 8, 2, 12)]
+        [('skinny', 2, 8, 2, 6), ('skinny', 2, 8, 2, 8), ('skinny', 2, 8, 2, 10)]
     """
     out = []
     for warps, tiles, steps in SHAPES[:2] if major == "K" else SHAPES[2:]:
-        base = _fill(config(tiles, steps, 1, warps), N, K, batches, sms, major)
+        base = _fill(config(tiles, steps, 1, warps), M, N, K, batches, sms, major)
         chunks = -(-K // (16 * steps))
-        near = (base // 2, base, 2 * base) if major == "K" else (3 * base // 4, base, 5 * base // 4)
+        near = (base // 2, base, 2 * base) if major == "K" else \
+            (3 * base // 4, base, max(5 * base // 4, base + 1))
         for s in sorted(set(near)):
             if 1 <= s <= min(MAX_SPLITS, chunks):
                 out.append(config(tiles, steps, s, warps))
@@ -148,22 +149,30 @@ def default_config(M, N, K, batches=1, sms=132, major="K"):
     warps), its last for an N-major one (2 steps, 2 warps), split as _fill
     says (the fastest on an H200 at M = 1 and 4, K = 2048 to 32768).
         >>> default_config(1, 4096, 14336), default_config(16, 14336, 4096, major="MN")
-        (('skinny', 4, 2, 4, 8), ('skinny', 2, 8, 2, 6))
+        (('skinny', 4, 2, 4, 8), ('skinny', 2, 8, 2, 4))
     """
     warps, tiles, steps = SHAPES[0] if major == "K" else SHAPES[-1]
-    return config(tiles, steps, _fill(config(tiles, steps, 1, warps), N, K, batches, sms, major),
+    return config(tiles, steps, _fill(config(tiles, steps, 1, warps), M, N, K, batches, sms,
+                                      major),
                   warps)
 
 
-def _fill(cfg, N, K, batches, sms, major):
-    """The splits (at most one a chunk, at most MAX_SPLITS) that give a
-    multiprocessor about 16 warps, a power of 2 (K-major b), or 10 warps
-    (N-major: 136 registers a thread, blocks of 2 warps; on an H200, 1 x
-    8192 x 8192 in 10 splits took 37.7 us, in 12 38.2, in 8 39.0; 1 x 14336 x
-    4096 in 6 34.2, in 4 35.9)."""
-    blocks = batches * -(-N // columns(cfg, major)) * cfg[1]      # warps a split
-    want = _pow2_near(-(-16 * sms // blocks)) if major == "K" else round(10 * sms / blocks)
-    return max(1, min(MAX_SPLITS, -(-K // (16 * cfg[3])), want))
+def _fill(cfg, M, N, K, batches, sms, major):
+    """The splits (at most one a chunk, at most MAX_SPLITS) for a K-major b:
+    about 16 warps a multiprocessor, a power of 2. For an N-major b (blocks
+    of 2 warps): 4 blocks a multiprocessor (3 above 4 rows; one wave held
+    6), each split at least 16 chunks of K. On an H200, bfloat16: 1 x 4096
+    x 4096 in 8 splits 14.4 us, in 20 16.9; 1 x 4096 x 14336 in 16 38.5, in
+    8 47.1; 16 x 8192 x 8192 in 6 48.5, in 10 52.2, in 14 (7 blocks a
+    multiprocessor) 79.6."""
+    chunks = -(-K // (16 * cfg[3]))
+    if major == "K":
+        warps = batches * -(-N // columns(cfg, major)) * cfg[1]        # warps a split
+        want = _pow2_near(-(-16 * sms // warps))
+    else:
+        blocks = batches * -(-N // columns(cfg, major))                 # blocks a split
+        want = min(round((4 if M <= 4 else 3) * sms / blocks), chunks // 16)
+    return max(1, min(MAX_SPLITS, chunks, want))
 
 
 def _pow2_near(n):

@@ -108,14 +108,17 @@ def test_candidates_and_default():
         assert len(cands) == len(set(cands)) == count
         assert gemm_skinny.default_config(1, 4096, 14336, major=major) in cands
         assert all(gemm_skinny.is_config(c) and (c[2] == 8) == (major == "MN") for c in cands)
-    # N-major: blocks of 2 warps, 10 warps a multiprocessor (32 column blocks x 21 splits x 2
-    # warps over 132), and 3/4 and 5/4 of that; at most MAX_SPLITS, K's chunks of 32 k's
+    # N-major: blocks of 2 warps, 4 blocks a multiprocessor at up to 4 rows (32 column blocks x
+    # 16 splits over 132), 3 above, each split at least 16 chunks of 32 k's; 3/4 and 5/4 of that
+    # (one more at least), at most MAX_SPLITS
     assert gemm_skinny.candidates(1, 4096, 14336, major="MN") == \
-        [gemm_skinny.config(8, 2, s, 2) for s in (15, 21, 26)]
-    assert [c[4] for c in gemm_skinny.candidates(1, 1024, 14336, major="MN")] == [24, 32]
-    assert [c[4] for c in gemm_skinny.candidates(1, 1024, 96, major="MN")] == [2, 3]
+        [gemm_skinny.config(8, 2, s, 2) for s in (12, 16, 20)]
+    assert gemm_skinny.default_config(16, 4096, 14336, major="MN")[4] == 12      # 3 a processor
+    assert [c[4] for c in gemm_skinny.candidates(1, 1024, 14336, major="MN")] == [21, 28]
+    assert [c[4] for c in gemm_skinny.candidates(1, 4096, 4096, major="MN")] == [6, 8, 10]
+    assert [c[4] for c in gemm_skinny.candidates(1, 1024, 96, major="MN")] == [1, 2]
     assert gemm_skinny.candidates(4, 8192, 8192, 2, major="MN") == \
-        [gemm_skinny.config(8, 2, s, 2) for s in (3, 5, 6)]
+        [gemm_skinny.config(8, 2, s, 2) for s in (3, 4, 5)]
     # a split per chunk at most: K = 64 is one chunk of 16 * 4 k's
     assert {c[4] for c in gemm_skinny.candidates(1, 64, 64)} == {1}
     assert not gemm_skinny.is_config(gemm_sm90.CONFIGS[0])
