@@ -160,11 +160,11 @@ def default_config(M, N, K, batches=1, sms=132, major="K"):
 def _fill(cfg, M, N, K, batches, sms, major):
     """The splits (at most one a chunk, at most MAX_SPLITS) for a K-major b:
     about 16 warps a multiprocessor, a power of 2. For an N-major b (blocks
-    of 2 warps): 4 blocks a multiprocessor (3 above 4 rows; one wave held
-    6), each split at least 16 chunks of K. On an H200, bfloat16: 1 x 4096
-    x 4096 in 8 splits 14.4 us, in 20 16.9; 1 x 4096 x 14336 in 16 38.5, in
-    8 47.1; 16 x 8192 x 8192 in 6 48.5, in 10 52.2, in 14 (7 blocks a
-    multiprocessor) 79.6."""
+    of 2 warps, 136 registers a thread: 6 blocks a multiprocessor at once,
+    ncu's occupancy): 4 blocks a multiprocessor (3 above 4 rows), each split
+    at least 16 chunks of K. On an H200, bfloat16: 1 x 4096 x 4096 in 8
+    splits 14.4 us, in 20 16.9; 1 x 4096 x 14336 in 16 38.5, in 8 47.1; 16 x
+    8192 x 8192 in 6 48.5, in 10 52.2, in 14 (a second wave) 79.6."""
     chunks = -(-K // (16 * cfg[3]))
     if major == "K":
         warps = batches * -(-N // columns(cfg, major)) * cfg[1]        # warps a split
