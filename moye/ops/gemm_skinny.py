@@ -152,9 +152,8 @@ def default_config(M, N, K, batches=1, sms=132, major="K"):
         (('skinny', 4, 2, 4, 8), ('skinny', 2, 8, 2, 4))
     """
     warps, tiles, steps = SHAPES[0] if major == "K" else SHAPES[-1]
-    return config(tiles, steps, _fill(config(tiles, steps, 1, warps), M, N, K, batches, sms,
-                                      major),
-                  warps)
+    splits = _fill(config(tiles, steps, 1, warps), M, N, K, batches, sms, major)
+    return config(tiles, steps, splits, warps)
 
 
 def _fill(cfg, M, N, K, batches, sms, major):
