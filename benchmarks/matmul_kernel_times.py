@@ -1,5 +1,6 @@
 """The GPU time of every candidate config of moye.ops.matmul's kernels
-(gemm_skinny where it applies, gemm_sm90 on Hopper) beside cuBLAS, on the
+(gemm_skinny where it applies, gemm_sm90 on Hopper, its swapped tiles of
+few rows apart) beside cuBLAS, on the
 same tensors: the launches alone, no host time (queued behind a GPU sleep),
 each config's output checked against the float64 product first. What
 benchmarks/matmul_shapes.py times through the public call, this splits by
@@ -82,7 +83,9 @@ def candidates(torch, a3, b3, out, cuda):
     if gemm_skinny.eligible(a3, b3):
         found["gemm_skinny"] = gemm_skinny.candidates(M, N, K, 1, sms, gemm_skinny.b_major(b3))
     if cuda and rows.hopper(out):
-        found["gemm_sm90"] = gemm_sm90.candidates(M, N, K, 1, sms, 2)
+        mine = gemm_sm90.candidates(M, N, K, 1, sms, 2)
+        found["gemm_sm90"] = [c for c in mine if not gemm_sm90.kernel_tile(c)[2]]
+        found["gemm_sm90 swapped"] = [c for c in mine if gemm_sm90.kernel_tile(c)[2]]
     return found, sms
 
 
@@ -99,6 +102,8 @@ def time_shape(torch, args, layout, dtype, M, N, K):
     found, sms = candidates(torch, a3, b3, out, cuda)
     row = {"layout": layout, "dtype": dtype, "M": M, "N": N, "K": K, "kernels": {}}
     for name, configs in found.items():
+        if not configs:
+            continue
         timed = []
         for cfg in configs:
             plan = matmul_op._launches(a3, b3, out, None, None, 1.0, None, cfg, sms, backend)

@@ -102,7 +102,8 @@ def epilogue_value(acc, row, col, alpha, bias, residual, beta, activation):
 @moye.func
 def epilogue_of(acc, col, alpha, bias, residual_value, beta, activation):
     """epilogue_value with the residual's element already read (a kernel
-    that loads it early, to hide its latency), or None.
+    that loads it early, to hide its latency), or None; `col` is the bias's
+    index (a swapped kernel's row: gemm_sm90.kernel_tile).
         >>> float(epilogue_of(2.0, 0, 1.0, None, 0.25, 2.0, None))
         2.5
     """

@@ -20,7 +20,7 @@ output tiles (bM x bN) of every batch in a grouped order (tile_coords):
   one in boxes of 64 rows: a 128-byte swizzle spans 64 16-bit values);
 - the consumer warpgroups each own 64 (or bM / consumers) rows of the tile
   and issue wgmma from the stages;
-- the epilogue: each consumer warpgroup applies epilogue.epilogue_value to
+- the epilogue: each consumer warpgroup applies epilogue.epilogue_of to
   its accumulators (their coordinates from an identity array partitioned
   like them), writes one box of 64 rows by 128 bytes at a time to shared
   memory (stmatrix for 16-bit outputs), which one of its threads
@@ -31,6 +31,13 @@ output tiles (bM x bN) of every batch in a grouped order (tile_coords):
   (tile, split) units: each writes its float32 partial sums to a workspace
   and takes a ticket of its tile, and the last to take one adds them all
   up, in split order, and runs the epilogue (settle_split), in one launch.
+
+A tile of few rows (bM 8, 16 or 32: few-row GEMMs, decode) runs swapped,
+out^T = b a^T: b's bN columns lie on wgmma's 64 rows (bN / 64 consumer
+warpgroups) and a's bM rows are wgmma's N, so that the tensor cores do not
+multiply 64 rows where there are a few, and a split's partial sums are a
+few rows too (cuBLAS's few-row kernels do the same); the epilogue stores
+out^T from the registers, its bias along the rows (kernel_tile).
 """
 import functools
 
@@ -43,7 +50,7 @@ from ..compiler import range_constexpr
 from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError
 from . import rows, workspace
-from .epilogue import epilogue_of, epilogue_value
+from .epilogue import epilogue_of
 
 SWIZZLE_BYTES = 128         # a swizzle row: a stage's K (bk), an M/N-major box's rows
 EPI_ROWS = 64               # an epilogue box: 64 rows of 128 bytes
@@ -66,45 +73,79 @@ def bk(ebytes=2):
 
 @functools.lru_cache(maxsize=None)
 def config(bM=128, bN=256, stages=4, group=8, splits=1):
-    """A configuration: (bM, bN, stages, group, splits), checked. bM is 64
-    (one consumer warpgroup) or 128 (two); bN a multiple of 64 up to 256;
-    `splits` > 1 splits K among that many blocks per tile, the last of which
-    to finish adds up their float32 partial sums (split-K, in one launch).
-        >>> config(128, 128)
-        (128, 128, 4, 8, 1)
+    """A configuration: (bM, bN, stages, group, splits) of an output tile
+    bM x bN, checked. bM is 64 (one consumer warpgroup) or 128 (two), bN a
+    multiple of 64 up to 256; or bM is one of SWAPPED_ROWS and bN 64 or 128
+    (a swapped tile: kernel_tile); `splits` > 1 splits K among that many
+    blocks per tile, the last of which to finish adds up their float32
+    partial sums (split-K, in one launch).
+        >>> config(128, 128), config(16, 64, 16)
+        ((128, 128, 4, 8, 1), (16, 64, 16, 8, 1))
     """
-    if bM not in (64, 128) or bN % 64 or not 64 <= bN <= 256 or not 2 <= stages <= MAX_STAGES or \
-            group < 1 or not 1 <= splits <= MAX_SPLITS:
+    tile_ok = (bM in (64, 128) and bN in (64, 128, 192, 256)) or \
+        (bM in SWAPPED_ROWS and bN in (64, 128))
+    if not tile_ok or not 2 <= stages <= MAX_STAGES or \
+            not (isinstance(group, int) and group >= 1) or not 1 <= splits <= MAX_SPLITS:
         raise MoyeError(f"gemm_sm90.config: bM={bM!r} bN={bN!r} stages={stages!r} "
-                        f"group={group!r} splits={splits!r}; need bM 64 or 128, bN 64..256 by "
-                        f"64, 2..{MAX_STAGES} stages, 1..{MAX_SPLITS} splits")
+                        f"group={group!r} splits={splits!r}; need bM 64 or 128 with bN 64..256 by "
+                        f"64, or bM one of {SWAPPED_ROWS} with bN 64 or 128; 2..{MAX_STAGES} "
+                        f"stages, 1..{MAX_SPLITS} splits")
     return bM, bN, stages, group, splits
+
+
+def kernel_tile(cfg):
+    """The kernel's (rows, columns) tile of `cfg` and whether it is swapped:
+    an output tile of few rows (bM in SWAPPED_ROWS) runs as out^T's tile,
+    b's bN columns on wgmma's rows and a's bM rows as its N.
+        >>> kernel_tile(config(128, 256)), kernel_tile(config(8, 128, 8))
+        ((128, 256, False), (128, 8, True))
+    """
+    bM, bN = cfg[:2]
+    return (bN, bM, True) if bM in SWAPPED_ROWS else (bM, bN, False)
 
 
 MAX_SPLITS = 16
 MAX_STAGES = 16
+SWAPPED_ROWS = (8, 16, 32)      # a swapped tile's rows of out: wgmma's N (kernel_tile)
 # the tiles, unsplit, each with the stages that fit (smem_bytes): the narrow 64 x 64 tile,
-# which the few-row GEMMs stream their weights through, keeps the most bytes in flight
+# which the few-row GEMMs stream their weights through, keeps the most bytes in flight; then
+# the swapped tiles of few rows
 CONFIGS = tuple(config(*c) for c in ((128, 256, 4), (128, 128, 6), (64, 256, 5), (64, 128, 8),
-                                     (128, 64, 8), (64, 64, 12)))
+                                     (128, 64, 8), (64, 64, 12),
+                                     (8, 64, 16), (16, 64, 16), (32, 64, 16),
+                                     (8, 128, 10), (16, 128, 10), (32, 128, 9)))
 
 
-def candidates(M, N, K, batches=1, sms=SMS_H100, ebytes=2):
+def swapped_rows(M, a_major="K"):
+    """The rows of the swapped tile for M rows of out (the fewest of
+    SWAPPED_ROWS that hold M), or None where no swapped tile applies (M past
+    them; an M-major a, which wgmma would read as an N-major B of a few rows).
+        >>> swapped_rows(1), swapped_rows(17), swapped_rows(33), swapped_rows(4, "MN")
+        (8, 32, None, None)
+    """
+    return min((r for r in SWAPPED_ROWS if r >= M), default=None) if a_major == "K" else None
+
+
+def candidates(M, N, K, batches=1, sms=SMS_H100, ebytes=2, a_major="K"):
     """The configs worth timing for an (M, N, K) GEMM of `batches` with
     inputs of `ebytes` bytes (4: tf32, whose stages hold half the K): the
-    tiles of 64 rows for M <= 64 (wgmma's least), else of 64 and 128; each
+    tiles of 64 rows for M <= 64 (wgmma's least), else of 64 and 128; for
+    M <= 32 the swapped tiles of swapped_rows(M, a_major) too; each
     unsplit, and where its tiles leave multiprocessors idle, split along K
     into about one or two units a multiprocessor (at least 2 K-tiles a
     split, at most MAX_SPLITS splits). A stage takes (bM + bN) * 128 bytes
     whatever the type, so every config fits shared memory (smem_bytes).
         >>> candidates(16, 4096, 4096)[:4]
         [(64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 256, 5, 8, 16), (64, 128, 8, 8, 1)]
+        >>> [c for c in candidates(16, 4096, 4096) if c[0] < 64]
+        [(16, 64, 16, 8, 1), (16, 64, 16, 8, 2), (16, 64, 16, 8, 4), (16, 128, 10, 8, 1), (16, 128, 10, 8, 4), (16, 128, 10, 8, 8)]
     """
     out = []
     k_tiles = -(-K // bk(ebytes))
+    swapped = swapped_rows(M, a_major)
     for c in CONFIGS:
         bM, bN = c[:2]
-        if M <= 64 and bM == 128:
+        if (M <= 64 and bM == 128) or (bM in SWAPPED_ROWS and bM != swapped):
             continue
         tiles = batches * -(-M // bM) * -(-N // bN)
         splits = {min(MAX_SPLITS, waves * sms // tiles, k_tiles // 2) for waves in (1, 2)}
@@ -112,17 +153,30 @@ def candidates(M, N, K, batches=1, sms=SMS_H100, ebytes=2):
     return out
 
 
-def default_config(M, N, K, batches=1, sms=SMS_H100, ebytes=2):
+def default_config(M, N, K, batches=1, sms=SMS_H100, ebytes=2, a_major="K"):
     """The heuristic's config for an (M, N, K) GEMM of `batches` with inputs
-    of `ebytes` bytes (the one used untuned): 64-row tiles for M <= 64, else
-    128; the widest bN whose
-    tiles still fill the `sms` multiprocessors; where even the narrowest
-    leave some idle, the widest tiles split along K to fill them once.
-        >>> default_config(4096, 4096, 4096), default_config(16, 4096, 4096)
+    of `ebytes` bytes (the one used untuned). For M <= 32 (swapped_rows) a
+    swapped tile of 64 columns, or of 128 where those fill the `sms`
+    multiprocessors once and 64 would pass one wave, split along K to
+    fill them once (on an H200 within 3% of the best candidate, and faster
+    than cuBLAS, from 1 x 4096 x 4096 to 16 x 8192 x 28672). Else 64-row
+    tiles for M <= 64, 128 above; the widest bN whose tiles still fill the
+    multiprocessors; where even the narrowest leave some idle, the widest
+    tiles split along K to fill them once.
+        >>> default_config(4096, 4096, 4096), default_config(64, 4096, 4096)
         ((128, 256, 4, 8, 1), (64, 256, 5, 8, 8))
+        >>> default_config(1, 4096, 4096), default_config(16, 14336, 4096)
+        ((8, 64, 16, 8, 2), (16, 128, 10, 8, 1))
     """
+    swapped = swapped_rows(M, a_major)
+    if swapped is not None:
+        narrow, wide = (batches * -(-M // swapped) * -(-N // bN) for bN in (64, 128))
+        bN, tiles = (128, wide) if wide <= sms < narrow else (64, narrow)
+        tile, = (c for c in CONFIGS if c[:2] == (swapped, bN))
+        splits = max(1, min(MAX_SPLITS, sms // tiles, -(-K // bk(ebytes)) // 2))
+        return config(*tile[:4], splits)
     bM = 64 if M <= 64 else 128
-    mine = [c for c in candidates(M, N, K, batches, sms, ebytes) if c[0] == bM]
+    mine = [c for c in candidates(M, N, K, batches, sms, ebytes, a_major) if c[0] == bM]
     for c in mine:
         if c[4] == 1 and batches * -(-M // bM) * -(-N // c[1]) >= sms:
             return c
@@ -141,7 +195,7 @@ def smem_bytes(cfg):
     bM, bN, stages = cfg[:3]
     barriers = 2 * 8 * stages
     return (bM + bN) * SWIZZLE_BYTES * stages + \
-        bM // 64 * EPI_SLOTS * EPI_ROWS * SWIZZLE_BYTES + barriers
+        consumers(cfg) * EPI_SLOTS * EPI_ROWS * SWIZZLE_BYTES + barriers
 
 
 def tile_coords(t, tiles_m, tiles_n, group):
@@ -199,7 +253,8 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, partial, tickets, 
                      sB_layout, sC_layout, mma, box_mma, save_c, M, N, K, batches, splits, a_step,
                      b_step, alpha, beta,
                      bM: moye.Constexpr, bN: moye.Constexpr, stages: moye.Constexpr,
-                     group: moye.Constexpr, activation: moye.Constexpr):
+                     group: moye.Constexpr, activation: moye.Constexpr,
+                     bias_rows: moye.Constexpr):
     bK = load_a.tile[2]
     ebytes = load_a.dtype.bits // 8                                 # 2, or 4 (tf32)
     consumers = bM // 64
@@ -249,7 +304,7 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, partial, tickets, 
         r2s = save_c.get_slice(ctid % 128)
         box_acc = make_fragment_like(box_mma.get_slice(ctid % 128).partition_fragment_C(
             make_layout((EPI_ROWS, box_cols))), dtype)
-        boxes = bN // box_cols
+        boxes = 1 if direct else bN // box_cols    # stored from the registers: all at once
         per_box = size(acc) // boxes
         # a residual stored through 16-bit boxes is read a box ahead into registers (res_box;
         # a float32 output's epilogue, and a split one's, have no registers to spare): read as
@@ -273,7 +328,7 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, partial, tickets, 
             if last:
                 epilogue(store_c, sC, save_c, r2s, acc, box_acc, coords, bias, res, bt,
                          m * bM, n * bN, M, N, alpha, beta, wg, storer, boxes, per_box, box_cols,
-                         direct, early, activation)
+                         direct, early, activation, bias_rows)
             t += moye.grid_dim.x
         if storer and not direct:
             moye.tma_store_wait(0)
@@ -281,10 +336,12 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, partial, tickets, 
 
 @moye.func
 def epilogue(store_c, sC, save_c, r2s, acc, box_acc, coords, bias, res, batch, row0, col0, M, N,
-             alpha, beta, wg, storer, boxes, per_box, box_cols, direct, early, activation):
+             alpha, beta, wg, storer, boxes, per_box, box_cols, direct, early, activation,
+             bias_rows):
     """Warpgroup `wg`'s epilogue of the tile at (row0, col0) of `batch`: its
     64 rows, one box of box_cols columns at a time, through shared memory
-    and a TMA store, or from the registers (`direct`); with `early`, the
+    and a TMA store, or from the registers (`direct`; a swapped tile's,
+    whose bias lies along its rows: `bias_rows`); with `early`, the
     residual read a box ahead."""
     if early:
         res_box = make_fragment_like(box_acc, res.dtype)
@@ -293,7 +350,7 @@ def epilogue(store_c, sC, save_c, r2s, acc, box_acc, coords, bias, res, batch, r
     for j in range_constexpr(boxes):
         if direct:
             store_values(store_c, acc, coords, j * per_box, per_box, batch, row0, col0, M, N,
-                         alpha, bias, res, beta, activation)
+                         alpha, bias, res, beta, activation, bias_rows)
         else:
             slot = sC[:, :, wg * EPI_SLOTS + j % EPI_SLOTS]
             if storer:
@@ -379,17 +436,20 @@ def clamped(coord, row0, col0, M, N):
 
 @moye.func
 def store_values(out, acc, coords, first, count, batch, row0, col0, M, N, alpha, bias, residual,
-                 beta, activation):
+                 beta, activation, bias_rows=False):
     """out[batch, row, col] = the epilogue of acc[first + i] for i < count,
     at (row0, col0) + coords[first + i], each from its register where it
     lies inside the (M, N) output: the epilogue of an output whose rows TMA
-    cannot address (not 16-byte aligned), instead of a padded copy."""
+    cannot address (not 16-byte aligned), instead of a padded copy, and of
+    a swapped tile (out^T, its bias along the rows: `bias_rows`)."""
     for i in range(count):
         row, col = coords[first + i]
         row, col = row0 + row, col0 + col
         if row < M and col < N:
-            out[batch, row, col] = moye.cast(epilogue_value(acc[first + i], row, col, alpha, bias,
-                                                            residual, beta, activation), out.dtype)
+            r = None if residual is None else residual[row, col]
+            v = epilogue_of(acc[first + i], row if bias_rows else col, alpha, bias, r, beta,
+                            activation)
+            out[batch, row, col] = moye.cast(v, out.dtype)
 
 
 # -- the host side ------------------------------------------------------------------------
@@ -468,9 +528,14 @@ def static_plan(dtype, out_dtype, a_major, b_major, bM, bN, stages):
             mma, box_mma, save_c)
 
 
+def consumers(cfg):
+    """The consumer warpgroups of `cfg`: one a 64 rows of the kernel's tile."""
+    return kernel_tile(cfg)[0] // 64
+
+
 def threads(cfg):
-    """The block's threads: a producer warpgroup and bM / 64 consumers."""
-    return 128 * (1 + cfg[0] // 64)
+    """The block's threads: a producer warpgroup and the consumers."""
+    return 128 * (1 + consumers(cfg))
 
 
 def launch(a, b, out, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None,
@@ -520,22 +585,41 @@ def arguments(a, b, out, *, bias, residual, alpha, beta, activation, cfg, blocks
     """(grid, block, the GEMM kernel's arguments) of a launch writing `out`;
     `partial` and `tickets` are a split config's workspace (launches)."""
     dtype, out_dtype = element_type(a), element_type(out)
-    bM, bN, stages, group, splits = cfg
-    (batches, M, N), K = out.shape, a.shape[2]
+    bM, bN, swapped = kernel_tile(cfg)
+    stages, group, splits = cfg[2:]
     majors = major(a, "a"), major(b, "b")
     check_operands(dtype, element_type(b), *majors)
+    if swapped:                 # out^T = b a^T: b's columns on wgmma's rows (kernel_tile)
+        if majors[0] != "K":
+            raise MoyeError(f"gemm_sm90: config {cfg} is a swapped tile of few rows, whose a "
+                            f"must be K-major; a of shape {tuple(a.shape)} is M-major")
+        a, b, majors = b, a, majors[::-1]
+        out = transposed(out)
+        residual = None if residual is None else transposed(residual)
+    (batches, M, N), K = out.shape, a.shape[2]
     a_box, b_box, c_box, sA, sB, sC, mma, box_mma, save_c = static_plan(
         dtype, out_dtype, *majors, bM, bN, stages)
     load_a = moye.make_tma_copy(moye.TMA_LOAD, a, a_box)
     load_b = moye.make_tma_copy(moye.TMA_LOAD, b, b_box)
-    store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box) if tma_storable(out) else out
+    store_c = moye.make_tma_copy(moye.TMA_STORE, out, c_box) \
+        if tma_storable(out) and not swapped else out
     units = batches * -(-M // bM) * -(-N // bN) * splits
     if blocks is None:
         blocks = rows.multiprocessors(out) if backend is None else 2
     args = (load_a, load_b, store_c, bias, residual, partial, tickets, sA, sB, sC, mma, box_mma,
             save_c, M, N, K, batches, splits, int(a.shape[0] > 1), int(b.shape[0] > 1),
-            float(alpha), float(beta), bM, bN, stages, group, activation)
+            float(alpha), float(beta), bM, bN, stages, group, activation, swapped)
     return max(1, min(blocks, units)), threads(cfg), args
+
+
+def transposed(t):
+    """The (B, C, R) transposed view of a (B, R, C) torch tensor or NumPy
+    array.
+        >>> import numpy as np
+        >>> transposed(np.zeros((2, 3, 4))).shape
+        (2, 4, 3)
+    """
+    return t.transpose(1, 2) if rows.is_torch(t) else t.transpose(0, 2, 1)
 
 
 TICKETS = 6     # the place of a split launch's tickets among the GEMM kernels' arguments

@@ -4,13 +4,13 @@ epilogue fused into the GEMM kernel.
 The raw host function checks the operands, views them as the kernels take
 them (batches of (M, K) a and of b transposed, (N, K); out (B, M, N)
 row-major) and launches, by device:
-- a CUDA device of compute capability 9.x: gemm_sm90 (TMA, wgmma), or
-  for M <= 16 gemm_skinny (b streamed into mma.sync registers), whichever
-  the autotuner times faster;
+- a CUDA device of compute capability 9.x: gemm_sm90 (TMA, wgmma; for
+  M <= 32 its swapped tiles too), or for M <= 16 gemm_skinny (b streamed
+  into mma.sync registers), whichever the autotuner times faster;
 - other CUDA devices (sm_80 to sm_89): gemm_skinny for M <= 16, else
   gemm_sm80 (cp.async, mma.sync);
-- NumPy arrays and CPU torch tensors: the kernel the heuristic picks for a
-  Hopper GPU (gemm_skinny.preferred, else gemm_sm90) on the CPU backend.
+- NumPy arrays and CPU torch tensors: the config the heuristic picks for a
+  Hopper GPU (gemm_sm90.default_config) on the CPU backend.
 gemm_skinny takes 16-bit operands whose 16-byte loads are aligned
 (gemm_skinny.eligible).
 TMA reads rows whose strides are multiples of 16 bytes: an operand whose
@@ -211,7 +211,7 @@ def _kernel_views(a, b, out, residual, batch):
             (residual is None or _folds(residual)):
         a, out = _merge(a), _merge(out)
         residual = None if residual is None else _merge(residual)
-    b3 = _swap_last(_as3(b))
+    b3 = gemm_sm90.transposed(_as3(b))
     return _as3(a), b3, _as3(out), (None if residual is None else _as3(residual))
 
 
@@ -236,10 +236,6 @@ def _as3(t):
     if rows.is_torch(t):
         return t.as_strided((1,) + tuple(t.shape), (step,) + strides)
     return np.lib.stride_tricks.as_strided(t, (1,) + t.shape, (step * t.itemsize,) + t.strides)
-
-
-def _swap_last(t):
-    return t.transpose(1, 2) if rows.is_torch(t) else t.transpose(0, 2, 1)
 
 
 def _strides(t):
@@ -345,20 +341,21 @@ def _problem_configs(configs, problem):
     gemm_skinny.candidates (where it applies) give `problem`."""
     M, N, K, batches, sms = problem[:5]
     hopper, skinny = problem[-2:]
-    mine = set(gemm_sm90.candidates(M, N, K, batches, sms, _problem_ebytes(problem))) \
-        if hopper else set()
+    mine = set(gemm_sm90.candidates(M, N, K, batches, sms, _problem_ebytes(problem),
+                                    problem[7])) if hopper else set()
     if skinny:
         mine |= set(gemm_skinny.candidates(M, N, K, batches, sms, problem[8]))
     return [c for c in configs if c.cfg in mine]
 
 
 def _problem_default(problem):
-    """The heuristic's config: gemm_skinny's where it applies and is
-    preferred (or is the only kernel: off Hopper), else gemm_sm90's."""
+    """The heuristic's config: gemm_sm90's on Hopper (a swapped tile for
+    few rows), else gemm_skinny's (off Hopper, where it applies)."""
     hopper, skinny = problem[-2:]
-    if skinny and (not hopper or gemm_skinny.preferred(*problem[:2])):
-        return Config(cfg=gemm_skinny.default_config(*problem[:5], problem[8]))
-    return Config(cfg=gemm_sm90.default_config(*problem[:5], _problem_ebytes(problem)))
+    if hopper:
+        return Config(cfg=gemm_sm90.default_config(*problem[:5], _problem_ebytes(problem),
+                                                   problem[7]))
+    return Config(cfg=gemm_skinny.default_config(*problem[:5], problem[8]))
 
 
 def _problem_ebytes(problem):

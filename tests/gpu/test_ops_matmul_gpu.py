@@ -206,26 +206,33 @@ def test_torch_compile_fullgraph(torch, hopper_only):
     assert explained.graph_break_count == 0, explained.break_reasons
 
 
-@pytest.mark.parametrize("dtype, M, N, K", [("bfloat16", 1, 4096, 14336),
-                                            ("float16", 16, 1000, 4104),
-                                            ("bfloat16", 256, 8192, 2048)])
-def test_every_candidate_config(torch, hopper_only, dtype, M, N, K):
-    """Each config the autotuner may pick (split along K or not), launched
-    directly, writes every element, and a split one the same bits each
-    time; the public call picks one of them, and its later calls replay it."""
+@pytest.mark.parametrize("dtype, M, N, K, b_major", [("bfloat16", 1, 4096, 14336, "K"),
+                                                     ("float16", 16, 1000, 4104, "K"),
+                                                     ("bfloat16", 3, 1000, 4104, "MN"),
+                                                     ("float16", 27, 1000, 2056, "MN"),
+                                                     ("bfloat16", 256, 8192, 2048, "K")])
+def test_every_candidate_config(torch, hopper_only, dtype, M, N, K, b_major):
+    """Each config the autotuner may pick (split along K or not; swapped
+    tiles of few rows), launched directly, writes every element, and a
+    split one the same bits each time; the public call picks one of them,
+    and its later calls replay it. b^T K-major (linear's weight) or N-major
+    (a row-major b)."""
     from moye.ops import gemm_skinny, gemm_sm90, matmul_op, rows
     dt = getattr(torch, dtype)
     g = torch.Generator(device="cuda").manual_seed(M + K)
     a = torch.randn(1, M, K, device="cuda", generator=g).to(dt)
-    w = torch.randn(1, N, K, device="cuda", generator=g).to(dt)
+    w = torch.randn(1, N, K, device="cuda", generator=g).to(dt) if b_major == "K" else \
+        torch.randn(1, K, N, device="cuda", generator=g).to(dt).transpose(1, 2)
     bias = torch.randn(N, device="cuda", generator=g).to(dt)
     residual = torch.randn(1, M, N, device="cuda", generator=g).to(dt)
     sms = rows.multiprocessors(a)
     skinny = gemm_skinny.eligible(a, w)
     assert skinny == (M <= 16)
     configs = gemm_sm90.candidates(M, N, K, 1, sms) + \
-        (gemm_skinny.candidates(M, N, K, 1, sms) if skinny else [])
+        (gemm_skinny.candidates(M, N, K, 1, sms, b_major) if skinny else [])
     assert any(c[4] > 1 for c in configs)
+    assert any(gemm_sm90.kernel_tile(c)[2] for c in configs if not gemm_skinny.is_config(c)) \
+        == (M <= 32)
 
     def launch(out, cfg, epilogue=True):
         extra = dict(bias=bias, residual=residual, activation="silu") if epilogue else \
@@ -248,23 +255,25 @@ def test_every_candidate_config(torch, hopper_only, dtype, M, N, K):
         # tickets zero-filled anew each time)
         y = ops.matmul(a[0], w[0].T, bias=bias, activation="silu", residual=residual[0])
         check(torch, y, a[0], w[0].T, bias, "silu", residual[0])
-    problem = (M, N, K, 1, sms, str(a.dtype), str(dt), "K", "K", True, True, "silu", True,
+    problem = (M, N, K, 1, sms, str(a.dtype), str(dt), "K", b_major, True, True, "silu", True,
                skinny)
     chosen = matmul_op._timed.best_config(a, w, residual, bias, residual, 1.0, "silu", problem)
     assert chosen is not None and chosen.cfg in configs
 
 
 @pytest.mark.parametrize("M, tb", [(1, False), (3, True)])
-def test_few_rows_through_gemm_skinny_replayed_and_captured(torch, M, tb):
-    """M <= 4 runs gemm_skinny (tuned, or its heuristic config while a CUDA
-    graph is captured: split along K, tickets zero-filled each call): every
-    element, on calls that replay the first, and on graph replays."""
-    from moye.ops import gemm_skinny
+def test_few_rows_replayed_and_captured(torch, M, tb):
+    """Few rows (tuned, or the heuristic's config while a CUDA graph is
+    captured: on Hopper a swapped gemm_sm90 tile split along K, its tickets
+    zero-filled each call; off Hopper gemm_skinny's): every element, on
+    calls that replay the first, and on graph replays."""
+    from moye.ops import gemm_sm90, rows
     g = torch.Generator(device="cuda").manual_seed(M)
     w = torch.randn(4104, 2048, device="cuda", generator=g).half()     # K: 64 chunks and 8
     b = w.T.contiguous().T if tb else w         # (K, N) column-major: K-major b^T
     bias = torch.randn(2048, device="cuda", generator=g).half()
-    assert gemm_skinny.preferred(M, 2048)
+    heuristic = gemm_sm90.default_config(M, 2048, 4104, 1, rows.multiprocessors(w))
+    assert gemm_sm90.kernel_tile(heuristic)[2] and heuristic[4] > 1       # swapped and split
     for _ in range(3):
         a = torch.randn(M, 4104, device="cuda", generator=g).half()
         residual = torch.randn(M, 2048, device="cuda", generator=g).half()

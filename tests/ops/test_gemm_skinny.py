@@ -11,7 +11,7 @@ import pytest
 from moye import MoyeError, ir, ops
 from moye.backend.cuda import nvrtc
 from moye.compiler.frontend import BACKENDS
-from moye.ops import gemm_skinny, gemm_sm90, matmul_op
+from moye.ops import gemm_skinny, gemm_sm80, gemm_sm90, matmul_op
 
 from .test_matmul import assert_close, operand, reference
 
@@ -125,44 +125,53 @@ def test_candidates_and_default():
 
 
 def _sent(monkeypatch):
-    """The kernel modules the op launches from, in order."""
+    """(kernel module, config) of each launch the op makes, in order."""
     sent = []
     for module in (gemm_skinny, gemm_sm90):
         real = module.launches
 
         def spy(*args, _real=real, _name=module.__name__.rsplit(".", 1)[1], **kwargs):
-            sent.append(_name)
+            sent.append((_name, kwargs["cfg"]))
             return _real(*args, **kwargs)
         monkeypatch.setattr(module, "launches", spy)
     return sent
 
 
-@pytest.mark.parametrize("M, K, tb, kernel", [(1, 64, False, "gemm_skinny"),
-                                              (4, 72, True, "gemm_skinny"),
-                                              (16, 64, True, "gemm_sm90"),     # not preferred
-                                              (4, 60, False, "gemm_sm90"),     # K % 8
-                                              ])
-def test_the_op_sends_few_rows_here(monkeypatch, M, K, tb, kernel):
+@pytest.mark.parametrize("M, K, tb, hopper, kernel", [
+    (1, 64, False, True, "gemm_sm90"),      # Hopper: a swapped tile of gemm_sm90
+    (4, 72, True, True, "gemm_sm90"),
+    (1, 64, False, False, "gemm_skinny"),   # sm_80-89: gemm_skinny, where it applies
+    (16, 64, True, False, "gemm_skinny"),
+    (4, 60, False, True, "gemm_sm90"),      # K % 8: not gemm_skinny's
+    ])
+def test_the_op_sends_few_rows_here(monkeypatch, M, K, tb, hopper, kernel):
     sent = _sent(monkeypatch)
+    if not hopper:
+        monkeypatch.setattr(matmul_op, "_kernel_for", lambda out: gemm_sm80)
     a, b = operand((M, K), np.float16), operand((K, 40), np.float16, tb)
     bias = operand((40,), np.float16)
     out = np.full((M, 40), np.nan, np.float16)
     ops.matmul(a, b, bias=bias, activation="gelu_tanh", out=out)
-    assert sent == [kernel]
+    assert [name for name, _ in sent] == [kernel]
+    if kernel == "gemm_sm90":
+        assert gemm_sm90.kernel_tile(sent[0][1])[2], sent     # swapped: out's rows are few
     assert_close(out, reference(a, b, bias, "gelu_tanh"), a, b)
 
 
 def test_torch_calls_replay_it(monkeypatch):
+    """Off Hopper (on Hopper the few rows run gemm_sm90's swapped tiles,
+    whose TMA copies the CPU backend does not replay)."""
     torch = pytest.importorskip("torch")
     from moye.ops import replay
     replay.forget()                 # no record of this signature from another test
+    monkeypatch.setattr(matmul_op, "_kernel_for", lambda out: gemm_sm80)
     sent = _sent(monkeypatch)
     for _ in range(3):
         x, w = torch.randn(2, 2, 64).bfloat16(), torch.randn(48, 64).bfloat16()
         y = ops.linear(x, w, activation="relu")
         ref = np.maximum(reference(x.float().numpy(), w.float().numpy().T), 0)
         assert_close(y.float().numpy().astype(BF16), ref, x.float().numpy(), w.float().numpy().T)
-    assert sent == ["gemm_skinny"]          # the first call ran it; the others replayed it
+    assert [name for name, _ in sent] == ["gemm_skinny"]  # the first call ran it; others replayed
 
 
 def _source(cfg, major, dtype=np.float16):
@@ -201,13 +210,18 @@ def test_the_tuned_configs_include_these():
     tuned = {c.cfg for c in matmul_op._problem_configs(matmul_op._timed.configs, problem)}
     assert set(gemm_skinny.candidates(1, 4096, 4096)) <= tuned
     assert set(gemm_sm90.candidates(1, 4096, 4096)) <= tuned
-    assert matmul_op._problem_default(problem).cfg == gemm_skinny.default_config(1, 4096, 4096)
-    rows16 = (16,) + problem[1:]
-    assert matmul_op._problem_default(rows16).cfg == gemm_sm90.default_config(16, 4096, 4096)
+    assert any(gemm_sm90.kernel_tile(c)[2] for c in tuned)      # swapped tiles among them
+    for M in (1, 16):           # on Hopper the heuristic takes gemm_sm90's swapped tile
+        default = matmul_op._problem_default((M,) + problem[1:]).cfg
+        assert default == gemm_sm90.default_config(M, 4096, 4096) and \
+            gemm_sm90.kernel_tile(default)[2]
     off_hopper = problem[:-2] + (False, True)
     assert {c.cfg for c in matmul_op._problem_configs(matmul_op._timed.configs, off_hopper)} == \
         set(gemm_skinny.candidates(1, 4096, 4096))
-    assert gemm_skinny.is_config(matmul_op._problem_default((16,) + off_hopper[1:]).cfg)
+    assert matmul_op._problem_default(off_hopper).cfg == gemm_skinny.default_config(1, 4096, 4096)
+    m_major_a = problem[:7] + ("MN",) + problem[8:]
+    assert not any(gemm_sm90.kernel_tile(c.cfg)[2]
+                   for c in matmul_op._problem_configs(matmul_op._timed.configs, m_major_a))
 
 
 def test_a_split_launch_leaves_its_tickets_zero_for_the_next():
@@ -251,4 +265,4 @@ def test_off_hopper_an_unaligned_out_is_written_in_place(monkeypatch):
         y = ops.matmul(a, b, activation="silu")
         assert_close(y.numpy(), reference(a.numpy(), b.numpy(), None, "silu"), a.numpy(),
                      b.numpy())
-    assert sent == ["gemm_skinny"]
+    assert [name for name, _ in sent] == ["gemm_skinny"]

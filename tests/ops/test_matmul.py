@@ -115,9 +115,17 @@ def test_default_configs_fit_the_shapes():
     assert gemm_sm90.default_config(1024, 4096, 4096)[:2] == (128, 128)
     # too few tiles for 132 multiprocessors: the widest tiles, split along K
     assert gemm_sm90.default_config(64, 4096, 4096) == (64, 256, 5, 8, 8)
-    assert gemm_sm90.default_config(1, 4096, 14336) == (64, 256, 5, 8, 8)
-    assert gemm_sm90.default_config(16, 64, 128) == (64, 256, 5, 8, 1)    # 2 K-tiles: no split
-    assert gemm_sm90.default_config(16, 64, 512) == (64, 256, 5, 8, 4)    # 8: 2 each
+    assert gemm_sm90.default_config(1, 4096, 14336, a_major="MN") == (64, 256, 5, 8, 8)
+    assert gemm_sm90.default_config(16, 64, 128, a_major="MN") == (64, 256, 5, 8, 1)  # 2 K-tiles
+    assert gemm_sm90.default_config(16, 64, 512, a_major="MN") == (64, 256, 5, 8, 4)  # 8: 2 each
+    # M <= 32 with a K-major a: a swapped tile of 64 columns (64 tiles: split in 2), or of 128
+    # where those fill the multiprocessors once and 64 would not
+    assert gemm_sm90.default_config(1, 4096, 14336) == (8, 64, 16, 8, 2)
+    assert gemm_sm90.default_config(16, 64, 128) == (16, 64, 16, 8, 1)
+    assert gemm_sm90.default_config(17, 64, 512) == (32, 64, 16, 8, 4)
+    assert gemm_sm90.default_config(16, 14336, 4096) == (16, 128, 10, 8, 1)
+    assert gemm_sm90.default_config(16, 14336, 4096, sms=100) == (16, 64, 16, 8, 1)
+    assert gemm_sm90.default_config(33, 64, 512)[0] == 64
     for c in gemm_sm90.CONFIGS:
         assert gemm_sm90.config(*c) == c and c[4] == 1
 
@@ -153,8 +161,9 @@ def test_the_tuning_times_the_gpu_held_busy_and_bounds_a_call_by_its_host_time(m
 
 
 def test_candidates():
-    """Each tile (64-row ones alone for M <= 64) unsplit, and split where its
-    tiles leave multiprocessors idle: into about one and two units a
+    """Each tile (64-row ones alone for M <= 64, and for M <= 32 the swapped
+    tiles of swapped_rows(M)) unsplit, and split where its tiles leave
+    multiprocessors idle: into about one and two units a
     multiprocessor, at least 2 K-tiles a split, at most MAX_SPLITS."""
     # 2 x 32 tiles of 128 x 256 split in 2 or 4; 128 tiles of 128 x 128 or 64 x 256 in 2
     assert gemm_sm90.candidates(256, 8192, 28672) == [
@@ -164,16 +173,24 @@ def test_candidates():
     assert gemm_sm90.candidates(1, 4096, 14336) == [
         (64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 256, 5, 8, 16), (64, 128, 8, 8, 1),
         (64, 128, 8, 8, 4), (64, 128, 8, 8, 8), (64, 64, 12, 8, 1), (64, 64, 12, 8, 2),
-        (64, 64, 12, 8, 4)]
+        (64, 64, 12, 8, 4), (8, 64, 16, 8, 1), (8, 64, 16, 8, 2), (8, 64, 16, 8, 4),
+        (8, 128, 10, 8, 1), (8, 128, 10, 8, 4), (8, 128, 10, 8, 8)]
     assert all(c[0] == 64 for c in gemm_sm90.candidates(64, 4096, 4096))
-    assert gemm_sm90.candidates(1, 64, 512) == [          # 8 K-tiles: 4 splits at most
+    assert gemm_sm90.candidates(1, 64, 512, a_major="MN") == [   # 8 K-tiles: 4 splits at most
         (64, 256, 5, 8, 1), (64, 256, 5, 8, 4), (64, 128, 8, 8, 1), (64, 128, 8, 8, 4),
         (64, 64, 12, 8, 1), (64, 64, 12, 8, 4)]
-    assert gemm_sm90.candidates(4096, 4096, 4096) == list(gemm_sm90.CONFIGS)    # 128+ tiles
+    # the swapped tiles of the fewest rows that hold M (M-major a: none)
+    assert {c[0] for c in gemm_sm90.candidates(20, 4096, 4096)} == {64, 32}
+    assert {c[0] for c in gemm_sm90.candidates(9, 4096, 4096)} == {64, 16}
+    assert {c[0] for c in gemm_sm90.candidates(33, 4096, 4096)} == {64}
+    assert gemm_sm90.candidates(4096, 4096, 4096) == [                          # 128+ tiles
+        c for c in gemm_sm90.CONFIGS if not gemm_sm90.kernel_tile(c)[2]]
 
 
 @pytest.mark.parametrize("bad", [dict(splits=0), dict(splits=17), dict(bM=96), dict(bN=320),
-                                 dict(stages=1), dict(stages=17)])
+                                 dict(stages=1), dict(stages=17), dict(bM=16, bN=256),
+                                 dict(bM=8, bN=192), dict(bM=4, bN=64), dict(group=0),
+                                 dict(group=2.0)])
 def test_config_refuses(bad):
     with pytest.raises(MoyeError, match="gemm_sm90.config"):
         gemm_sm90.config(**bad)
@@ -212,6 +229,45 @@ def test_split_k_every_element(splits, K):
         gemm[dims](*args, backend="cpu")
         assert not tickets.any()
         assert_close(out, reference(a, b[0].T, bias, "gelu", residual, alpha=0.5), a, b[0].T)
+
+
+@pytest.mark.parametrize("cfg, M, N, K, tb, B, out_dtype", [
+    (gemm_sm90.config(8, 64, 4, 8, 1), 1, 70, 136, False, 1, np.float16),
+    (gemm_sm90.config(8, 64, 4, 8, 2), 5, 200, 72, True, 2, BF16),
+    (gemm_sm90.config(16, 128, 4, 8, 3), 11, 136, 200, True, 2, np.float16),
+    (gemm_sm90.config(16, 64, 3, 8, 1), 16, 64, 64, False, 1, np.float32),
+    (gemm_sm90.config(32, 128, 4, 8, 2), 27, 264, 136, False, 1, np.float16),
+    (gemm_sm90.config(8, 128, 2, 8, 1), 20, 72, 64, True, 1, BF16)])    # M past one tile
+def test_swapped_tiles_every_element(cfg, M, N, K, tb, B, out_dtype):
+    """A tile of few rows runs swapped (out^T = b a^T, b's columns on
+    wgmma's rows): every element of out, its bias along out's columns (the
+    kernel's rows), a residual, split along K or not, a b^T K- or N-major,
+    batches with a b shared by them, three blocks taking the units in
+    turn; a second launch on the same workspace."""
+    assert gemm_sm90.kernel_tile(cfg) == (cfg[1], cfg[0], True)
+    a = operand((B, M, K), out_dtype if out_dtype != np.float32 else np.float16)
+    b = operand((1, K, N), a.dtype).transpose(0, 2, 1) if tb else operand((1, N, K), a.dtype)
+    bias, residual = operand((N,), a.dtype), operand((B, M, N), a.dtype)
+    out = np.full((B, M, N), np.nan, out_dtype)
+    (gemm, dims, args), = gemm_sm90.launches(
+        a, b, out, bias=bias, residual=residual, alpha=0.5, beta=1.0, activation="gelu_tanh",
+        cfg=cfg, blocks=3, backend="cpu")
+    assert dims[1] == 128 * (1 + cfg[1] // 64)          # bN / 64 consumer warpgroups
+    for _ in range(2):
+        out[...] = np.nan
+        gemm[dims](*args, backend="cpu")
+        assert_close(out, reference(a, b[0].T, bias, "gelu_tanh", residual, alpha=0.5), a,
+                     b[0].T)
+
+
+def test_swapped_tiles_need_a_k_major_a():
+    a = operand((1, 4, 64), np.float16, transposed=True)
+    with pytest.raises(MoyeError, match=r"config \(16, 64, 4, 8, 1\) is a swapped tile.*a of "
+                                        r"shape \(1, 4, 64\) is M-major"):
+        gemm_sm90.launch(a, operand((1, 64, 64), np.float16), np.zeros((1, 4, 64), np.float16),
+                         cfg=gemm_sm90.config(16, 64, 4), blocks=1, backend="cpu")
+    # and the candidates leave them out for an M-major a
+    assert not any(c[0] < 64 for c in gemm_sm90.candidates(4, 4096, 4096, a_major="MN"))
 
 
 def test_the_public_call_splits_k_where_tiles_are_few():
@@ -395,7 +451,8 @@ def test_tf32_configs_fit_shared_memory():
         assert gemm_sm90.smem_bytes(c) <= gemm_sm90.SMEM_SM90, c
     assert max(c[4] for c in gemm_sm90.candidates(1, 64, 256)) == 2          # 4 K-tiles
     assert max(c[4] for c in gemm_sm90.candidates(1, 64, 256, ebytes=4)) == 4  # 8 K-tiles
-    assert gemm_sm90.default_config(16, 64, 256, ebytes=4) == (64, 256, 5, 8, 4)
+    assert gemm_sm90.default_config(16, 64, 256, ebytes=4, a_major="MN") == (64, 256, 5, 8, 4)
+    assert gemm_sm90.default_config(16, 64, 256, ebytes=4) == (16, 64, 16, 8, 4)
 
 
 def test_tf32_operands_must_be_k_major_in_gemm_sm90():
@@ -544,6 +601,8 @@ def _compiled(*args, **kwargs):
 @pytest.mark.parametrize("cfg, a_major, b_major, out_dtype, epilogue", [
     *((c, "K", "K", np.float16, False) for c in gemm_sm90.CONFIGS),
     (gemm_sm90.CONFIGS[0], "MN", "MN", np.float16, True),
+    (gemm_sm90.config(16, 64, 16), "K", "MN", np.float16, True),       # swapped, b N-major
+    (gemm_sm90.config(32, 128, 9, 8, 4), "K", "MN", BF16, True),       # swapped and split
     (gemm_sm90.CONFIGS[1], "K", "MN", np.float32, True)])
 def test_every_config_compiles_for_sm90a_without_spills(cfg, a_major, b_major, out_dtype,
                                                         epilogue):
