@@ -324,6 +324,19 @@ def tma_load(tma, dst, coords, bar, multicast=None):
                     rank=len(c), bytes=tma.bytes)
 
 
+def prefetch_tma_descriptor(tma):
+    """Prefetch the tensor map of TMA copy `tma` (any kind) into the cache,
+    so that its first copy does not wait for it (prefetch.tensormap; CuTe:
+    prefetch_tma_descriptor). One thread issues it, early in the kernel.
+    sm_90.
+        if moye.thread_idx.x == 0:
+            moye.prefetch_tma_descriptor(load_a)"""
+    if not isinstance(tma, TMADescriptor):
+        raise KernelError(f"prefetch_tma_descriptor: expected a TMACopy kernel argument "
+                          f"(make_tma_copy), got {tma!r}")
+    current().instr("tma_prefetch_descriptor", (tma.param,))
+
+
 def tma_store(tma, coords, src):
     """The TMA store of the shared tile `src` to the tile at element
     `coords` of the copy's array, in this thread's open bulk group
@@ -428,6 +441,7 @@ def warp_idx():
 
 __all__ = ["TMACopy", "make_tma_copy", "TMADescriptor", "MBarrier", "mbarrier", "mbarrier_array",
            "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
-           "mbarrier_wait", "fence_proxy_async", "fence_barrier_init", "tma_load", "tma_store",
+           "mbarrier_wait", "fence_proxy_async", "fence_barrier_init", "tma_load",
+           "prefetch_tma_descriptor", "tma_store",
            "tma_reduce_add", "tma_store_commit", "tma_store_wait", "named_barrier_sync",
            "named_barrier_arrive", "setmaxnreg_inc", "setmaxnreg_dec", "warp_idx"] + _cluster_all

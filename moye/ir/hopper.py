@@ -189,6 +189,22 @@ def _run_tma_load(b, s, mask):
     b.hopper.load(s, mask)
 
 
+class TmaPrefetchDescriptor(Instr):
+    """prefetch.tensormap: bring the tensor map of `tmap` (a TENSOR_MAP
+    parameter) into the cache ahead of its first copy."""
+    op = "tma_prefetch_descriptor"
+    operands = ("tmap",)
+    arch = "sm_90"
+
+
+@lowering("cuda", TmaPrefetchDescriptor)
+def _emit_tma_prefetch_descriptor(w, s, ind, decl):
+    memory_asm_with(w, ind, "prefetch.tensormap [%0]", [("l", tensor_map(w, s.tmap))])
+
+
+lowering("cpu", TmaPrefetchDescriptor)(_nothing)      # a cache hint: no effect on values
+
+
 class TmaStore(Instr):
     """cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group: the reverse."""
     op = "tma_store"

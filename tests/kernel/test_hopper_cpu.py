@@ -122,6 +122,52 @@ def copy3d_kernel(load, store):
         moye.tma_store_wait(0)
 
 
+@moye.kernel
+def prefetched_copy_kernel(load, store):
+    """copy3d_kernel's copy of one 2-D tile, both tensor maps prefetched first."""
+    smem = moye.shared_array(load.dtype, load.smem_layout)
+    bar = moye.mbarrier()
+    if moye.thread_idx.x == 0:
+        moye.prefetch_tma_descriptor(load)
+        moye.prefetch_tma_descriptor(store)
+        moye.mbarrier_init(bar, 1)
+        moye.mbarrier_arrive_expect_tx(bar, load.bytes)
+        moye.tma_load(load, smem, (8 * moye.block_idx.x, 0), bar)
+        moye.mbarrier_wait(bar, 0)
+        moye.tma_store(store, (8 * moye.block_idx.x, 0), smem)
+        moye.tma_store_commit()
+        moye.tma_store_wait(0)
+
+
+def test_prefetch_tma_descriptor(mode):
+    """A cache hint: the copies it precedes are exact on the CPU backend, and
+    the CUDA source prefetches each map's address; NVRTC takes it for sm_90a."""
+    from moye.compiler.frontend import BACKENDS
+    src = rng.standard_normal((20, 32)).astype(np.float16)
+    dst = np.full_like(src, np.nan)
+    tile = Layout((8, 32), (32, 1))
+    args = (moye.make_tma_copy(moye.TMA_LOAD, src, tile),
+            moye.make_tma_copy(moye.TMA_STORE, dst, tile))
+    prefetched_copy_kernel[3, 32](*args)
+    np.testing.assert_array_equal(dst, src)
+    source = prefetched_copy_kernel.cuda_source(*args, block=32)
+    assert source.count("prefetch.tensormap [%0]") == 2
+    module = BACKENDS["cuda"].compile_only(prefetched_copy_kernel.trace(*args, block=32)[0],
+                                           (32, 1, 1), "sm_90a")
+    assert module.cubin[:4] == b"\x7fELF"
+
+
+@moye.kernel
+def prefetch_an_array_kernel(x):
+    moye.prefetch_tma_descriptor(x)
+
+
+def test_prefetch_tma_descriptor_takes_a_tma_copy():
+    with pytest.raises(MoyeError, match=r"(?s)test_hopper_cpu.py:\d+.*prefetch_tma_descriptor: "
+                                        r"expected a TMACopy kernel argument"):
+        prefetch_an_array_kernel[1, 32](np.zeros(4, np.float32))
+
+
 def test_tma_3d(mode):
     src = rng.standard_normal((3, 40, 64)).astype(np.float16)
     dst = np.full_like(src, np.nan)
