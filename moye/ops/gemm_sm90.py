@@ -267,6 +267,10 @@ def sm90_gemm_kernel(load_a, load_b, store_c, bias, residual, partial, tickets, 
     pipe = moye.TmaPipeline(stages, consumers=4 * consumers)        # lane 0 of consumer warps
     tid = moye.thread_idx.x
     if tid == 0:
+        moye.prefetch_tma_descriptor(load_a)        # fetched while the barriers are made
+        moye.prefetch_tma_descriptor(load_b)
+        if not direct:
+            moye.prefetch_tma_descriptor(store_c)
         pipe.init()
     moye.sync_threads()
     tiles_m, tiles_n = (M + bM - 1) // bM, (N + bN - 1) // bN
