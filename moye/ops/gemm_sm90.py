@@ -137,8 +137,8 @@ def candidates(M, N, K, batches=1, sms=SMS_H100, ebytes=2, a_major="K"):
     whatever the type, so every config fits shared memory (smem_bytes).
         >>> candidates(16, 4096, 4096)[:4]
         [(64, 256, 5, 8, 1), (64, 256, 5, 8, 8), (64, 256, 5, 8, 16), (64, 128, 8, 8, 1)]
-        >>> [c for c in candidates(16, 4096, 4096) if c[0] < 64]
-        [(16, 64, 16, 8, 1), (16, 64, 16, 8, 2), (16, 64, 16, 8, 4), (16, 128, 10, 8, 1), (16, 128, 10, 8, 4), (16, 128, 10, 8, 8)]
+        >>> [(c[:2], c[4]) for c in candidates(16, 4096, 4096) if c[0] < 64]  # swapped
+        [((16, 64), 1), ((16, 64), 2), ((16, 64), 4), ((16, 128), 1), ((16, 128), 4), ((16, 128), 8)]
     """
     out = []
     k_tiles = -(-K // bk(ebytes))
