@@ -252,10 +252,11 @@ def fence_barrier_init():
 
 
 def _descriptor(tma, kind, what):
+    """`tma`, checked to be a TMACopy kernel argument (made for `kind`, unless None)."""
     if not isinstance(tma, TMADescriptor):
         raise KernelError(f"{what}: expected a TMACopy kernel argument (make_tma_copy), got "
                           f"{tma!r}")
-    if tma.op.kind != kind:
+    if kind is not None and tma.op.kind != kind:
         wanted = {"load": TMA_LOAD, "store": TMA_STORE, "reduce_add": TMA_REDUCE_ADD}[kind]
         raise KernelError(f"{what}: {tma.copy!r} was made for {tma.op}; make one with {wanted}")
     return tma
@@ -331,9 +332,7 @@ def prefetch_tma_descriptor(tma):
     sm_90.
         if moye.thread_idx.x == 0:
             moye.prefetch_tma_descriptor(load_a)"""
-    if not isinstance(tma, TMADescriptor):
-        raise KernelError(f"prefetch_tma_descriptor: expected a TMACopy kernel argument "
-                          f"(make_tma_copy), got {tma!r}")
+    tma = _descriptor(tma, None, "prefetch_tma_descriptor")
     current().instr("tma_prefetch_descriptor", (tma.param,))
 
 
