@@ -2,9 +2,9 @@
 version): O = softmax(Q K^T * scale) V and the row log-sum-exp, for head
 dims 64, 128 and 256 (96 runs attention_sm80's kernel).
 
-- A block owns 128 rows of Q of one head: a producer warpgroup and two
-  consumer warpgroups of 64 rows each (setmaxnreg moves the producer's
-  registers to them).
+- A block owns 128 or 192 rows of Q of one head (TILES): a producer
+  warpgroup and two or three consumer warpgroups of 64 rows each
+  (setmaxnreg moves the producer's registers to them).
 - The producer's first thread TMA-loads Q once, then K and V tiles into
   rings of stages, one for K and one for V (TmaPipeline: full and empty
   mbarriers), K one tile ahead, skipping the causal tiles past the block's
@@ -18,9 +18,11 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
   same 128-byte-swizzled tile TMA wrote (its transpose: no copy). The
   softmax of tile j runs while tile j-1's P V does (FlashAttention-3's
   intra-warpgroup overlap): S_j's wgmma are issued, then P_{j-1} V_{j-1}'s,
-  and the softmax waits for S_j's alone; and the two consumer warpgroups
-  take turns to issue their wgmma (ping-pong: one's softmax runs while the
-  other's GEMMs do). Both at every head dim (TILES).
+  and the softmax waits for S_j's alone; and the consumer warpgroups take
+  turns to issue their wgmma (ping-pong: one's GEMMs run while the others'
+  softmax do). Both at every head dim (TILES). A warpgroup whose rows see
+  fewer tiles than the block's (causal, or rows past Sq) issues nothing
+  for the others, only takes its turns.
 - The epilogue divides by the row sums, writes each warpgroup's O into
   its rows of Q's tile and TMA-stores them; LSE from the registers.
 - At head dim 64, where K is short (PERSISTENT_KEYS), a block per
@@ -42,23 +44,28 @@ from . import replay, rows
 from .attention_sm80 import LN2, LOG2E, crosses, hidden, key_tiles
 from .gemm_sm90 import SMS_H100, batched_tile, element_type
 
-BLOCK_M = 128               # two consumer warpgroups of 64 rows
 CHUNK = 64                  # values of a 128-byte swizzle row: a TMA box's columns
 HEAD_DIMS = (64, 128, 256)
-# head dim -> (keys a tile, stages of each of the K and V rings, overlap, persistent where K
-# has at most PERSISTENT_KEYS rows). At 256 (Q's tile and 2 stages of 80 keys: 224 KiB) the
-# overlap spills ~52 B (O's 128 accumulators, S_j's 40 and P_{j-1}'s 20 live together), and
-# is still faster: 664 against 550 TFLOP/s without it, at 4k keys on an H200
-# (benchmarks/RESULTS.md). In the persistent loop ptxas keeps the epilogue's swizzled store
-# addresses live across blocks: 424 B of spills at 128, 1052 at 256, none at 64
-TILES = {64: (128, 4, True, True), 128: (128, 3, True, False), 256: (80, 2, True, False)}
-THREADS = 384
+# head dim -> (query rows a block: 64 a consumer warpgroup, keys a tile, stages of each of
+# the K and V rings, overlap, persistent where K has at most PERSISTENT_KEYS rows).
+# - At 64 three consumer warpgroups (FlashAttention-3's 192-row tiles): a tile's exp2 take
+#   as long as its wgmma there, and two warpgroups' softmax run while the third's GEMMs do.
+#   H100, TFLOP/s at 1k / 4k / 16k keys: 284 / 386 / 403 -> 321 / 450 / 488 (causal 205 /
+#   348 / 424 -> 202 / 350 / 459; benchmarks/RESULTS.md, session 34).
+# - At 256 (Q's tile and 2 stages of 80 keys: 224 KiB) the overlap spills ~52 B (O's 128
+#   accumulators, S_j's 40 and P_{j-1}'s 20 live together), and is still faster: 664
+#   against 550 TFLOP/s without it, at 4k keys on an H200 (benchmarks/RESULTS.md).
+# - Persistent at 64 alone: at 128 and 256 it ran slower at every length (H100, 1k keys:
+#   d128 456 -> 328 TFLOP/s, d256 498 -> 319).
+TILES = {64: (192, 128, 4, True, True), 128: (128, 128, 3, True, False),
+         256: (128, 80, 2, True, False)}
+THREADS = 384               # a producer warpgroup and two consumer ones (the backward's too)
 # K's rows up to which a block per multiprocessor walks query blocks (persistent, TILES): the
 # next block's K and V load while this one's O is stored. At 1k keys, head dim 64, on an H200:
 # 412 -> 404 us, causal 312 -> 280 (benchmarks/RESULTS.md, session 25); longer K gains nothing
 PERSISTENT_KEYS = 2048
-PINGPONG = 1                # named barriers 1 and 2: the consumer warpgroups' turns
-STORE_BARRIER = 3           # 3 and 4: a consumer warpgroup's O in shared memory, for TMA
+PINGPONG = 1                # named barriers 1, 2 (, 3): the consumer warpgroups' turns
+STORE_BARRIER = 4           # 4, 5 (, 6): a consumer warpgroup's O in shared memory, for TMA
 
 
 @moye.kernel(fast_math=True)
@@ -66,22 +73,22 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
                            sQ_layout, sK_layout, sV_layout, mma_s, mma_o,
                            bN: Constexpr, stages: Constexpr, causal: Constexpr,
                            overlap: Constexpr, persistent: Constexpr):
-    d = size(sQ_layout, 1)
-    bM = BLOCK_M
+    bM, d = size(sQ_layout, 0), size(sQ_layout, 1)
+    consumers = bM // 64                                    # warpgroups of 64 rows
     ebytes = load_q.dtype.bits // 8
     sQ = moye.shared_array(load_q.dtype, sQ_layout, align=1024)         # (bM, d)
     sK = moye.shared_array(load_k.dtype, sK_layout, align=1024)         # (bN, d, stages)
     sV = moye.shared_array(load_v.dtype, sV_layout, align=1024)         # (d, bN, stages): V^T
     q_full = moye.mbarrier()
-    q_empty = moye.mbarrier()           # both consumer warpgroups' O has left sQ (TMA read it)
-    # K and V in rings of their own (lane 0 of the 8 consumer warps frees a stage): K_j is
-    # free once S_j is, so K_{j+1} loads while P_{j-1} V_{j-1} and the softmax run
-    pipe_k = moye.TmaPipeline(stages, consumers=8)
-    pipe_v = moye.TmaPipeline(stages, consumers=8)
+    q_empty = moye.mbarrier()           # every consumer warpgroup's O has left sQ (TMA read it)
+    # K and V in rings of their own (lane 0 of each consumer warp frees a stage): K_j is free
+    # once S_j is, so K_{j+1} loads while P_{j-1} V_{j-1} and the softmax run
+    pipe_k = moye.TmaPipeline(stages, consumers=4 * consumers)
+    pipe_v = moye.TmaPipeline(stages, consumers=4 * consumers)
     tid = moye.thread_idx.x
     if tid == 0:
         moye.mbarrier_init(q_full, 1)
-        moye.mbarrier_init(q_empty, 2)
+        moye.mbarrier_init(q_empty, consumers)
         pipe_k.init()
         pipe_v.init()
     moye.sync_threads()
@@ -93,7 +100,7 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
             k_stage, k_phase, v_stage, v_phase = 0, 0, 0, 0
             n = 0
             for w in query_blocks(blocks, persistent):
-                mb, h, b = query_block(w, Sq, size(LSE, 1), size(LSE, 0), persistent)
+                mb, h, b = query_block(w, bM, Sq, size(LSE, 1), size(LSE, 0), persistent)
                 if n > 0:
                     moye.mbarrier_wait(q_empty, (n - 1) % 2)     # the last block's O has left
                 moye.mbarrier_arrive_expect_tx(q_full, bM * d * ebytes)
@@ -109,8 +116,8 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
                                                       (j - 1) * bN, d, bN, load_v, sV)
                 n += 1
     else:
-        # the consumers; with `overlap` they ping-pong: each warpgroup runs its own copy of
-        # the loop, whose turns take static barrier ids
+        # the consumers; with `overlap` they take turns (ping-pong): each warpgroup runs its
+        # own copy of the loop, whose turns take static barrier ids
         rings = (sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v)
         rest = (mma_s, mma_o, store_o, LSE, blocks, Sq, Sk, groups, scale_log2, bN, causal,
                 overlap, persistent)
@@ -118,8 +125,10 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
             consume(-1, *rings, *rest)
         elif warpgroup == 1:
             consume(0, *rings, *rest)
-        else:
+        elif warpgroup == 2 or consumers == 2:
             consume(1, *rings, *rest)
+        else:
+            consume(2, *rings, *rest)
 
 
 def query_blocks(blocks, persistent):
@@ -131,14 +140,14 @@ def query_blocks(blocks, persistent):
 
 
 @moye.func
-def query_block(w, Sq, heads, batches, persistent):
+def query_block(w, bM, Sq, heads, batches, persistent):
     """(query block, head, batch) of work item w. A block an item: the last
     query blocks first (under a causal mask they see the most keys, and the
     longest last would leave a wave's tail waiting for them), a head's
     blocks side by side (they share K and V in L2). Persistent: every
     head's last query block first, then every head's next to last, ..., so
-    that the blocks, taking the items in turn, get like loads."""
-    m = (Sq + BLOCK_M - 1) // BLOCK_M
+    that the blocks, taking the items in turn, get like loads. Blocks of bM rows."""
+    m = (Sq + bM - 1) // bM
     if persistent:
         hb = w % (heads * batches)
         return m - 1 - w // (heads * batches), hb % heads, hb // heads
@@ -151,8 +160,9 @@ def consume(wg, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store
     """A consumer warpgroup's work on the key tiles of each query block this
     block takes (see the module doc): `wg` its index (0, 1) where the two
     take turns (ping-pong), -1 where they do not."""
-    moye.setmaxnreg_inc(240)
-    bM, d = BLOCK_M, size(sQ, 1)
+    bM, d = size(sQ, 0), size(sQ, 1)
+    consumers = bM // 64
+    moye.setmaxnreg_inc(240 if consumers == 2 else 160)     # the producer's 128 keep 24
     diagonal = Sk - Sq
     dtype = sQ.dtype
     ctid = moye.thread_idx.x - 128
@@ -162,19 +172,22 @@ def consume(wg, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store
     tSsK = thr_s.partition_B(sK)                        # (..., stages)
     tOsV = thr_o.partition_B(sV)
     acc_s = thr_s.partition_fragment_C(make_layout((bM, bN)))
-    cS = thr_s.partition_C(make_identity_array((bM, bN)))   # (row, key) in the tile
     p16 = thr_o.partition_fragment_A(make_layout((bM, bN)))
     acc_o = thr_o.partition_fragment_C(make_layout((bM, d)))
-    cO = thr_o.partition_C(make_identity_array((bM, d)))
     row_max = make_fragment_like(Layout(2), Float32)        # a thread's 2 rows, log2 units
     row_sum = make_fragment_like(Layout(2), Float32)
     correction = make_fragment_like(Layout(2), Float32)     # O's factor for the new maxima
     k_stage, k_phase, v_stage, v_phase = 0, 0, 0, 0
     n = 0
     for w in query_blocks(blocks, persistent):
-        mb, h, b = query_block(w, Sq, size(LSE, 1), size(LSE, 0), persistent)
+        mb, h, b = query_block(w, bM, Sq, size(LSE, 1), size(LSE, 0), persistent)
         row0 = mb * bM
         n_tiles = key_tiles(row0, bM, bN, Sq, Sk, causal)
+        # the tiles this warpgroup's 64 rows see, a prefix of the block's: past them (causal
+        # tiles above its rows, or rows past Sq) it issues no wgmma and no softmax, but
+        # still takes its turns and frees the stages
+        mine0 = row0 + (moye.warp_idx() // 4 - 1) * 64     # (uniform: wgmma loop on it)
+        mine = key_tiles(mine0, 64, bN, Sq, Sk, causal)
         for i in range(size(acc_o)):
             acc_o[i] = 0.0
         for r in range(2):
@@ -184,26 +197,25 @@ def consume(wg, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store
         if n_tiles > 0:
             # with `overlap`, the softmax of tile j runs while the wgmma of O += P_{j-1}
             # V_{j-1} do (FA3's intra-warpgroup overlap): S_j is issued first, waited for alone
-            if overlap and wg == 1:
+            if overlap and wg == consumers - 1:
                 moye.named_barrier_arrive(PINGPONG, 256)        # warpgroup 0 issues first
             pipe_k.consumer_wait(k_stage, k_phase)
-            turn(overlap, wg, True, False)
-            scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])
-            turn(overlap, wg, False, False)
-            moye.wgmma_wait(0)
+            lone_turn(mine > 0, overlap, wg, consumers, False, mma_s, acc_s, tSsQ,
+                      tSsK[:, :, :, k_stage], True)                              # S_0
             k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
-            softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, 0, bN, row0,
-                         Sk, diagonal, causal)
-            for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators, in order
-                p16[i] = moye.cast(acc_s[i], dtype)
-            for j in range(1, n_tiles):
+            if mine > 0:
+                softmax_tile(acc_s, mma_s, row_max, row_sum, correction, scale_log2, 0, bM, bN,
+                             row0, Sk, diagonal, causal)
+                for i in range_constexpr(size(p16)):    # P in 16 bits: the accumulators
+                    p16[i] = moye.cast(acc_s[i], dtype)
+            for j in range(1, mine):
                 pipe_k.consumer_wait(k_stage, k_phase)
                 pipe_v.consumer_wait(v_stage, v_phase)                          # V_{j-1}
                 if overlap:
-                    turn(overlap, wg, True, False)
+                    turn(overlap, wg, consumers, True, False)
                     scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])          # S_j
                     gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)     # O += P V
-                    turn(overlap, wg, False, False)
+                    turn(overlap, wg, consumers, False, False)
                     moye.wgmma_wait(1)              # S_j is done; P V runs on
                 else:                               # P V, then S_j: fewer registers live
                     gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)
@@ -211,41 +223,62 @@ def consume(wg, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store
                     scores(mma_s, acc_s, tSsQ, tSsK[:, :, :, k_stage])
                     moye.wgmma_wait(0)
                 k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
-                softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN,
-                             row0, Sk, diagonal, causal)
+                softmax_tile(acc_s, mma_s, row_max, row_sum, correction, scale_log2, j, bM,
+                             bN, row0, Sk, diagonal, causal)
                 moye.wgmma_wait(0)
                 v_stage, v_phase = release(pipe_v, v_stage, v_phase, lane0)
                 for i in range_constexpr(size(acc_o)):
                     acc_o[i] = acc_o[i] * correction[i % 4 // 2]
                 for i in range_constexpr(size(p16)):
                     p16[i] = moye.cast(acc_s[i], dtype)
+            for j in range(moye.maximum(mine, 1), n_tiles):    # past this warpgroup's tiles
+                pipe_k.consumer_wait(k_stage, k_phase)
+                pipe_v.consumer_wait(v_stage, v_phase)
+                lone_turn(j == mine, overlap, wg, consumers, False, mma_o, acc_o, p16,
+                          tOsV[:, :, :, v_stage], False)                     # P_{j-1} V_{j-1}
+                k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
+                v_stage, v_phase = release(pipe_v, v_stage, v_phase, lane0)
             pipe_v.consumer_wait(v_stage, v_phase)
-            turn(overlap, wg, True, False)
-            gemm(mma_o, acc_o, p16, tOsV[:, :, :, v_stage], acc_o)
-            turn(overlap, wg, False, True)
-            moye.wgmma_wait(0)
+            lone_turn(mine == n_tiles, overlap, wg, consumers, True, mma_o, acc_o, p16,
+                      tOsV[:, :, :, v_stage], False)                             # P V, the last
             v_stage, v_phase = release(pipe_v, v_stage, v_phase, lane0)
-        store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq)
+        store_rows(store_o, sQ, LSE, acc_o, mma_o, row_max, row_sum, b, h, row0, Sq)
         if ctid % 128 == 0:
             moye.mbarrier_arrive(q_empty)               # this warpgroup's O has left sQ
         n += 1
 
 
 @moye.func
-def turn(pingpong, wg, begins, last):
-    """FlashAttention-3's ping-pong: the two consumer warpgroups take turns
-    to issue their wgmma (named barriers PINGPONG + wg), so that one's
-    softmax runs while the other's GEMMs do. A turn `begins` by waiting for
-    this warpgroup's barrier and ends by arriving at the other's (not after
-    warpgroup 1's `last`, which warpgroup 0 no longer waits for)."""
+def turn(pingpong, wg, consumers, begins, last):
+    """FlashAttention-3's ping-pong: the consumer warpgroups (`consumers` of
+    them) take turns in order to issue their wgmma (named barriers PINGPONG
+    + wg), so that one's GEMMs run while the others' softmax do. A turn
+    `begins` by waiting for this warpgroup's barrier and ends by arriving at
+    the next one's (not after the last warpgroup's `last` turn: warpgroup 0
+    no longer waits)."""
     if pingpong:
         if begins:
             moye.named_barrier_sync(PINGPONG + wg, 256)
-        elif not last:
-            moye.named_barrier_arrive(PINGPONG + 1 - wg, 256)
-        else:
-            if wg == 0:
-                moye.named_barrier_arrive(PINGPONG + 1, 256)
+        elif not last or wg < consumers - 1:
+            moye.named_barrier_arrive(PINGPONG + (wg + 1) % consumers, 256)
+
+
+@moye.func
+def lone_turn(issue, overlap, wg, consumers, last, mma, acc, a, b, zeroed):
+    """A turn with one GEMM, acc (+)= a b (acc `zeroed` first), issued where
+    `issue` (a warpgroup past its tiles issues none) and waited for inside
+    the branch: no wgmma is in flight where the paths meet (ptxas would
+    serialize every wgmma, C7515)."""
+    turn(overlap, wg, consumers, True, False)
+    if issue:
+        if zeroed:
+            for i in range_constexpr(size(acc)):
+                acc[i] = 0.0
+        gemm(mma, acc, a, b, acc)
+        turn(overlap, wg, consumers, False, last)
+        moye.wgmma_wait(0)
+    else:
+        turn(overlap, wg, consumers, False, last)
 
 
 @moye.func
@@ -257,14 +290,20 @@ def scores(mma_s, acc_s, tSsQ, tSsK):
 
 
 @moye.func
-def softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN, row0, Sk, diagonal,
-                 causal):
+def softmax_tile(acc_s, mma_s, row_max, row_sum, correction, scale_log2, j, bM, bN, row0, Sk,
+                 diagonal, causal):
     """FlashAttention's online softmax of key tile j's scores `acc_s` (a
-    wgmma accumulator: value i of a thread lies in row half (i % 4) // 2),
-    masked where the tile crosses K's end or the diagonal: the running row
-    maxima (log2 units) and sums, acc_s made exp2 of the scaled scores less
-    the new maxima, and `correction`, O's factor for them."""
-    if crosses(j * bN, bN, row0, Sk, diagonal, causal):
+    wgmma accumulator of `mma_s` on a (bM, bN) tile: value i of a thread
+    lies in row half (i % 4) // 2), masked where the tile crosses K's end or
+    the diagonal of this warpgroup's 64 rows (the block's from row0): the
+    running row maxima (log2 units) and sums, acc_s made exp2 of the scaled
+    scores less the new maxima, and `correction`, O's factor for them."""
+    mine0 = row0 + (moye.warp_idx() // 4 - 1) * 64
+    if crosses(j * bN, bN, mine0, Sk, diagonal, causal):
+        # each value's (row, key) in the tile, from the broadcast thread index: made here,
+        # not before the loops and kept live in registers through them
+        ctid = moye.warp_idx() * 32 + moye.lane_idx() - 128
+        cS = mma_s.get_slice(ctid).partition_C(make_identity_array((bM, bN)))
         for i in range_constexpr(size(acc_s)):
             row, key = cS[i]
             if hidden(row0 + row, j * bN + key, Sk, diagonal, causal):
@@ -287,15 +326,19 @@ def softmax_tile(acc_s, cS, row_max, row_sum, correction, scale_log2, j, bN, row
 
 
 @moye.func
-def store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq):
+def store_rows(store_o, sQ, LSE, acc_o, mma_o, row_max, row_sum, b, h, row0, Sq):
     """O = acc_o / the row sums (0 for a row that saw no key) through shared
     memory and TMA stores, and the rows' LSE (-inf there) from the
     registers. This warpgroup's 64 rows of sQ take its O: it alone read
     them (its S = Q K^T), and its wgmma are done; TMA clips the rows past
     Sq."""
-    ctid = moye.thread_idx.x - 128
+    # O's places from this thread's index as the warp's lane 0 broadcasts it (a convergent
+    # read): in the persistent loop the compiler then computes them here, for each block,
+    # rather than once before the loop and kept live in registers across the main loop
+    ctid = moye.warp_idx() * 32 + moye.lane_idx() - 128
     wg = ctid // 128
-    d = size(sQ, 1)
+    bM, d = size(sQ, 0), size(sQ, 1)
+    cO = mma_o.get_slice(ctid).partition_C(make_identity_array((bM, d)))
     for r in range_constexpr(2):
         seen = row_sum[r] > 0.0
         inv = moye.ifelse(seen, 1.0 / row_sum[r], 0.0)
@@ -311,7 +354,7 @@ def store_rows(store_o, sQ, LSE, acc_o, cO, row_max, row_sum, b, h, row0, Sq):
     moye.named_barrier_sync(STORE_BARRIER + wg, 128)
     if ctid % 128 == 0:
         for c in range(d // CHUNK):
-            rows_ = MoYeArray.view_of(sQ.engine.offset_by((c * BLOCK_M + wg * 64) * CHUNK),
+            rows_ = MoYeArray.view_of(sQ.engine.offset_by((c * bM + wg * 64) * CHUNK),
                                       store_o.smem_layout)
             moye.tma_store(store_o, (b, h, row0 + wg * 64, c * CHUNK), rows_)
         moye.tma_store_commit()
@@ -379,14 +422,14 @@ def mn_major(d, rows, stages):
 
 
 @functools.lru_cache(maxsize=None)
-def consumers_mma(n, dtype, a_from, b_major, along="M"):
-    """The two consumer warpgroups' wgmma, 64 rows each: N = n, A from
-    shared memory ("SS") or registers ("RS"), B `b_major` ("K", "MN"); the
-    warpgroups one above the other (`along` "M": 128 rows) or side by side
-    ("N": 2 n columns). The layouts and MMAs a launch takes are made once
-    (cached): a call then makes only its TMA copies."""
+def consumers_mma(n, dtype, a_from, b_major, along="M", warpgroups=2):
+    """The consumer warpgroups' wgmma, 64 rows each: N = n, A from shared
+    memory ("SS") or registers ("RS"), B `b_major` ("K", "MN"); the
+    warpgroups one above the other (`along` "M": 64 rows each) or side by
+    side ("N": n columns each). The layouts and MMAs a launch takes are made
+    once (cached): a call then makes only its TMA copies."""
     return make_tiled_mma(moye.wgmma_op(n, dtype, dtype, Float32, a_from, "K", b_major),
-                          make_layout((2, 1) if along == "M" else (1, 2)))
+                          make_layout((warpgroups, 1) if along == "M" else (1, warpgroups)))
 
 
 def launch(q, k, v, o, lse, scale, causal, blocks=None):
@@ -395,23 +438,26 @@ def launch(q, k, v, o, lse, scale, causal, blocks=None):
     block, or, where K has at most PERSISTENT_KEYS rows (a block's work is
     short beside its start and end), a block a multiprocessor walking query
     blocks; `blocks` fixes the grid (tests: fewer than the query blocks is
-    persistent)."""
+    persistent, more is a block a query block)."""
     B, Hq, Sq, d = q.shape
-    bN, stages, overlap, persists = TILES[d]
+    bM, bN, stages, overlap, persists = TILES[d]
     dtype = element_type(q)
-    sQ, sK, sV = k_major(dtype, BLOCK_M, d), k_major(dtype, bN, d, stages), \
+    sQ, sK, sV = k_major(dtype, bM, d), k_major(dtype, bN, d, stages), \
         mn_major(d, bN, stages)
-    mma_s, mma_o = consumers_mma(bN, dtype, "SS", "K"), consumers_mma(d, dtype, "RS", "MN")
+    mma_s = consumers_mma(bN, dtype, "SS", "K", warpgroups=bM // 64)
+    mma_o = consumers_mma(d, dtype, "RS", "MN", warpgroups=bM // 64)
     copies = [moye.make_tma_copy(moye.TMA_LOAD, t, box(rows_))
-              for t, rows_ in ((q, BLOCK_M), (k, bN), (v, bN))]
-    items = -(-Sq // BLOCK_M) * Hq * B
-    persistent = persists and k.shape[2] <= PERSISTENT_KEYS if blocks is None else \
-        blocks < items
+              for t, rows_ in ((q, bM), (k, bN), (v, bN))]
+    items = -(-Sq // bM) * Hq * B
     if blocks is None:
+        persistent = persists and k.shape[2] <= PERSISTENT_KEYS
         sms = rows.multiprocessors(q) if rows.backend_of(q) == "cuda" else SMS_H100
         blocks = min(items, sms) if persistent else items
+    else:
+        blocks = min(blocks, items)
+        persistent = blocks < items
     args = (*copies, moye.make_tma_copy(moye.TMA_STORE, o, box(64)), lse, Sq, k.shape[2],
             Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV, mma_s, mma_o, bN, stages,
             bool(causal), overlap, persistent)
-    replay.launch(attention_forward_sm90, ((blocks, 1, 1), THREADS), args,
+    replay.launch(attention_forward_sm90, ((blocks, 1, 1), 128 + 2 * bM), args,
                   None if rows.backend_of(q) == "cuda" else "cpu")

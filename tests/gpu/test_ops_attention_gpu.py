@@ -164,7 +164,7 @@ def test_varlen_matches_each_sequence(torch):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_persistent_blocks_walk_the_query_blocks(torch, causal):
-    """A grid of 3 blocks, each walking 16 query blocks in turn (Q reloaded
+    """A grid of 3 blocks, each walking query blocks in turn (Q reloaded
     once the last one's O has left shared memory, the K and V rings carried
     on), gives the bits of a block a query block: GQA, ragged."""
     from moye.ops import attention_sm90
@@ -174,7 +174,8 @@ def test_persistent_blocks_walk_the_query_blocks(torch, causal):
     q = torch.randn(2, 4, 700, 64, device="cuda", generator=g).half()
     k, v = (torch.randn(2, 2, 900, 64, device="cuda", generator=g).half() for _ in range(2))
     got = []
-    for blocks in (3, 2 * 4 * 6):           # 48 query blocks: a block each
+    rows = attention_sm90.TILES[64][0]
+    for blocks in (3, 2 * 4 * -(-700 // rows)):         # then a block a query block
         o = torch.full_like(q, math.nan)
         lse = torch.full((2, 4, 700), math.nan, device="cuda")
         attention_sm90.launch(q, k, v, o, lse, 0.125, causal, blocks)
