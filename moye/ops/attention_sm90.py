@@ -50,8 +50,8 @@ HEAD_DIMS = (64, 128, 256)
 # the K and V rings, overlap, persistent where K has at most PERSISTENT_KEYS rows).
 # - At 64 three consumer warpgroups (FlashAttention-3's 192-row tiles): a tile's exp2 take
 #   as long as its wgmma there, and two warpgroups' softmax run while the third's GEMMs do.
-#   H100, TFLOP/s at 1k / 4k / 16k keys: 284 / 386 / 403 -> 321 / 450 / 488 (causal 205 /
-#   348 / 424 -> 202 / 350 / 459; benchmarks/RESULTS.md, session 34).
+#   H100, TFLOP/s at 1k / 4k / 16k keys, two warpgroups -> three: 284 / 386 / 403 -> 321 /
+#   449 / 491 (causal 205 / 349 / 424 -> 202 / 345 / 460; benchmarks/RESULTS.md, session 34).
 # - At 256 (Q's tile and 2 stages of 80 keys: 224 KiB) the overlap spills ~52 B (O's 128
 #   accumulators, S_j's 40 and P_{j-1}'s 20 live together), and is still faster: 664
 #   against 550 TFLOP/s without it, at 4k keys on an H200 (benchmarks/RESULTS.md).
