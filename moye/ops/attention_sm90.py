@@ -158,8 +158,8 @@ def query_block(w, bM, Sq, heads, batches, persistent):
 def consume(wg, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store_o, LSE, blocks,
             Sq, Sk, groups, scale_log2, bN, causal, overlap, persistent):
     """A consumer warpgroup's work on the key tiles of each query block this
-    block takes (see the module doc): `wg` its index (0, 1) where the two
-    take turns (ping-pong), -1 where they do not."""
+    block takes (see the module doc): `wg` its index (0, 1, 2) where the
+    warpgroups take turns (ping-pong), -1 where they do not."""
     bM, d = size(sQ, 0), size(sQ, 1)
     consumers = bM // 64
     moye.setmaxnreg_inc(240 if consumers == 2 else 160)     # the producer's 128 keep 24
