@@ -447,3 +447,61 @@ def test_blocks_of_uneven_rings(mode, blocks, stages):
     out = np.full_like(want, np.nan)
     uneven_kernel[blocks, THREADS](out, load, 2, 5, ring_layout(stages), stages)
     np.testing.assert_array_equal(out, want)
+
+
+WARPS = 4
+
+
+@moye.kernel
+def turns_kernel(out, rounds: moye.Constexpr, first_goes: moye.Constexpr):
+    """The warps take turns in a ring, CUTLASS's way: warp w waits at named
+    barrier 1 + w, a run-time id, and then lets warp w + 1 go (64 threads a
+    barrier: the waiter and the one arriving). On its turn a warp's lane 0
+    writes the shared counter's value and adds one: out[r, w] = r * WARPS +
+    w, in order, only if each warp goes on while the others wait at theirs."""
+    counter = moye.shared_array(moye.Int32, 1)
+    warp = moye.warp_idx()
+    if moye.thread_idx.x == 0:
+        counter[0] = 0
+    moye.sync_threads()
+    if first_goes and warp == WARPS - 1:
+        moye.named_barrier_arrive(1, 64)                # warp 0 goes first
+    for r in range(rounds):
+        moye.named_barrier_sync(1 + warp, 64)
+        if moye.lane_idx() == 0:
+            out[r, warp] = counter[0]
+            counter[0] = counter[0] + 1
+        if r < rounds - 1 or warp < WARPS - 1:
+            moye.named_barrier_arrive(1 + (warp + 1) % WARPS, 64)
+
+
+def test_warps_take_turns_at_named_barriers_of_run_time_ids(mode):
+    """Each warp is a context of its own where named barriers take run-time
+    ids: the ring completes in order (in lock-step the warps would wait for
+    each other at once, a false deadlock), race-checked too."""
+    out = np.full((3, WARPS), -1, np.int32)
+    turns_kernel[2, 32 * WARPS](out, 3, True)
+    np.testing.assert_array_equal(out, np.arange(3 * WARPS).reshape(3, WARPS))
+
+
+def test_a_ring_nobody_starts_is_a_deadlock():
+    """Without the last warp's first arrival every warp waits at its own
+    barrier: the error names each."""
+    sync = line_of(turns_kernel, "moye.named_barrier_sync(1 + warp, 64)")
+    with pytest.raises(KernelRuntimeError, match=sync + r"\n  deadlock: ") as e:
+        turns_kernel[1, 32 * WARPS](np.zeros((2, WARPS), np.int32), 2, False)
+    for w in range(WARPS):
+        assert re.search(r"thread \(%d, 0, 0\) of block \(0, 0, 0\) and 31 more wait at named "
+                         r"barrier %d for 64 threads, of which 32 have arrived" % (32 * w, w + 1),
+                         str(e.value)), str(e.value)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_run_time_barrier_ids_compile(arch):
+    """bar.sync and bar.arrive take the id from a register."""
+    from moye.backend.cuda import nvrtc
+    source = turns_kernel.cuda_source(np.zeros((2, WARPS), np.int32), 2, True, block=128)
+    assert re.search(r'bar\.sync %0, %1;\\n" :: "r"\(\w+ \+ 1\)', source) or \
+        re.search(r'bar\.sync %0, %1;\\n" :: "r"\((?!1\))', source), source
+    module = nvrtc.compile_cuda(source, ["moye_turns_kernel"], arch)
+    assert module.cubin[:4] == b"\x7fELF"

@@ -154,20 +154,31 @@ def arrive(h, s, mask):
 
 def wait(h, s, mask):
     cl, b = _cluster(h), h.block
-    for first in np.unique(cl.cluster_of_lane[mask]):
-        members = cl.cluster_of_lane == first
-        waiting = np.nonzero(mask & members)[0]
-        need = cl.waited[waiting].max() + 1
-        missing = np.nonzero(members & (cl.arrived < need))[0]
-        if missing.size:
-            lane, other = int(waiting[0]), int(missing[0])
-            raise KernelRuntimeError(
-                f"{where(s.loc)}\n  deadlock: thread {b._tid(lane)} of block {b._bid(lane)} "
-                f"waits at the cluster barrier, which {missing.size} threads of its cluster "
-                f"(thread {b._tid(other)} of block {b._bid(other)} first) have not arrived at "
-                "(every thread of every block of the cluster arrives: cluster_arrive or "
-                "cluster_sync; the CPU backend runs threads in lock-step, so arrivals in "
-                "another branch of a divergent `if` come only after it)")
+
+    def missing():
+        """(a waiting lane, a lane not arrived, how many) or None."""
+        for first in np.unique(cl.cluster_of_lane[mask]):
+            members = cl.cluster_of_lane == first
+            waiting = np.nonzero(mask & members)[0]
+            need = cl.waited[waiting].max() + 1
+            late = np.nonzero(members & (cl.arrived < need))[0]
+            if late.size:
+                return int(waiting[0]), int(late[0]), late.size
+        return None
+
+    def what(lane, other, n):
+        return (f"thread {b._tid(lane)} of block {b._bid(lane)} waits at the cluster barrier, "
+                f"which {n} threads of its cluster (thread {b._tid(other)} of block "
+                f"{b._bid(other)} first) have not arrived at")
+
+    if missing() is not None and b.sched.concurrent:     # other contexts may still arrive
+        b.sched.block_until(lambda: missing() is None, s.loc, lambda: what(*missing()))
+    late = missing()
+    if late is not None:
+        raise KernelRuntimeError(
+            f"{where(s.loc)}\n  deadlock: {what(*late)} (every thread of every block of the "
+            "cluster arrives: cluster_arrive or cluster_sync; the CPU backend runs threads in "
+            "lock-step, so arrivals in another branch of a divergent `if` come only after it)")
     cl.waited[mask] += 1
     cl.synced = dict(h.bars)
     if b.race is not None:

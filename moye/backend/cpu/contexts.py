@@ -11,7 +11,9 @@ lock-step execution would (so ordinary kernels pay nothing). If it blocks
 sync_threads that other threads have not reached), the scheduler looks
 for another context that can run: a blocked one whose condition now
 holds, or a pending side, which then starts as a context of its own. The
-join after the `if` waits until that side has finished.
+join after the `if` waits until that side has finished. A kernel whose
+named barriers take run-time ids starts as one context a warp (or a
+warpgroup, where it has wgmma) instead (`apart`), each with its own values.
 
 Each started context runs in a Python thread used strictly as a
 coroutine: a baton (one semaphore per context) lets exactly one run at a
@@ -36,11 +38,12 @@ class _Abort(BaseException):
 class Context:
     """Lanes running one side of the kernel: `body` under `mask` (None for the
     root, which runs in the caller's thread)."""
-    __slots__ = ("body", "mask", "thread", "sem", "ready", "what", "loc", "done", "joining",
-                 "at_sync", "released", "sync_mask")
+    __slots__ = ("body", "mask", "env", "thread", "sem", "ready", "what", "loc", "done",
+                 "joining", "at_sync", "released", "sync_mask")
 
-    def __init__(self, body=None, mask=None):
+    def __init__(self, body=None, mask=None, env=None):
         self.body, self.mask = body, mask
+        self.env = env              # its values (the block's env while it runs)
         self.thread = None
         self.sem = threading.Semaphore(0)
         self.ready = None           # while blocked: whether it may go on
@@ -62,7 +65,7 @@ class Scheduler:
 
     def __init__(self, block):
         self.block = block
-        self.root = Context()
+        self.root = Context(env=block.env)
         self.root.thread = threading.current_thread()
         self.contexts = [self.root]     # started or pending, in creation order
         self.current = self.root
@@ -77,7 +80,7 @@ class Scheduler:
     # -- the two sides of an `if` --------------------------------------------------------
     def fork(self, s, then_mask, else_mask):
         """Run the If `s` whose sides both have active lanes."""
-        side = Context(s.orelse, else_mask)
+        side = Context(s.orelse, else_mask, self.current.env)     # the values before the `if`
         self.contexts.append(side)
         self.block.run(s.then, then_mask)
         if side.thread is None:             # never needed on its own: run it here
@@ -91,6 +94,22 @@ class Scheduler:
                 f"({self._lanes(else_mask)})"))
             me.joining = False
 
+    def apart(self, body, masks):
+        """Run `body` under each of `masks` as a context of its own, the first
+        in this one, and return once all are done: the warps of a kernel
+        whose named barriers take run-time ids (each may wait at its own
+        while the others go on, as warps do on the GPU). Each keeps its own
+        values (they run the same statements at their own pace); arrays,
+        shared memory and the barriers stay the block's."""
+        sides = [Context(body, m, dict(self.block.env)) for m in masks[1:]]
+        self.contexts.extend(sides)
+        self.block.run(body, masks[0])
+        me = self.current
+        me.joining = True
+        self.block_until(lambda: all(side.done for side in sides), None, lambda: (
+            f"{self._lanes(masks[0])} wait at the kernel's end for the other warps"))
+        me.joining = False
+
     def _main(self, ctx):
         ctx.sem.acquire()
         if self.aborted:
@@ -102,12 +121,17 @@ class Scheduler:
             nxt = self._next(None)
             if nxt is None:
                 raise self.deadlock()
-            self.current = nxt
+            self._switch(nxt)
             self._wake(nxt)
         except _Abort:
             pass
         except BaseException as e:          # noqa: B902 (raised again by run_kernel)
             self._fail(e)
+
+    def _switch(self, ctx):
+        """The baton passes to `ctx`: it runs next, on its own values."""
+        self.current = ctx
+        self.block.env = ctx.env
 
     def _wake(self, ctx):
         if ctx.thread is None:
@@ -148,7 +172,7 @@ class Scheduler:
         return True
 
     def _hand(self, me, nxt):
-        self.current = nxt
+        self._switch(nxt)
         self._wake(nxt)
         me.sem.acquire()
         if self.aborted:

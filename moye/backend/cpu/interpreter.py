@@ -520,6 +520,13 @@ def run_kernel(kernel, grid, block, params, race_check=False, cluster=None):
     threads = block[0] * block[1] * block[2]
     alone = race_check or any(isinstance(s, (ir.MbarrierWait, ir.MbarrierTryWait))
                               for s in ir.instructions(kernel.body))
+    # named barriers at run-time ids (a warpgroup's own, CUTLASS's way): each warp a context
+    # of its own from the start, which goes on while the others wait at theirs; each
+    # warpgroup where the kernel has wgmma (its four warps issue one together)
+    body = list(ir.instructions(kernel.body))
+    apart = any(isinstance(s, (ir.NamedBarrier, ir.NamedBarrierArrive))
+                and not isinstance(s.args[0], int) for s in body)
+    group = 128 if any(isinstance(s, ir.Wgmma) for s in body) else 32
     per_batch = 1 if alone else max(1, LANES_PER_BATCH // threads)
     csize = cluster[0] * cluster[1] * cluster[2] if cluster else 1
     per_batch = max(1, per_batch // csize) * csize
@@ -527,6 +534,10 @@ def run_kernel(kernel, grid, block, params, race_check=False, cluster=None):
         b = _Block(kernel, params, ids[i:i + per_batch], grid, block, race_check)
         b.cluster = Cluster(b, grid, cluster)
         try:
-            b.run(kernel.body, np.ones(b.n, bool))
+            if apart:
+                b.sched.apart(kernel.body, [b.thread_of_lane // group == g
+                                            for g in range(-(-threads // group))])
+            else:
+                b.run(kernel.body, np.ones(b.n, bool))
         finally:
             b.sched.close()
