@@ -5,6 +5,8 @@ printing. All ids are 0-based.
 import math
 import numbers
 
+import numpy as np
+
 from .. import types as T
 from ..array import MoYeArray
 from ..errors import MoyeTypeError
@@ -228,6 +230,38 @@ def cushow(*values, fmt=None):
     current().instr("print", tuple(args), fmt=(fmt or " ".join(parts)) + "\n")
 
 
+def _bits(fn, cuda, meaning, example):
+    def f(x):
+        if isinstance(x, bool) or not isinstance(x, (numbers.Integral, Sym)) or \
+                isinstance(x, Sym) and not x.type.is_integer:
+            raise MoyeTypeError(f"{fn}: x must be an integer, got "
+                                f"{x.type if isinstance(x, Sym) else type(x).__name__} {x!r}")
+        if not isinstance(x, Sym):              # a number: its 32 bits (64 if it needs them)
+            t = T.Int32 if -2 ** 31 <= x < 2 ** 32 else T.Int64
+            if not -2 ** 63 <= x < 2 ** 64:
+                raise MoyeTypeError(f"{fn}: {x} has more than 64 bits")
+            u = np.array([x % 2 ** t.bits], np.dtype(f"uint{t.bits}"))
+            return int(ir.bits.evaluate(fn, u)[0])
+        t = x.type if x.type.bits >= 32 else T.Int32    # C's promotion: the value, in 32 bits
+        rt = t if fn == "brev" else T.Int32
+        return Sym(current().instr("bits", (coerce(x, t),), rt, fn=fn), rt)
+    f.__name__ = fn
+    f.__doc__ = (f"{meaning} of an integer's 32 bits (64 for a 64-bit one; narrower ones "
+                 f"are widened as C does). CUDA: {cuda} ({cuda}ll).\n"
+                 f"        >>> import moye\n        >>> {example}")
+    return f
+
+
+popc = _bits("popc", "__popc", "The number of bits set (Int32)",
+             "moye.popc(0b1011), moye.popc(-1)\n        (3, 32)")
+clz = _bits("clz", "__clz", "The number of zeros above the highest set bit (Int32; 32 for 0)",
+            "moye.clz(1), moye.clz(0)\n        (31, 32)")
+ffs = _bits("ffs", "__ffs", "The position of the lowest set bit, counted from 1 (Int32; 0 "
+            "for 0)", "moye.ffs(0b1000), moye.ffs(0)\n        (4, 0)")
+brev = _bits("brev", "__brev", "The bits in reverse order (of x's type)",
+             "hex(moye.brev(1)), moye.brev(0x80000000)\n        ('0x80000000', 1)")
+
+
 def ballot(pred):
     """The UInt32 mask of the lanes of this warp whose `pred` is true (bit i
     for lane i); every thread of the warp calls it. CUDA: __ballot_sync with
@@ -316,4 +350,4 @@ __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "erf", "fma", "cast", "cushow", "ballot", "vote_any", "vote_all", "match_any"]
+           "cos", "tanh", "erf", "fma", "cast", "cushow", "ballot", "vote_any", "vote_all", "match_any", "popc", "clz", "ffs", "brev"]

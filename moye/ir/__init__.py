@@ -8,7 +8,7 @@ values) and `Array`s (register and shared arrays). Operands are Values,
 Vars (read where they appear), Arrays or Python numbers (constants).
 
 The instruction set is code: one class per instruction, grouped by
-hardware feature (`arith`, `fastmath`, `memory`, `atomics`, `async_copy`, `warp`,
+hardware feature (`arith`, `bits`, `fastmath`, `memory`, `atomics`, `async_copy`, `warp`,
 `hopper`, `cluster`), each with named operands, its result type, whether it is pure
 and the architecture it needs (instr.py says how). The tracer builds the
 IR, `verify` checks it, `printer` prints it, and each backend has one
@@ -24,7 +24,7 @@ This package sits below the tracer: it imports only `moye.types`,
     >>> ir.INSTRUCTIONS["load"] is ir.Load, ir.Wgmma.arch, ir.Add.pure
     (True, 'sm_90a', True)
 """
-from . import arith, async_copy, atomics, cluster, fastmath, hopper, memory, warp
+from . import arith, async_copy, atomics, bits, cluster, fastmath, hopper, memory, warp
 from .lowering import LOWERINGS, lowering, lowering_of
 from .instr import (ARCHS, INSTRUCTIONS, For, If, Instr, Kernel, While, children, instructions,
                     instruction_class, operands_of, same_type, shared_bytes, symbol)
