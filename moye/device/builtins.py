@@ -350,4 +350,5 @@ __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "erf", "fma", "cast", "cushow", "ballot", "vote_any", "vote_all", "match_any", "popc", "clz", "ffs", "brev"]
+           "cos", "tanh", "erf", "fma", "cast", "cushow", "ballot", "vote_any", "vote_all",
+           "match_any", "popc", "clz", "ffs", "brev"]
