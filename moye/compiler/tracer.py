@@ -288,13 +288,26 @@ class Sym:
                 return 0
         return self._bin("mul", o, True)
 
+    def _int_div(self, other, reflected=False):
+        """a // b of integers, truncated toward zero as in C; a float refused
+        (C has no such division, and Python's floors)."""
+        if isinstance(other, float) or self.type.is_float or \
+                isinstance(other, Sym) and other.type.is_float:
+            a, b = (f"a {x.type} value" if isinstance(x, Sym) else repr(x)
+                    for x in ((other, self) if reflected else (self, other)))
+            raise KernelError(
+                f"{a} // {b}: // divides integers (toward zero, as in C), and one of these is "
+                "a float; write moye.floor(a / b) for Python's floor division, moye.trunc(a / "
+                "b) for C's")
+        return self._bin("div", other, reflected)
+
     def __floordiv__(self, o):
-        if isinstance(o, int) and o == 1:
+        if isinstance(o, int) and not isinstance(o, bool) and o == 1:
             return self
-        return self._bin("div", o)
+        return self._int_div(o)
 
     def __rfloordiv__(self, o):
-        return self._bin("div", o, True)
+        return self._int_div(o, True)
 
     def __truediv__(self, o):
         if not self.type.is_float and not isinstance(o, float) and \

@@ -191,6 +191,10 @@ cos = _math("cos", math.cos, "cosf")
 tanh = _math("tanh", math.tanh, "tanhf")
 erf = _math("erf", math.erf, "erff")
 fma = _math("fma", lambda a, b, c: a * b + c, "fmaf")
+floor = _math("floor", lambda x: float(np.floor(x)), "floorf")
+ceil = _math("ceil", lambda x: float(np.ceil(x)), "ceilf")
+trunc = _math("trunc", lambda x: float(np.trunc(x)), "truncf")
+rint = _math("rint", lambda x: float(np.rint(x)), "rintf (the nearest integer, halves to even)")
 
 
 def cast(x, dtype):
@@ -350,5 +354,5 @@ __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "erf", "fma", "cast", "cushow", "ballot", "vote_any", "vote_all",
-           "match_any", "popc", "clz", "ffs", "brev"]
+           "cos", "tanh", "erf", "fma", "floor", "ceil", "trunc", "rint", "cast", "cushow",
+           "ballot", "vote_any", "vote_all", "match_any", "popc", "clz", "ffs", "brev"]
