@@ -185,6 +185,13 @@ def operand_type(sym, other):
     return sym.type if sym.type.name != "Bool" else T.Int32
 
 
+def _shown(x):
+    """A kernel value or a number as an error names it."""
+    if not isinstance(x, Sym):
+        return repr(x)
+    return f"{'an' if x.type.name[0] in 'AEIO' else 'a'} {x.type} value"
+
+
 def _gcd_div(a, b):
     return math.gcd(a, b) if a and b else (a or b)
 
@@ -226,9 +233,68 @@ class Sym:
         raise KernelError(f"the dynamic value {self.value!r} is used where a static int is needed")
 
     def __int__(self):
-        raise KernelError(f"int() of the dynamic value {self.value!r}: it is only known at run time")
+        raise KernelError(f"int() of the dynamic value {self.value!r}: it is only known at run "
+                          "time (moye.cast(x, moye.Int32) converts it in the kernel)")
 
-    __float__ = __int__
+    def __float__(self):
+        raise KernelError(f"float() of the dynamic value {self.value!r}: it is only known at run "
+                          "time (moye.cast(x, moye.Float32) converts it in the kernel)")
+
+    def _rounded(self, fn):
+        """Python's math.floor, math.ceil, math.trunc and round of a kernel
+        value: an integer, as in Python (Int32; a float's rounding by
+        floorf, ceilf, truncf or rintf, then converted)."""
+        if not self.type.is_float:
+            return self
+        t = T.Float64 if self.type is T.Float64 else T.Float32
+        return Sym.cast(Sym(current().instr("call", (coerce(self, t),), t, fn=fn), t), T.Int32)
+
+    def __floor__(self):
+        return self._rounded("floor")
+
+    def __ceil__(self):
+        return self._rounded("ceil")
+
+    def __trunc__(self):
+        return self._rounded("trunc")
+
+    def __round__(self, ndigits=None):
+        if ndigits is not None:
+            raise KernelError(f"round() of the dynamic value {self.value!r} to {ndigits!r} "
+                              "digits: only round(x), to the nearest integer, is a kernel's")
+        return self._rounded("rint")             # halves to even, as Python's round
+
+    def __pow__(self, o):
+        """x ** n of a small static int n by multiplications (of x's type, as
+        Python's int ** int is an int); other exponents by powf (pow for a
+        Float64)."""
+        if isinstance(o, int) and not isinstance(o, bool) and 0 <= o <= 16:
+            result, square, n = 1, self, o
+            while n:
+                if n & 1:
+                    result = square * result
+                n >>= 1
+                if n:
+                    square = square * square
+            return result if isinstance(result, Sym) else Sym.cast(1, self.type)
+        return self._power(self, o)
+
+    def __rpow__(self, o):
+        return self._power(o, self)
+
+    @staticmethod
+    def _power(a, b):
+        if not isinstance(a, (Sym, int, float)) or not isinstance(b, (Sym, int, float)) or \
+                isinstance(a, bool) or isinstance(b, bool):
+            return NotImplemented
+        t = operand_type(a, b) if isinstance(a, Sym) else operand_type(b, a)
+        if not t.is_float:
+            raise KernelError(
+                f"{_shown(a)} ** {_shown(b)} of integers: a kernel takes x ** n for a static n "
+                "from 0 to 16 (multiplications), 1 << n for powers of two, and x ** y of floats "
+                "(powf)")
+        t = T.Float64 if t is T.Float64 else T.Float32
+        return Sym(current().instr("call", (coerce(a, t), coerce(b, t)), t, fn="pow"), t)
 
     # arithmetic -------------------------------------------------------------
     def _bin(self, op, other, reflected=False, result=None):
@@ -293,8 +359,7 @@ class Sym:
         (C has no such division, and Python's floors)."""
         if isinstance(other, float) or self.type.is_float or \
                 isinstance(other, Sym) and other.type.is_float:
-            a, b = (f"a {x.type} value" if isinstance(x, Sym) else repr(x)
-                    for x in ((other, self) if reflected else (self, other)))
+            a, b = (_shown(x) for x in ((other, self) if reflected else (self, other)))
             raise KernelError(
                 f"{a} // {b}: // divides integers (toward zero, as in C), and one of these is "
                 "a float; write moye.floor(a / b) for Python's floor division, moye.trunc(a / "

@@ -207,7 +207,7 @@ class Cast(Instr):
 
 class Call(Instr):
     """A math function `fn` (exp, exp2, log, log2, sqrt, rsqrt, sin, cos,
-    tanh, erf, fma, floor, ceil, trunc, rint) of floating-point
+    tanh, erf, fma, pow, floor, ceil, trunc, rint) of floating-point
     operands of the result's type."""
     op = "call"
     operands = ("*xs",)

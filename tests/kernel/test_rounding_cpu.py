@@ -111,3 +111,88 @@ def test_integer_division_truncates_and_float_remainder_is_fmod():
     int_div_mod_kernel[1, 4](q, r, fr, a, b, fa, fb)
     assert q.tolist() == [3, -3, -3, 3] and r.tolist() == [1, -1, 1, -1]
     assert fr.tolist() == np.fmod(fa, fb).tolist() == [1.5, -0.5, 1.5, -0.5]
+
+
+@moye.kernel
+def python_rounding_kernel(fl, ce, tr, ro, x):
+    """Python's math.floor, math.ceil, math.trunc and round of kernel values."""
+    t = moye.thread_idx.x
+    fl[t] = math.floor(x[t])
+    ce[t] = math.ceil(x[t])
+    tr[t] = math.trunc(x[t])
+    ro[t] = round(x[t])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_python_rounding_gives_integers(dtype):
+    """As in Python: an integer (Int32), round's halves to even; an
+    integer operand is itself."""
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7, -3.7, 7.0], dtype)
+    outs = [np.full(x.size, -99, np.int64) for _ in range(4)]
+    python_rounding_kernel[1, x.size](*outs, x)
+    for out, fn in zip(outs, (math.floor, math.ceil, math.trunc, round)):
+        assert out.tolist() == [fn(float(v)) for v in x], fn
+    traced = python_rounding_kernel.ir(*outs, x, block=x.size)
+    assert ("call" in traced and "Int32 = cast" in traced) == (dtype != np.int32), traced
+
+
+@moye.kernel
+def power_kernel(out, x, n: moye.Constexpr):
+    t = moye.thread_idx.x
+    out[t] = x[t] ** n
+
+
+@pytest.mark.parametrize("dtype, n", [(np.float32, 3), (np.int32, 5), (np.float64, 0),
+                                      (np.float32, 16), (np.float32, 2.5), (np.float64, -1),
+                                      (np.float32, -2)])
+def test_powers(dtype, n):
+    """x ** n of a static n from 0 to 16: multiplications, in x's type (an
+    integer stays one, as in Python); any other exponent: powf (pow)."""
+    x = np.array([1.5, 2.0, 3.0, 0.5, 7.0], dtype) if dtype != np.int32 else \
+        np.array([1, 2, -3, 4, 5], dtype)
+    out = np.zeros(x.size, np.float64)
+    power_kernel[1, x.size](out, x, n)
+    want = x.astype(np.float64) ** n
+    np.testing.assert_allclose(out, want, rtol=2e-7 if dtype == np.float32 else 1e-15)
+    traced = power_kernel.ir(out, x, n, block=x.size)
+    assert ("fn='pow'" in traced) == (not isinstance(n, int) or not 0 <= n <= 16), traced
+
+
+@moye.kernel
+def float_power_of_kernel(out, x):
+    t = moye.thread_idx.x
+    out[t] = 2.0 ** x[t]
+
+
+def test_a_number_to_a_kernel_value():
+    x = np.array([0.5, -1.0, 3.0], np.float32)
+    out = np.zeros(3, np.float32)
+    float_power_of_kernel[1, 3](out, x)
+    np.testing.assert_allclose(out, 2.0 ** x, rtol=2e-7)
+
+
+@moye.kernel
+def refused_kernel(out, x, which: moye.Constexpr):
+    t = moye.thread_idx.x
+    if which == 0:
+        out[t] = 2 ** x[t]
+    elif which == 1:
+        out[t] = x[t] ** -1
+    elif which == 2:
+        out[t] = round(x[t], 2)
+    elif which == 3:
+        out[t] = float(x[t])
+    else:
+        out[t] = int(x[t])
+
+
+@pytest.mark.parametrize("which, dtype, match", [
+    (0, np.int32, r"2 \*\* an Int32 value of integers: .*1 << n for powers of two"),
+    (1, np.int32, r"an Int32 value \*\* -1 of integers"),
+    (2, np.float32, r"round\(\) of the dynamic value .* to 2 digits"),
+    (3, np.float32, r"float\(\) of the dynamic value .*moye\.cast\(x, moye\.Float32\)"),
+    (4, np.float32, r"int\(\) of the dynamic value .*moye\.cast\(x, moye\.Int32\)"),
+])
+def test_what_a_kernel_cannot_compute_is_refused(which, dtype, match):
+    with pytest.raises(moye.MoyeError, match=r"test_rounding_cpu\.py:\d+: [\s\S]*" + match):
+        refused_kernel[1, 2](np.zeros(2, np.float32), np.ones(2, dtype), which)

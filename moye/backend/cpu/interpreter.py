@@ -90,7 +90,7 @@ _BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _cdiv, "mo
 _MATH = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
          "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
          "erf": np.vectorize(math.erf, otypes=[np.float64]), "fma": lambda a, b, c: a * b + c,
-         "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint}
+         "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint, "pow": np.power}
 
 
 class _Block:

@@ -49,11 +49,11 @@ _BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&"
 _MATH32 = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
            "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tanh": "tanhf", "erf": "erff",
            "fma": "fmaf", "floor": "floorf", "ceil": "ceilf", "trunc": "truncf",
-           "rint": "rintf"}
+           "rint": "rintf", "pow": "powf"}
 _MATH64 = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt",
            "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "erf": "erf",
            "fma": "fma", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
-           "rint": "rint"}
+           "rint": "rint", "pow": "pow"}
 
 
 def ctype(t):
