@@ -1,7 +1,7 @@
 """Atomics on global and shared memory, for kernel bodies: add, min, max,
-exchange and compare-and-swap, each giving the element's value before, and
-the fire-and-forget reductions red_add, red_min and red_max, which give
-nothing. The instructions, with their CUDA and CPU rules, are
+exchange, compare-and-swap, and, or and xor, each giving the element's
+value before, and the fire-and-forget reductions red_add, red_min,
+red_max, red_and, red_or and red_xor, which give nothing. The instructions, with their CUDA and CPU rules, are
 `ir/atomics.py`.
 
 Each takes an array in global memory (a kernel argument) or shared memory
@@ -167,6 +167,52 @@ def atomic_exch(array, index, value):
     return _atomic("atomic_exch", ir.AtomicExch, array, index, value)
 
 
+def atomic_and(array, index, value):
+    """Keep in `array[index]` only the bits also set in `value`, atomically,
+    and return the value before. CUDA: atomicAnd. Int32, UInt32, Int64, UInt64.
+        >>> import moye
+        >>> @moye.kernel
+        ... def clear(flags, drop):
+        ...     moye.atomic_and(flags, 0, ~drop[moye.thread_idx.x])
+        >>> flags = np.array([0b1111], np.uint32)
+        >>> clear[1, 2](flags, np.array([0b0001, 0b0100], np.uint32))
+        >>> bin(flags[0])
+        '0b1010'
+    """
+    return _atomic("atomic_and", ir.AtomicAnd, array, index, value)
+
+
+def atomic_or(array, index, value):
+    """Set in `array[index]` the bits set in `value`, atomically, and return
+    the value before. CUDA: atomicOr. Int32, UInt32, Int64, UInt64.
+        >>> import moye
+        >>> @moye.kernel
+        ... def seen(bitmap, keys):
+        ...     k = keys[moye.thread_idx.x]
+        ...     moye.atomic_or(bitmap, k // 32, moye.cast(1, moye.UInt32) << k % 32)
+        >>> bitmap = np.zeros(2, np.uint32)
+        >>> seen[1, 4](bitmap, np.array([3, 33, 3, 40], np.int32))
+        >>> [bin(w) for w in bitmap]
+        ['0b1000', '0b100000010']
+    """
+    return _atomic("atomic_or", ir.AtomicOr, array, index, value)
+
+
+def atomic_xor(array, index, value):
+    """Flip in `array[index]` the bits set in `value`, atomically, and return
+    the value before. CUDA: atomicXor. Int32, UInt32, Int64, UInt64.
+        >>> import moye
+        >>> @moye.kernel
+        ... def parity(out, x):
+        ...     moye.atomic_xor(out, 0, x[moye.thread_idx.x])
+        >>> out = np.zeros(1, np.int64)
+        >>> parity[1, 3](out, np.array([0b110, 0b011, 0b001], np.int64))
+        >>> out
+        array([4])
+    """
+    return _atomic("atomic_xor", ir.AtomicXor, array, index, value)
+
+
 def atomic_cas(array, index, compare, value):
     """Store `value` in `array[index]` if it equals `compare`, atomically, and
     return the value before either way. CUDA: atomicCAS. Int32, UInt32,
@@ -191,7 +237,7 @@ def _red(kind):
         if kind != "add" and pair:
             raise MoyeTypeError(f"{fn}: packed pairs are for red_add only")
         base, offset, elem = _element(fn, array, index, ir.Red if kind == "add" else
-                                      ir.AtomicMin, pair)
+                                      getattr(ir, "Atomic" + kind.capitalize()), pair)
         operand = _pack(fn, "value", value, elem) if pair else _scalar(fn, "value", value, elem)
         current().instr("red", (base, offset, operand), kind=kind, elem=elem,
                         width=2 if pair else 1)
@@ -236,6 +282,42 @@ red_max.__doc__ = """`array[index]` = max(it, `value`) atomically, returning not
         >>> out
         array([8])
     """
+red_and = _red("and")
+red_and.__doc__ = """`array[index]` &= `value` atomically, returning nothing. PTX:
+    red.and. The types of atomic_and.
+        >>> import moye
+        >>> @moye.kernel
+        ... def keep(out, x):
+        ...     moye.red_and(out, 0, x[moye.thread_idx.x])
+        >>> out = np.array([0b111], np.int32)
+        >>> keep[1, 2](out, np.array([0b110, 0b011], np.int32))
+        >>> out
+        array([2], dtype=int32)
+    """
+red_or = _red("or")
+red_or.__doc__ = """`array[index]` |= `value` atomically, returning nothing. PTX:
+    red.or. The types of atomic_or.
+        >>> import moye
+        >>> @moye.kernel
+        ... def any_bits(out, x):
+        ...     moye.red_or(out, 0, x[moye.thread_idx.x])
+        >>> out = np.zeros(1, np.uint64)
+        >>> any_bits[1, 2](out, np.array([1 << 40, 1], np.uint64))
+        >>> out == (1 << 40) + 1
+        array([ True])
+    """
+red_xor = _red("xor")
+red_xor.__doc__ = """`array[index]` ^= `value` atomically, returning nothing. PTX:
+    red.xor. The types of atomic_xor.
+        >>> import moye
+        >>> @moye.kernel
+        ... def flip(out, x):
+        ...     moye.red_xor(out, 0, x[moye.thread_idx.x])
+        >>> out = np.array([0b101], np.uint32)
+        >>> flip[1, 2](out, np.array([0b001, 0b100], np.uint32))
+        >>> out
+        array([0], dtype=uint32)
+    """
 
 
 def threadfence():
@@ -265,5 +347,6 @@ def threadfence():
     current().instr("threadfence", ())
 
 
-__all__ = ["atomic_add", "atomic_min", "atomic_max", "atomic_exch", "atomic_cas", "red_add",
-           "red_min", "red_max", "threadfence"]
+__all__ = ["atomic_add", "atomic_min", "atomic_max", "atomic_exch", "atomic_cas", "atomic_and",
+           "atomic_or", "atomic_xor", "red_add", "red_min", "red_max", "red_and", "red_or",
+           "red_xor", "threadfence"]

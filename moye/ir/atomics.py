@@ -1,5 +1,6 @@
-"""Atomic read-modify-write instructions on global and shared memory, and
-the fire-and-forget reduction `red`. The functions kernels call are in
+"""Atomic read-modify-write instructions on global and shared memory (add,
+min, max, exchange, compare-and-swap, and, or, xor), and the
+fire-and-forget reduction `red`. The functions kernels call are in
 `device/atomics.py`; each class's C++ and CPU rules follow it
 (`lowering.py` states their contract).
 
@@ -92,6 +93,24 @@ class AtomicExch(Atomic):
     TYPES = _INTS + _FLOATS
 
 
+class AtomicAnd(Atomic):
+    """atomicAnd(&ptr[index], value): the bits set in both; the element's value before."""
+    op = "atomic_and"
+    TYPES = _INTS
+
+
+class AtomicOr(Atomic):
+    """atomicOr(&ptr[index], value): the bits set in either; the element's value before."""
+    op = "atomic_or"
+    TYPES = _INTS
+
+
+class AtomicXor(Atomic):
+    """atomicXor(&ptr[index], value): the bits set in one; the element's value before."""
+    op = "atomic_xor"
+    TYPES = _INTS
+
+
 class AtomicCas(Atomic):
     """atomicCAS(&ptr[index], compare, value): stores value where the element
     equals compare (bit for bit), gives the value before either way."""
@@ -118,8 +137,9 @@ def _run_threadfence(b, s, mask):
 
 
 class Red(ReadModifyWrite):
-    """PTX red.{kind}: the atomic `kind` ("add", "min", "max") without a
-    result, which the memory system may complete later (fire and forget)."""
+    """PTX red.{kind}: the atomic `kind` ("add", "min", "max", "and", "or",
+    "xor") without a result, which the memory system may complete later
+    (fire and forget)."""
     op = "red"
     attributes = {"kind": "add", "elem": None, "width": 1}
     TYPES = _INTS + _FLOATS + _HALVES
@@ -128,12 +148,14 @@ class Red(ReadModifyWrite):
     def check(self):
         if self.kind not in _RED_KINDS:
             return f"red takes the kinds {', '.join(_RED_KINDS)}, not {self.kind!r}"
-        if self.kind != "add" and (self.width != 1 or self.elem in _HALVES):
-            return f"red.{self.kind} takes {', '.join(map(str, _INTS + _FLOATS))}, not {self.elem}"
+        types = _RED_KINDS[self.kind].TYPES
+        if self.kind != "add" and (self.width != 1 or self.elem not in types):
+            return f"red.{self.kind} takes {', '.join(map(str, types))}, not {self.elem}"
         return super().check()
 
 
-_RED_KINDS = {"add": AtomicAdd, "min": AtomicMin, "max": AtomicMax}
+_RED_KINDS = {"add": AtomicAdd, "min": AtomicMin, "max": AtomicMax, "and": AtomicAnd,
+              "or": AtomicOr, "xor": AtomicXor}
 
 
 # -- CUDA -------------------------------------------------------------------------------
@@ -141,7 +163,9 @@ _RED_KINDS = {"add": AtomicAdd, "min": AtomicMin, "max": AtomicMax}
 # double (atomicAdd also half and bfloat16, atomicMin/Max also long long); the
 # other types go through one of these as the same bits.
 _CUDA_FN = {AtomicAdd: "atomicAdd", AtomicMin: "atomicMin", AtomicMax: "atomicMax",
-            AtomicExch: "atomicExch", AtomicCas: "atomicCAS"}
+            AtomicExch: "atomicExch", AtomicCas: "atomicCAS", AtomicAnd: "atomicAnd",
+            AtomicOr: "atomicOr", AtomicXor: "atomicXor"}
+_BITWISE = (AtomicAnd, AtomicOr, AtomicXor)
 _BITS = {32: ("unsigned int", "__float_as_uint", "__uint_as_float"),
          64: ("unsigned long long", "__double_as_longlong", "__longlong_as_double")}
 _PAIR = {"Float16": "__half2", "BFloat16": "__nv_bfloat162"}
@@ -150,7 +174,7 @@ _PAIR = {"Float16": "__half2", "BFloat16": "__nv_bfloat162"}
 def _as_bits(cls, elem):
     """Whether `cls` runs on `elem` as an unsigned word of its bits."""
     if elem is T.Int64:
-        return cls in (AtomicAdd, AtomicExch, AtomicCas)
+        return cls in (AtomicAdd, AtomicExch, AtomicCas) + _BITWISE
     if elem is T.Float64:
         return cls in (AtomicExch, AtomicCas)
     return elem is T.Float32 and cls is AtomicCas
@@ -197,7 +221,7 @@ def _atomic_call(w, s, cls):
     return f"{_CUDA_FN[cls]}(&{ptr}[{idx}], {', '.join(values)})", w.ctype(elem)
 
 
-@lowering("cuda", AtomicAdd, AtomicMin, AtomicMax, AtomicExch, AtomicCas)
+@lowering("cuda", AtomicAdd, AtomicMin, AtomicMax, AtomicExch, AtomicCas, *_BITWISE)
 def _emit_atomic(w, s, ind, decl):
     cls = type(s)
     if cls in (AtomicMin, AtomicMax) and s.elem.is_float:
@@ -215,17 +239,20 @@ def _emit_atomic(w, s, ind, decl):
 
 
 # PTX red's types: .add takes u32, s32, u64, f32, f64 and (.noftz) f16x2; min and max
-# take u32, s32, u64, s64. The others (bf16, bf16x2 and f16 on sm_80, float min and
-# max) are their atomic with its result unused, which the compiler makes a red.
+# take u32, s32, u64, s64; and, or and xor b32 and b64. The others (bf16, bf16x2 and
+# f16 on sm_80, float min and max) are their atomic with its result unused, which the
+# compiler makes a red.
 _RED_PTX = {("add", "Int32"): "s32", ("add", "UInt32"): "u32", ("add", "Int64"): "u64",
             ("add", "UInt64"): "u64", ("add", "Float32"): "f32", ("add", "Float64"): "f64",
             ("min", "Int32"): "s32", ("min", "UInt32"): "u32", ("min", "Int64"): "s64",
             ("min", "UInt64"): "u64", ("max", "Int32"): "s32", ("max", "UInt32"): "u32",
-            ("max", "Int64"): "s64", ("max", "UInt64"): "u64"}
+            ("max", "Int64"): "s64", ("max", "UInt64"): "u64",
+            **{(k, t.name): f"b{t.bits}" for k in ("and", "or", "xor") for t in _INTS}}
 _PTX_CONSTRAINT = {"s32": "r", "u32": "r", "s64": "l", "u64": "l", "f32": "f", "f64": "d",
-                   "f16x2": "r"}
+                   "f16x2": "r", "b32": "r", "b64": "l"}
 _PTX_CTYPE = {"s32": "int", "u32": "uint32_t", "s64": "int64_t", "u64": "uint64_t",
-              "f32": "float", "f64": "double", "f16x2": "uint32_t"}
+              "f32": "float", "f64": "double", "f16x2": "uint32_t", "b32": "uint32_t",
+              "b64": "uint64_t"}
 
 
 @lowering("cuda", Red)
@@ -267,6 +294,9 @@ def _combine(cls, elem, old, value, compare=None):
         return np.fmax(old, value) if elem.is_float else np.maximum(old, value)
     if cls is AtomicExch:
         return value
+    if cls in _BITWISE:
+        op = {AtomicAnd: np.bitwise_and, AtomicOr: np.bitwise_or, AtomicXor: np.bitwise_xor}
+        return op[cls](old, value)
     return np.where(_bits(old) == _bits(compare), value, old)
 
 
@@ -315,7 +345,7 @@ def _thread(b, lane):
     return (t % x, t // x % y, t // (x * y))
 
 
-@lowering("cpu", AtomicAdd, AtomicMin, AtomicMax, AtomicExch, AtomicCas)
+@lowering("cpu", AtomicAdd, AtomicMin, AtomicMax, AtomicExch, AtomicCas, *_BITWISE)
 def _run_atomic(b, s, mask):
     old = _run(b, s, mask, type(s))
     result = old[:, 0] if s.width == 1 else np.ascontiguousarray(old).view(np.uint32)[:, 0]

@@ -1,4 +1,4 @@
-"""moye's atomics (atomic_add, _min, _max, _exch, _cas and red_*) on global and
+"""moye's atomics (atomic_add, _min, _max, _exch, _cas, _and, _or, _xor and red_*) on global and
 shared memory: on the CPU backend against NumPy run in thread order, with the
 race check on; the old values against order-free invariants; bad inputs; and
 every instruction compiled by NVRTC for sm_80 and sm_90a."""
@@ -15,8 +15,11 @@ BLOCK, BINS = 96, 5         # three warps onto five elements: many threads per a
 INTS = [np.int32, np.uint32, np.int64, np.uint64]
 FLOATS = [np.float32, np.float64]
 ATOMICS = {"add": moye.atomic_add, "min": moye.atomic_min, "max": moye.atomic_max,
-           "exch": moye.atomic_exch}
-REDS = {"add": moye.red_add, "min": moye.red_min, "max": moye.red_max}
+           "exch": moye.atomic_exch, "and": moye.atomic_and, "or": moye.atomic_or,
+           "xor": moye.atomic_xor}
+REDS = {"add": moye.red_add, "min": moye.red_min, "max": moye.red_max, "and": moye.red_and,
+        "or": moye.red_or, "xor": moye.red_xor}
+BITWISE = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
 @moye.kernel
@@ -52,7 +55,8 @@ def in_thread_order(op, init, idx, x, y=None):
             old[t] = cur = final[i]
             final[i] = {"add": lambda: cur + x[t], "min": lambda: np.fmin(cur, x[t]),
                         "max": lambda: np.fmax(cur, x[t]), "exch": lambda: x[t],
-                        "cas": lambda: x[t] if cur == y[t] else cur}[op]()
+                        "cas": lambda: x[t] if cur == y[t] else cur,
+                        **{k: lambda f=f: f(cur, x[t]) for k, f in BITWISE.items()}}[op]()
     return final, old
 
 
@@ -105,6 +109,23 @@ def test_red_matches_numpy(op, dtype):
     np.testing.assert_array_equal(out, final)
     np.testing.assert_array_equal(sout, final)
     assert (old == old[0]).all() and old[0] != 0            # red returns nothing: untouched
+
+
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("op", list(BITWISE))
+@pytest.mark.parametrize("red", [False, True])
+def test_bitwise_atomics_match_numpy_in_thread_order(op, dtype, red):
+    """and, or and xor of integers (the values before too, for the atomics);
+    in any order the element ends as its value combined with every thread's."""
+    idx, x, y, init, out, sout, old, sold = run_everywhere(op, dtype, red=red, seed=2)
+    final, want_old = in_thread_order(op, init, idx, x)
+    np.testing.assert_array_equal(out, final)
+    np.testing.assert_array_equal(sout, final)
+    if not red:
+        np.testing.assert_array_equal(old, want_old)
+        np.testing.assert_array_equal(sold, want_old)
+    for i in range(BINS):
+        assert out[i] == BITWISE[op].reduce(np.concatenate([[init[i]], x[idx == i]]))
 
 
 def check_order_free(op, init, idx, x, final, old):
@@ -361,6 +382,8 @@ MISUSES = {
     "odd pair": lambda a, x: moye.atomic_add(a, 3, (1.0, 2.0)),
     "dynamic pair": lambda a, x: moye.atomic_add(a, x[0], (1.0, 2.0)),
     "red pair": lambda a, x: moye.red_add(a, 0, (1.0, 2.0)),
+    "float and": lambda a, x: moye.atomic_and(a, 0, 1.0),
+    "float red xor": lambda a, x: moye.red_xor(a, 0, 1.0),
 }
 
 
@@ -378,6 +401,8 @@ def misuse(a, x, case: moye.Constexpr):
                                "BFloat16$"),
     ("pair max", np.float16, "red_max: packed pairs are for red_add only"),
     ("int8 red", np.int8, "holds Int8; red_min takes Int32"),
+    ("float and", np.float32, "holds Float32; atomic_and takes Int32, UInt32, Int64, UInt64$"),
+    ("float red xor", np.float64, "holds Float64; red_xor takes Int32, UInt32, Int64, UInt64$"),
     ("string", np.int32, "atomic_add: value must be a number, got 'yes'"),
     ("bool", np.int32, "atomic_max: value must be a number, got True"),
     ("float literal", np.int32, "atomic_exch: value is the float 1.5, but the array holds "
@@ -440,11 +465,13 @@ def all_ops(out, old, x, pair: moye.Constexpr):
             old[t] = moye.atomic_add(dst, t, x[t])
             moye.red_add(dst, t, x[t])
         else:
-            for op in ATOMICS.values():
-                old[t] = op(dst, t // 4, x[t])
+            for name, op in ATOMICS.items():
+                if name not in BITWISE or out.dtype.is_integer:
+                    old[t] = op(dst, t // 4, x[t])
             old[t] = moye.atomic_cas(dst, t // 4, x[t + 1], x[t])
-            for op in REDS.values():
-                op(dst, t // 4, x[t])
+            for name, op in REDS.items():
+                if name not in BITWISE or out.dtype.is_integer:
+                    op(dst, t // 4, x[t])
     moye.sync_threads()
     out[t] = smem[t]
 
@@ -460,6 +487,11 @@ def test_every_atomic_compiles_with_nvrtc(arch, dtype, pair):
     assert "atomicAdd(" in src
     if not pair and dtype in INTS:
         assert "atomicMin(" in src and "atomicCAS(" in src and "red.relaxed.gpu.shared.add" in src
+        bits = np.dtype(dtype).itemsize * 8
+        for op in BITWISE:
+            assert f"atomic{op.capitalize()}(" in src
+            assert f"red.relaxed.gpu.shared.{op}.b{bits}" in src
+            assert f"red.relaxed.gpu.global.{op}.b{bits}" in src
     BACKENDS["cuda"].compile_only(kernel, (64, 1, 1), arch)
 
 
