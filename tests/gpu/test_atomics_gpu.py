@@ -131,3 +131,28 @@ def test_packed_pairs(torch, name, red):
         got_old = old.double().cpu().numpy()
         check_order_free("add", init.double().cpu().numpy(), pair_idx.cpu().numpy(),
                          x.double().cpu().numpy(), want.cpu().numpy(), got_old)
+
+
+@pytest.mark.parametrize("red", [False, True])
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("op", ["and", "or", "xor"])
+def test_bitwise_atomics(torch, op, dtype, red):
+    """and, or and xor on global and shared memory: each element ends as its
+    value combined with every thread's (any order); an atomic's values
+    before are each the element's value combined with some of the others'."""
+    rng = np.random.default_rng(13)
+    idx = rng.integers(0, BINS, BLOCK).astype(np.int32)
+    x, init = random_values(rng, dtype, BLOCK, op), random_values(rng, dtype, BINS, op)
+    out, sout = _on_gpu(torch, init), _on_gpu(torch, init)
+    old, sold = _on_gpu(torch, np.full(BLOCK, 7, dtype)), _on_gpu(torch, np.full(BLOCK, 7, dtype))
+    everywhere[1, BLOCK](out, sout, old, sold, _on_gpu(torch, idx), _on_gpu(torch, x),
+                         _on_gpu(torch, x), op, red)
+    torch.cuda.synchronize()
+    final, _ = in_thread_order(op, init, idx, x)
+    np.testing.assert_array_equal(_back(out, dtype), final)
+    np.testing.assert_array_equal(_back(sout, dtype), final)
+    if not red and op == "or":          # or: each value before lies between init and final
+        for got_old in (_back(old, dtype), _back(sold, dtype)):
+            for t in range(BLOCK):
+                i = idx[t]
+                assert got_old[t] | init[i] == got_old[t] and got_old[t] | final[i] == final[i]
