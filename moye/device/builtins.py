@@ -52,6 +52,27 @@ def sync_threads():
     current().instr("barrier", ())
 
 
+def sync_warp():
+    """Barrier for the threads of this warp (CUDA's __syncwarp() with the full
+    mask), which every thread of the warp calls: a warp's threads do not run
+    in lock-step, so one lane's shared-memory writes reach another lane
+    after it (or a wider barrier).
+        >>> import moye
+        >>> @moye.kernel
+        ... def rotate(out, x):
+        ...     t = moye.thread_idx.x
+        ...     s = moye.shared_array(moye.Float32, 64)
+        ...     s[t] = x[t]
+        ...     moye.sync_warp()                    # each warp reads its own lanes
+        ...     out[t] = s[t // 32 * 32 + (t + 1) % 32]
+        >>> out = np.zeros(64, np.float32)
+        >>> rotate[1, 64](out, np.arange(64, dtype=np.float32))
+        >>> out[[0, 31, 32, 63]]
+        array([ 1.,  0., 33., 32.], dtype=float32)
+    """
+    current().instr("sync_warp", ())
+
+
 def shared_array(dtype, layout, align=128):
     """A block's shared-memory array of `dtype` with `layout` (MoYe's
     MoYeSharedArray). Blocks beyond 48 KB in total use dynamic shared memory."""
@@ -350,7 +371,8 @@ def match_any(value):
     return Sym(current().instr("match_any", (value.value,), T.UInt32), T.UInt32)
 
 
-__all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "shared_array",
+__all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "sync_warp",
+           "shared_array",
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",

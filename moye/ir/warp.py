@@ -1,5 +1,5 @@
 """Warp-collective instructions: ldmatrix/stmatrix, mma.sync, shfl.sync, vote.sync
-(ballot, any, all) and match.any.sync.
+(ballot, any, all), match.any.sync and __syncwarp.
 
 A *register list* is a base in local memory whose element type is the
 register type (UInt32 for PTX b32, Float32 for f32, Int32 for s32, Float64
@@ -178,6 +178,34 @@ def _pred_check(s):
     if t is None and not isinstance(s.pred, int) or t is not None and t is not T.Bool:
         return f"the predicate {s.pred!r} is {t or type(s.pred).__name__}, not Bool"
     return None
+
+
+class SyncWarp(Instr):
+    """__syncwarp() over the full warp (PTX bar.warp.sync 0xffffffff): the
+    warp's threads wait for each other, and what each did before comes
+    before what the others do after (a warp's threads need not run in
+    lock-step: shared memory written by one lane and read by another needs
+    it, or a wider barrier)."""
+    op = "sync_warp"
+
+
+@lowering("cuda", SyncWarp)
+def _emit_sync_warp(w, s, ind, decl):
+    w.emit(ind, "__syncwarp();")
+
+
+@lowering("cpu", SyncWarp)
+def _run_sync_warp(b, s, mask):
+    """The lanes run in lock-step here; each whole warp orders its accesses
+    for the race check, as a barrier of its own."""
+    warp, _, _ = _warps(b, s, mask, "sync_warp")
+    if b.race is not None:
+        for w in np.unique(warp[mask]):
+            lanes = np.nonzero(mask & (warp == w))[0]
+            key = ("sync_warp", int(w))
+            b.race.release(key, lanes)
+            b.race.complete(key)
+            b.race.acquire(key, lanes)
 
 
 class Vote(Instr):
