@@ -211,11 +211,63 @@ sin = _math("sin", math.sin, "sinf")
 cos = _math("cos", math.cos, "cosf")
 tanh = _math("tanh", math.tanh, "tanhf")
 erf = _math("erf", math.erf, "erff")
+exp10 = _math("exp10", lambda x: 10.0 ** x, "exp10f")
+expm1 = _math("expm1", math.expm1, "expm1f")
+log10 = _math("log10", math.log10, "log10f")
+log1p = _math("log1p", math.log1p, "log1pf")
+cbrt = _math("cbrt", lambda x: float(np.cbrt(x)), "cbrtf")
+tan = _math("tan", math.tan, "tanf")
+asin = _math("asin", math.asin, "asinf")
+acos = _math("acos", math.acos, "acosf")
+atan = _math("atan", math.atan, "atanf")
+atan2 = _math("atan2", math.atan2, "atan2f")
+sinh = _math("sinh", math.sinh, "sinhf")
+cosh = _math("cosh", math.cosh, "coshf")
+erfc = _math("erfc", math.erfc, "erfcf")
+hypot = _math("hypot", math.hypot, "hypotf")
+copysign = _math("copysign", math.copysign, "copysignf")
 fma = _math("fma", lambda a, b, c: a * b + c, "fmaf")
 floor = _math("floor", lambda x: float(np.floor(x)), "floorf")
 ceil = _math("ceil", lambda x: float(np.ceil(x)), "ceilf")
 trunc = _math("trunc", lambda x: float(np.trunc(x)), "truncf")
 rint = _math("rint", lambda x: float(np.rint(x)), "rintf (the nearest integer, halves to even)")
+
+
+def isnan(x):
+    """Whether x is a NaN (Bool; False for an integer). CUDA: isnan.
+        >>> import moye
+        >>> moye.isnan(float("nan")), moye.isnan(1.0)
+        (True, False)
+    """
+    return _float_test("isnan", x, math.isnan, lambda v: v != v)
+
+
+def isinf(x):
+    """Whether x is an infinity, either sign (Bool; False for an integer).
+    CUDA: isinf.
+        >>> import moye
+        >>> moye.isinf(-math.inf), moye.isinf(float("nan"))
+        (True, False)
+    """
+    return _float_test("isinf", x, math.isinf, lambda v: abs(v) == math.inf)
+
+
+def isfinite(x):
+    """Whether x is neither an infinity nor a NaN (Bool; True for an
+    integer). CUDA: isfinite.
+        >>> import moye
+        >>> moye.isfinite(1e38), moye.isfinite(math.inf)
+        (True, False)
+    """
+    return _float_test("isfinite", x, math.isfinite, lambda v: abs(v) < math.inf)
+
+
+def _float_test(fn, x, pyfn, test):
+    if isinstance(x, Sym):
+        return test(x) if x.type.is_float else fn == "isfinite"
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise MoyeTypeError(f"{fn}: x must be a number, got {x!r}")
+    return pyfn(x)
 
 
 def cast(x, dtype):
@@ -376,5 +428,7 @@ __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "sync_threads", "
            "cp_async_commit", "cp_async_wait", "cucopyto", "shfl_sync", "shfl_up_sync",
            "shfl_down_sync", "shfl_xor_sync", "lane_idx",
            "ifelse", "minimum", "maximum", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin",
-           "cos", "tanh", "erf", "fma", "floor", "ceil", "trunc", "rint", "cast", "cushow",
+           "cos", "tanh", "erf", "exp10", "expm1", "log10", "log1p", "cbrt", "tan", "asin", "acos",
+           "atan", "atan2", "sinh", "cosh", "erfc", "hypot", "copysign", "isnan", "isinf",
+           "isfinite", "fma", "floor", "ceil", "trunc", "rint", "cast", "cushow",
            "ballot", "vote_any", "vote_all", "match_any", "popc", "clz", "ffs", "brev"]

@@ -4,6 +4,10 @@ Arithmetic follows C on the operand types: the tracer casts both operands
 of a binary instruction to its result type first (comparisons: to a common
 type, the result is Bool).
 """
+import math
+
+import numpy as np
+
 from .. import types as T
 from .instr import Instr, same_type, type_of
 from .values import PtrType
@@ -205,10 +209,33 @@ class Cast(Instr):
         return None
 
 
+def _erf(f):
+    return np.vectorize(f, otypes=[np.float64])
+
+
+# fn -> (CUDA's Float32 function, its Float64 one, the CPU backend's, on float64 arrays)
+MATH = {
+    "exp": ("expf", "exp", np.exp), "exp2": ("exp2f", "exp2", np.exp2),
+    "exp10": ("exp10f", "exp10", lambda x: np.power(10.0, x)),
+    "expm1": ("expm1f", "expm1", np.expm1), "log": ("logf", "log", np.log),
+    "log2": ("log2f", "log2", np.log2), "log10": ("log10f", "log10", np.log10),
+    "log1p": ("log1pf", "log1p", np.log1p), "sqrt": ("sqrtf", "sqrt", np.sqrt),
+    "rsqrt": ("rsqrtf", "rsqrt", lambda x: 1 / np.sqrt(x)), "cbrt": ("cbrtf", "cbrt", np.cbrt),
+    "sin": ("sinf", "sin", np.sin), "cos": ("cosf", "cos", np.cos), "tan": ("tanf", "tan", np.tan),
+    "asin": ("asinf", "asin", np.arcsin), "acos": ("acosf", "acos", np.arccos),
+    "atan": ("atanf", "atan", np.arctan), "atan2": ("atan2f", "atan2", np.arctan2),
+    "sinh": ("sinhf", "sinh", np.sinh), "cosh": ("coshf", "cosh", np.cosh),
+    "tanh": ("tanhf", "tanh", np.tanh), "erf": ("erff", "erf", _erf(math.erf)),
+    "erfc": ("erfcf", "erfc", _erf(math.erfc)), "hypot": ("hypotf", "hypot", np.hypot),
+    "copysign": ("copysignf", "copysign", np.copysign),
+    "fma": ("fmaf", "fma", lambda a, b, c: a * b + c), "pow": ("powf", "pow", np.power),
+    "floor": ("floorf", "floor", np.floor), "ceil": ("ceilf", "ceil", np.ceil),
+    "trunc": ("truncf", "trunc", np.trunc), "rint": ("rintf", "rint", np.rint)}
+
+
 class Call(Instr):
-    """A math function `fn` (exp, exp2, log, log2, sqrt, rsqrt, sin, cos,
-    tanh, erf, fma, pow, floor, ceil, trunc, rint) of floating-point
-    operands of the result's type."""
+    """A math function `fn` of MATH (exp, log, sin, pow, floor, ...) of
+    floating-point operands of the result's type."""
     op = "call"
     operands = ("*xs",)
     attributes = {"fn": None}
@@ -216,6 +243,9 @@ class Call(Instr):
 
     def result_type(self):
         return self.result.type
+
+    def check(self):
+        return None if self.fn in MATH else f"no math function {self.fn!r} (MATH has them)"
 
 
 class Special(Instr):

@@ -34,8 +34,6 @@ phases of mbarriers and named barriers, tracked with vector clocks), and
 accesses to shared memory a cp.async or TMA load has not finished writing
 (with both lines; race.py).
 """
-import math
-
 import numpy as np
 
 from ...errors import MoyeError
@@ -87,10 +85,6 @@ _BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _cdiv, "mo
         "shl": np.left_shift, "shr": np.right_shift, "lt": np.less, "le": np.less_equal,
         "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
         "min": np.minimum, "max": np.maximum}
-_MATH = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-         "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-         "erf": np.vectorize(math.erf, otypes=[np.float64]), "fma": lambda a, b, c: a * b + c,
-         "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint, "pow": np.power}
 
 
 class _Block:
@@ -405,7 +399,7 @@ def _cast(b, s, mask):
 def _call(b, s, mask):
     with np.errstate(all="ignore"):
         args = [b.vec(x).astype(np.float64) for x in s.xs]
-        b.set(s.result, _MATH[s.fn](*args).astype(_result_dtype(s)))
+        b.set(s.result, ir.arith.MATH[s.fn][2](*args).astype(_result_dtype(s)))
 
 
 @implements(ir.Special)

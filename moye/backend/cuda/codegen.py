@@ -45,16 +45,6 @@ _BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&"
           "xor": "^", "shl": "<<", "shr": ">>", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
           "eq": "==", "ne": "!="}
 
-# the accurate functions: the fast forms are ir.Approx (fast_math)
-_MATH32 = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
-           "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tanh": "tanhf", "erf": "erff",
-           "fma": "fmaf", "floor": "floorf", "ceil": "ceilf", "trunc": "truncf",
-           "rint": "rintf", "pow": "powf"}
-_MATH64 = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt",
-           "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "erf": "erf",
-           "fma": "fma", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
-           "rint": "rint", "pow": "pow"}
-
 
 def ctype(t):
     if isinstance(t, ir.PtrType):
@@ -384,8 +374,8 @@ def _emit_cast(w, s, ind, decl):
 @emits(ir.Call)
 def _emit_call(w, s, ind, decl):
     rt = s.result.type
-    table = _MATH64 if rt.name == "Float64" else _MATH32
-    w.emit(ind, f"{decl}{table[s.fn]}({', '.join(w.arg(x, rt) for x in s.xs)});")
+    name = ir.arith.MATH[s.fn][1 if rt.name == "Float64" else 0]
+    w.emit(ind, f"{decl}{name}({', '.join(w.arg(x, rt) for x in s.xs)});")
 
 
 @emits(ir.Special)
