@@ -1,8 +1,8 @@
 """Atomics on global and shared memory, for kernel bodies: add, min, max,
 exchange, compare-and-swap, and, or and xor, each giving the element's
 value before, and the fire-and-forget reductions red_add, red_min,
-red_max, red_and, red_or and red_xor, which give nothing. The instructions, with their CUDA and CPU rules, are
-`ir/atomics.py`.
+red_max, red_and, red_or and red_xor, which give nothing. The
+instructions, with their CUDA and CPU rules, are `ir/atomics.py`.
 
 Each takes an array in global memory (a kernel argument) or shared memory
 (`moye.shared_array`) and an index or coordinate through its layout, as
