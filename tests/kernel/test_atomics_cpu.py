@@ -1,7 +1,8 @@
 """moye's atomics (atomic_add, _min, _max, _exch, _cas, _and, _or, _xor and
-red_*) on global and shared memory: on the CPU backend against NumPy run in thread order, with the
-race check on; the old values against order-free invariants; bad inputs; and
-every instruction compiled by NVRTC for sm_80 and sm_90a."""
+red_*) on global and shared memory: on the CPU backend against NumPy run in
+thread order, with the race check on; the old values against order-free
+invariants; bad inputs; and every instruction compiled by NVRTC for sm_80
+and sm_90a."""
 import ml_dtypes
 import numpy as np
 import pytest
