@@ -30,6 +30,15 @@ def lowers_atoms(copy, copy_if, mma):
     ATOM_LOWERING.update(copy=copy, copy_if=copy_if, mma=mma)
 
 
+def index_operand(idx):
+    """An element index as an instruction's operand: Int32, or Int64 where
+    its math is 64-bit (an array whose offsets pass 2**31: the binder's
+    64-bit indices), which 32 bits would wrap."""
+    if not isinstance(idx, Sym):
+        return idx
+    return coerce(idx, T.Int64 if idx.type.bits == 64 else T.Int32)
+
+
 class PointerEngine:
     """Elements of `dtype` at `base` (a pointer Value or an ir.Array) + `offset`.
     `align` is the byte alignment known for `base`."""
@@ -54,7 +63,7 @@ class PointerEngine:
         return idx
 
     def _idx_operand(self, idx):
-        return coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
+        return index_operand(idx)
 
     def load(self, i, width=1):
         idx = self._index(i)

@@ -21,7 +21,7 @@ import numbers
 
 from .. import ir
 from .. import types as T
-from ..compiler.memory import PointerEngine, register_allocate
+from ..compiler.memory import PointerEngine, index_operand, register_allocate
 from ..compiler.tracer import KernelError, Sym, coerce, current
 from ..errors import MoyeTypeError
 
@@ -48,8 +48,7 @@ def _element(fn, array, index, cls, pair):
     if pair and isinstance(offset, int) and offset % 2:
         raise KernelError(f"{fn}: a packed pair starts at an even element (4-byte aligned), "
                           f"but index {index!r} is element {offset}")
-    offset = coerce(offset, T.Int32) if isinstance(offset, Sym) else offset
-    return engine.base, offset, elem
+    return engine.base, index_operand(offset), elem
 
 
 def _scalar(fn, name, x, elem):

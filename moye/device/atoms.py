@@ -10,7 +10,8 @@ registers (two f16 in a b32, ...) in register fragments.
 from .. import types as T
 from ..array import copyto, make_fragment_like
 from ..compiler.control import if_
-from ..compiler.memory import PointerEngine, copy_elements, lowers_atoms, register_allocate
+from ..compiler.memory import (PointerEngine, copy_elements, index_operand, lowers_atoms,
+                               register_allocate)
 from ..compiler.tracer import KernelError, Sym, coerce, divisor_of, current
 from ..layout import size
 from ..tiled.predicated import atom_slice
@@ -19,8 +20,6 @@ from .fragments import (REGISTER_TYPES, atom_instances, gemm_extents, is_run, re
 from .wgmma import wgmma_atom
 
 
-def _operand(x):
-    return coerce(x, T.Int32) if isinstance(x, Sym) else x
 
 
 # -- copies ----------------------------------------------------------------------------
@@ -95,7 +94,7 @@ def _cp_async(atom, dst, src, pred=None):
     for i, ((srel, sfirst), (drel, dfirst)) in enumerate(zip(s_inst, d_inst)):
         _contiguous(src.engine, srel, sfirst, nbytes, what, "source")
         _contiguous(dst.engine, drel, dfirst, nbytes, what, "destination")
-        args = (dst.engine.base, _operand(dfirst), src.engine.base, _operand(sfirst))
+        args = (dst.engine.base, index_operand(dfirst), src.engine.base, index_operand(sfirst))
         if pred is not None:
             p = pred[i] if isinstance(pred, list) else pred
             if p is False or (isinstance(p, int) and not isinstance(p, Sym) and not p):
@@ -133,10 +132,10 @@ def _matrix(atom, dst, src, kind):
         if len(words) != count:
             raise KernelError(f"{what}: {len(words)} registers per atom, expected {count}")
         if kind == "ldsm":
-            current().instr("ldmatrix", (base, words, mem.engine.base, _operand(mfirst)),
+            current().instr("ldmatrix", (base, words, mem.engine.base, index_operand(mfirst)),
                             count=count, trans=trans)
         else:
-            current().instr("stmatrix", (mem.engine.base, _operand(mfirst), base, words),
+            current().instr("stmatrix", (mem.engine.base, index_operand(mfirst), base, words),
                             count=count, trans=trans)
 
 

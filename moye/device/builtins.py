@@ -12,7 +12,7 @@ from ..array import MoYeArray
 from ..errors import MoyeTypeError
 from ..layout import Layout, cosize, size
 from .. import ir
-from ..compiler.memory import PointerEngine, copy_elements, vector_split
+from ..compiler.memory import PointerEngine, copy_elements, index_operand, vector_split
 from ..compiler.tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
                                tracing, user_location)
 from .fastmath import FAST_FORMS, exp2_host, exp_host
@@ -129,8 +129,8 @@ def cucopyto(dst, src):
                     di, si = d.offset + split[1]((0, j)), s_.offset + split[2]((0, j))
                 else:       # no common vector: one cp.async per element of 4 or 8 bytes
                     di, si = d.offset + dst.layout(j), s_.offset + src.layout(j)
-                b.instr("cp_async", (d.base, _index(di), s_.base, _index(si)), bytes=nbytes,
-                        cache="cg" if nbytes == 16 else "ca")
+                b.instr("cp_async", (d.base, index_operand(di), s_.base, index_operand(si)),
+                        bytes=nbytes, cache="cg" if nbytes == 16 else "ca")
             return dst
     copy_elements(d, dst.layout, s_, src.layout)
     return dst
