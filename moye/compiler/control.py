@@ -839,16 +839,24 @@ def ifexp(cond, a, b):
     return a() if cond else b()
 
 
+def _fold(op, args, kw):
+    """Python's min or max of kernel values, two or more or one sequence of
+    them (no key): a chain of the kernel's min or max, left to right."""
+    values = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+    if kw or len(values) < 2 or not any(isinstance(v, Sym) for v in values):
+        return (builtins.min if op == "min" else builtins.max)(*args, **kw)
+    out = values[0]
+    for v in values[1:]:
+        out = sym_minmax(op, out, v)
+    return out
+
+
 def min_(*args, **kw):
-    if len(args) == 2 and not kw and (isinstance(args[0], Sym) or isinstance(args[1], Sym)):
-        return sym_minmax("min", *args)
-    return builtins.min(*args, **kw)
+    return _fold("min", args, kw)
 
 
 def max_(*args, **kw):
-    if len(args) == 2 and not kw and (isinstance(args[0], Sym) or isinstance(args[1], Sym)):
-        return sym_minmax("max", *args)
-    return builtins.max(*args, **kw)
+    return _fold("max", args, kw)
 
 
 def jump_base():

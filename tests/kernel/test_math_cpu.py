@@ -98,3 +98,23 @@ def test_float_tests_of_numbers_and_bad_arguments():
     assert (moye.isnan(math.nan), moye.isinf(3), moye.isfinite(-math.inf)) == (True, False, False)
     with pytest.raises(moye.MoyeTypeError, match=r"isnan: x must be a number, got 'x'"):
         moye.isnan("x")
+
+
+@moye.kernel
+def min_max_kernel(lo, hi, seq, x, y, z):
+    t = moye.thread_idx.x
+    lo[t] = min(x[t], y[t], z[t])
+    hi[t] = max(x[t], 0.5, z[t])
+    seq[t] = max([x[t], y[t]]) - min((y[t], z[t], 1.0))
+
+
+def test_python_min_and_max_of_many_kernel_values():
+    """Python's min and max of two or more kernel values, or of one list or
+    tuple of them, chain the kernel's min and max."""
+    rng = np.random.default_rng(9)
+    x, y, z = (rng.standard_normal(40).astype(np.float32) for _ in range(3))
+    lo, hi, seq = (np.full(40, np.nan, np.float32) for _ in range(3))
+    min_max_kernel[1, 40](lo, hi, seq, x, y, z)
+    np.testing.assert_array_equal(lo, np.minimum(np.minimum(x, y), z))
+    np.testing.assert_array_equal(hi, np.maximum(np.maximum(x, 0.5), z))
+    np.testing.assert_array_equal(seq, np.maximum(x, y) - np.minimum(np.minimum(y, z), 1.0))
