@@ -232,6 +232,17 @@ class Sym:
     def __index__(self):
         raise KernelError(f"the dynamic value {self.value!r} is used where a static int is needed")
 
+    def __getitem__(self, index, value=None):
+        raise KernelError(f"{_shown(self)} is a number, not an array: it has no elements to "
+                          f"index with {_shown(index)} (an array argument is a NumPy array or "
+                          "a tensor; a number passed for it is a scalar)")
+
+    __setitem__ = __getitem__
+
+    def __iter__(self):
+        raise KernelError(f"{_shown(self)} is a number, not an array or a sequence: "
+                          "there is nothing to iterate over")
+
     def __int__(self):
         raise KernelError(f"int() of the dynamic value {self.value!r}: it is only known at run "
                           "time (moye.cast(x, moye.Int32) converts it in the kernel)")

@@ -175,3 +175,16 @@ def test_recast_keeps_offsets_in_elements_not_bits():
     assert np.isnan(y[[0, 1, 3]]).all()
     src = rows16.cuda_source(y, x, 2, block=8)
     assert not re.search(r"\* 16;", src) and not re.search(r"/ 128;", src)
+
+
+@moye.kernel
+def index_a_number_kernel(out, x):
+    t = moye.thread_idx.x
+    out[t] = x[t]
+
+
+def test_a_number_passed_for_an_array_is_refused_when_indexed():
+    with pytest.raises(moye.KernelError, match=r"test_trace\.py:\d+: out\[t\] = x\[t\]\n  "
+                       r"KernelError: a Float32 value is a number, not an array: it has no "
+                       r"elements to index with an Int32 value"):
+        index_a_number_kernel[1, 4](np.zeros(4, np.float32), np.float32(3))
