@@ -1,0 +1,115 @@
+"""Session 34's additions to the kernel language on a GPU: popc, clz, ffs
+and brev of every integer type exactly; floor, ceil, trunc and rint exactly;
+every math function within CUDA's documented ulps; x ** y; min and max of
+many values; sync_warp ordering a warp's exchange; loads, stores, atomics
+and cp.async past 2**31 elements."""
+import math
+
+import numpy as np
+import pytest
+
+from moye import ir
+
+from ..kernel.test_bits_cpu import FNS as BIT_FNS, bits_kernel, reference, samples
+from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
+from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
+from ..kernel.test_sync_warp_cpu import exchange_kernel
+from ..kernel.test_wide_indices_cpu import FAR, far_atomic_kernel, far_copy_kernel, far_kernel
+
+pytestmark = pytest.mark.gpu
+
+
+def cuda(torch, a):
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64])
+def test_bits(torch, dtype):
+    x = samples(dtype)
+    bits = np.dtype(dtype).itemsize * 8
+    outs = [cuda(torch, np.full(x.size, -7, np.int32)) for _ in range(3)] + \
+        [cuda(torch, np.zeros(x.size, dtype))]
+    bits_kernel[1, x.size](*outs, cuda(torch, x))
+    torch.cuda.synchronize()
+    for fn, out in zip(BIT_FNS, outs):
+        got = out.cpu().numpy()
+        got = [int(v) % 2 ** bits for v in got] if fn == "brev" else got.tolist()
+        assert got == [reference(fn, v, bits) for v in x], fn
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fn", ROUNDING)
+def test_rounding_exactly(torch, fn, dtype):
+    x = float_samples(dtype)
+    out = cuda(torch, np.full(x.size, 7.0, dtype))
+    rounding_kernel[1, x.size](out, cuda(torch, x), fn)
+    torch.cuda.synchronize()
+    got, want = out.cpu().numpy(), ROUNDING[fn](x)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+# CUDA's maximum ulp errors (CUDA C++ Programming Guide, "Mathematical Functions"), Float32
+ULPS32 = {"exp": 2, "exp2": 2, "exp10": 2, "expm1": 1, "log": 1, "log2": 1, "log10": 2,
+          "log1p": 1, "sqrt": 0, "rsqrt": 2, "cbrt": 1, "sin": 2, "cos": 2, "tan": 4,
+          "asin": 2, "acos": 2, "atan": 2, "atan2": 3, "sinh": 3, "cosh": 2, "tanh": 2,
+          "erf": 2, "erfc": 4, "hypot": 3, "copysign": 0, "fma": 0, "pow": 4, "floor": 0,
+          "ceil": 0, "trunc": 0, "rint": 0}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_math_within_cudas_ulps(torch, fn, dtype):
+    a, b, c = operands(fn, dtype)
+    n = ARITY.get(fn, 1)
+    out = cuda(torch, np.full(a.size, np.nan, dtype))
+    math_kernel[1, a.size](out, cuda(torch, a), cuda(torch, b), cuda(torch, c), fn, n)
+    torch.cuda.synchronize()
+    got = out.cpu().numpy()
+    want = ir.arith.MATH[fn][2](*(x.astype(np.float64) for x in (a, b, c)[:n]))
+    ulp = np.spacing(np.abs(want).astype(dtype)).astype(np.float64)
+    limit = (ULPS32[fn] + 1) * ulp if dtype == np.float32 else 6 * ulp   # + 1: want's rounding
+    assert (np.abs(got - want) <= limit + 1e-300).all(), (fn, np.abs(got - want) / ulp)
+
+
+def test_min_and_max_of_many(torch):
+    rng = np.random.default_rng(9)
+    x, y, z = (rng.standard_normal(40).astype(np.float32) for _ in range(3))
+    lo, hi, seq = (cuda(torch, np.full(40, np.nan, np.float32)) for _ in range(3))
+    min_max_kernel[1, 40](lo, hi, seq, *(cuda(torch, v) for v in (x, y, z)))
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(lo.cpu().numpy(), np.minimum(np.minimum(x, y), z))
+    np.testing.assert_array_equal(hi.cpu().numpy(), np.maximum(np.maximum(x, 0.5), z))
+
+
+def test_sync_warp_orders_a_warp_exchange(torch):
+    x = np.random.default_rng(3).standard_normal(128 * 64).astype(np.float32)
+    for b in range(64):             # many blocks, one launch each: the exchange every time
+        out = cuda(torch, np.full(128, np.nan, np.float32))
+        exchange_kernel[1, 128](out, cuda(torch, x[128 * b: 128 * b + 128]), True, False)
+        torch.cuda.synchronize()
+        t = np.arange(128)
+        np.testing.assert_array_equal(out.cpu().numpy(), x[128 * b + t // 32 * 32 + (t + 1) % 32])
+
+
+def test_accesses_past_two_to_the_31(torch):
+    """2 GiB of bytes (8 GiB of int32 for the atomics): the offsets past 2**31
+    reach their elements, not wrapped ones."""
+    x = torch.zeros(FAR + 64, dtype=torch.uint8, device="cuda")
+    out = torch.zeros_like(x)
+    x[FAR] = 41
+    far_kernel[1, 1](out, x, FAR)
+    torch.cuda.synchronize()
+    assert int(out[FAR]) == 42 and int(out.sum()) == 42
+    start = 2 ** 31 + 16
+    x[start: start + 16] = torch.arange(1, 17, dtype=torch.uint8, device="cuda")
+    small = torch.zeros(16, dtype=torch.uint8, device="cuda")
+    far_copy_kernel[1, 16](small, x, start)
+    torch.cuda.synchronize()
+    assert small.tolist() == list(range(1, 17))
+    del x, out
+    counts = torch.zeros(FAR + 16, dtype=torch.int32, device="cuda")
+    far_atomic_kernel[1, 2](counts, FAR)
+    torch.cuda.synchronize()
+    assert int(counts[FAR]) == 6 and int(counts[FAR + 1]) == 8 and int(counts.sum()) == 14
+    assert math.isfinite(float(counts.float().mean()))
