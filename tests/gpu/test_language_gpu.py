@@ -113,3 +113,17 @@ def test_accesses_past_two_to_the_31(torch):
     torch.cuda.synchronize()
     assert int(counts[FAR]) == 6 and int(counts[FAR + 1]) == 8 and int(counts.sum()) == 14
     assert math.isfinite(float(counts.float().mean()))
+
+
+def test_an_op_past_two_to_the_31(torch):
+    """moye.ops.softmax of a float16 tensor of more than 2**31 elements (4
+    GiB): the rows on both sides of element 2**31 against torch's."""
+    from moye import ops
+    n = 4096
+    m = 2 ** 31 // n + 2
+    x = torch.randn(m, n, device="cuda", dtype=torch.float16)
+    y = ops.softmax(x)
+    torch.cuda.synchronize()
+    for rows in (slice(0, 2), slice(2 ** 31 // n - 2, m)):
+        want = torch.softmax(x[rows].float(), -1)
+        torch.testing.assert_close(y[rows].float(), want, rtol=2e-3, atol=1e-5)
