@@ -839,6 +839,21 @@ def ifexp(cond, a, b):
     return a() if cond else b()
 
 
+def assert_(cond, message=None):
+    """Python's `assert cond, message` in a kernel: of a static condition,
+    Python's (an AssertionError while tracing, the message made only
+    then); of a run-time one, checked by every thread when the kernel runs
+    (ir.Assert; the message, made now, must not need run-time values)."""
+    if not isinstance(cond, Sym):
+        if not cond:
+            raise AssertionError(*(() if message is None else (message(),)))
+        return
+    text = "" if message is None else message()
+    if not isinstance(text, str):
+        text = repr(text)
+    current().instr("assert", (_as_bool(cond).value,), message=text)
+
+
 def _fold(op, args, kw):
     """Python's min or max of kernel values, two or more or one sequence of
     them (no key): a chain of the kernel's min or max, left to right."""

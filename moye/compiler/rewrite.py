@@ -30,7 +30,8 @@ folded from its end, so the rewrite takes time linear in the kernel.
 to unrolling while tracing: control.for_loop.)
 
 `and`/`or`/`not`, `x if c else y`, chained comparisons and `min`/`max`
-are rewritten so they work on dynamic values too. `break`/`continue` and
+are rewritten so they work on dynamic values too, and so is `assert`: of a
+run-time condition it is checked when the kernel runs. `break`/`continue` and
 `return` are checked: inside dynamic control flow they are errors (a helper
 function's `return`, only inside the control flow it opened itself). After
 a loop its variable is as Python leaves it if the loop was static, and has
@@ -412,6 +413,12 @@ class _Rewriter(ast.NodeTransformer):
                       ast.Name(base, ast.Load()) if base else ast.Constant(None))
         return [ast.copy_location(ast.Expr(check), node), self.generic_visit(node)]
 
+    def visit_Assert(self, node):
+        self.generic_visit(node)
+        message = ast.Lambda(_no_args(), node.msg) if node.msg is not None else \
+            ast.Constant(None)
+        return ast.copy_location(ast.Expr(_call("assert_", node.test, message)), node)
+
     # expressions ---------------------------------------------------------
     def visit_BoolOp(self, node):
         self.generic_visit(node)
@@ -455,7 +462,7 @@ def _as_written(stmt):
     """Whether the rewrite leaves `stmt` as it is: a simple statement none of
     whose expressions the visit_ methods above change (and, or, not, x if c
     else y, chained comparisons, min and max), which need not be visited."""
-    if not isinstance(stmt, _SIMPLE):
+    if not isinstance(stmt, _SIMPLE) or type(stmt) is ast.Assert:
         return False
     for n in _walk(stmt):
         t = type(n)

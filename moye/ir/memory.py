@@ -112,6 +112,15 @@ class Print(Instr):
     attributes = {"fmt": ""}
 
 
+class Assert(Instr):
+    """Python's `assert cond, message` of a run-time Bool: a thread whose
+    cond is false stops the kernel, naming the line, the message and
+    itself (CUDA: printf, then __trap(); the launch fails)."""
+    op = "assert"
+    operands = ("cond",)
+    attributes = {"message": ""}
+
+
 class Asm(Instr):
     """A line of inline assembly, `text`, as it is."""
     op = "asm"

@@ -127,3 +127,38 @@ def test_an_op_past_two_to_the_31(torch):
     for rows in (slice(0, 2), slice(2 ** 31 // n - 2, m)):
         want = torch.softmax(x[rows].float(), -1)
         torch.testing.assert_close(y[rows].float(), want, rtol=2e-3, atol=1e-5)
+
+
+ASSERT_SCRIPT = """
+import numpy as np, torch, moye
+from tests.kernel.test_assert_cpu import assert_kernel
+x = torch.arange(64, dtype=torch.float32, device="cuda")
+out = torch.zeros(64, device="cuda")
+assert_kernel[1, 64](out, x, 64)
+torch.cuda.synchronize()
+print("passed", flush=True)
+x[5] = -1.0
+try:
+    assert_kernel[1, 64](out, x, 64)
+    torch.cuda.synchronize()
+    print("no error", flush=True)
+except Exception as e:
+    print("raised", type(e).__name__, flush=True)
+"""
+
+
+def test_a_failing_assert_traps_on_the_gpu(torch):
+    """In a process of its own (a trap leaves the CUDA context unusable): the
+    failing thread prints the line, the message and itself, and the launch
+    (or the next synchronization) fails."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = subprocess.run([sys.executable, "-c", ASSERT_SCRIPT], capture_output=True, text=True,
+                         cwd=root, env=env, timeout=300)
+    text = run.stdout + run.stderr
+    assert "passed" in run.stdout and "raised" in run.stdout, text
+    assert "assert v >= 0.0, \"a negative square\": assertion failed: a negative square " \
+           "(thread (5, 0, 0) of block (0, 0, 0))" in text, text

@@ -465,6 +465,17 @@ def _print(b, s, mask):
         print(s.fmt.replace("%lld", "%d") % tuple(v[lane] for v in vals), end="")
 
 
+@implements(ir.Assert)
+def _assert(b, s, mask):
+    failed = mask & ~b.vec(s.cond).astype(bool)
+    if failed.any():
+        lane, more = int(np.nonzero(failed)[0][0]), int(failed.sum()) - 1
+        raise KernelRuntimeError(
+            f"{_where(s.loc)}\n  assertion failed" + (f": {s.message}" if s.message else "")
+            + f" (thread {b._tid(lane)} of block {b._bid(lane)}"
+            + (f", and {more} more thread{'s' if more > 1 else ''})" if more else ")"))
+
+
 @implements(ir.Comment)
 def _comment(b, s, mask):
     pass

@@ -432,6 +432,18 @@ def _emit_print(w, s, ind, decl):
     w.emit(ind, f'printf("{fmt}"{args});')
 
 
+@emits(ir.Assert)
+def _emit_assert(w, s, ind, decl):
+    text = f"{ir.where(s.loc)}: assertion failed" + (f": {s.message}" if s.message else "")
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") \
+        .replace("%", "%%")
+    w.emit(ind, f"if (!({w.operand(s.cond)})) {{")
+    w.emit(ind, f'  printf("{text} (thread (%d, %d, %d) of block (%d, %d, %d))\\n", '
+                "threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z);")
+    w.emit(ind, "  __trap();")
+    w.emit(ind, "}")
+
+
 @emits(ir.Asm)
 def _emit_asm(w, s, ind, decl):
     w.emit(ind, s.text)
