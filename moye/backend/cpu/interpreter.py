@@ -524,12 +524,11 @@ def run_kernel(kernel, grid, block, params, race_check=False, cluster=None):
     cluster.py)."""
     ids = cluster_order(grid, cluster)         # the blocks of a cluster run in one batch
     threads = block[0] * block[1] * block[2]
-    alone = race_check or any(isinstance(s, (ir.MbarrierWait, ir.MbarrierTryWait))
-                              for s in ir.instructions(kernel.body))
+    body = list(ir.instructions(kernel.body))
+    alone = race_check or any(isinstance(s, (ir.MbarrierWait, ir.MbarrierTryWait)) for s in body)
     # named barriers at run-time ids (a warpgroup's own, CUTLASS's way): each warp a context
     # of its own from the start, which goes on while the others wait at theirs; each
     # warpgroup where the kernel has wgmma (its four warps issue one together)
-    body = list(ir.instructions(kernel.body))
     apart = any(isinstance(s, (ir.NamedBarrier, ir.NamedBarrierArrive))
                 and not isinstance(s.args[0], int) for s in body)
     group = 128 if any(isinstance(s, ir.Wgmma) for s in body) else 32
