@@ -236,7 +236,7 @@ def _red(kind):
         if kind != "add" and pair:
             raise MoyeTypeError(f"{fn}: packed pairs are for red_add only")
         base, offset, elem = _element(fn, array, index, ir.Red if kind == "add" else
-                                      getattr(ir, "Atomic" + kind.capitalize()), pair)
+                                      ir.atomics.RED_KINDS[kind], pair)
         operand = _pack(fn, "value", value, elem) if pair else _scalar(fn, "value", value, elem)
         current().instr("red", (base, offset, operand), kind=kind, elem=elem,
                         width=2 if pair else 1)

@@ -146,16 +146,17 @@ class Red(ReadModifyWrite):
     PAIRS = _HALVES
 
     def check(self):
-        if self.kind not in _RED_KINDS:
-            return f"red takes the kinds {', '.join(_RED_KINDS)}, not {self.kind!r}"
-        types = _RED_KINDS[self.kind].TYPES
+        if self.kind not in RED_KINDS:
+            return f"red takes the kinds {', '.join(RED_KINDS)}, not {self.kind!r}"
+        types = RED_KINDS[self.kind].TYPES
         if self.kind != "add" and (self.width != 1 or self.elem not in types):
             return f"red.{self.kind} takes {', '.join(map(str, types))}, not {self.elem}"
         return super().check()
 
 
-_RED_KINDS = {"add": AtomicAdd, "min": AtomicMin, "max": AtomicMax, "and": AtomicAnd,
-              "or": AtomicOr, "xor": AtomicXor}
+# red's kinds -> the atomic whose types and rule it takes
+RED_KINDS = {"add": AtomicAdd, "min": AtomicMin, "max": AtomicMax, "and": AtomicAnd,
+             "or": AtomicOr, "xor": AtomicXor}
 
 
 # -- CUDA -------------------------------------------------------------------------------
@@ -257,7 +258,7 @@ _PTX_CTYPE = {"s32": "int", "u32": "uint32_t", "s64": "int64_t", "u64": "uint64_
 
 @lowering("cuda", Red)
 def _emit_red(w, s, ind, decl):
-    cls = _RED_KINDS[s.kind]
+    cls = RED_KINDS[s.kind]
     ptx = "f16x2" if s.width == 2 and s.elem is T.Float16 else \
         _RED_PTX.get((s.kind, s.elem.name)) if s.width == 1 else None
     if ptx is None:
@@ -354,4 +355,4 @@ def _run_atomic(b, s, mask):
 
 @lowering("cpu", Red)
 def _run_red(b, s, mask):
-    _run(b, s, mask, _RED_KINDS[s.kind])
+    _run(b, s, mask, RED_KINDS[s.kind])
