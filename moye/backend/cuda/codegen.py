@@ -425,9 +425,14 @@ def _emit_barrier(w, s, ind, decl):
     w.emit(ind, "__syncthreads();")
 
 
+def _c_string(text):
+    """`text` as the inside of a C string literal."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 @emits(ir.Print)
 def _emit_print(w, s, ind, decl):
-    fmt = s.fmt.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    fmt = _c_string(s.fmt)
     args = "".join(", " + w.operand(x) for x in s.xs)
     w.emit(ind, f'printf("{fmt}"{args});')
 
@@ -435,8 +440,7 @@ def _emit_print(w, s, ind, decl):
 @emits(ir.Assert)
 def _emit_assert(w, s, ind, decl):
     text = f"{ir.where(s.loc)}: assertion failed" + (f": {s.message}" if s.message else "")
-    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") \
-        .replace("%", "%%")
+    text = _c_string(text).replace("%", "%%")          # printf's format: % as itself
     w.emit(ind, f"if (!({w.operand(s.cond)})) {{")
     w.emit(ind, f'  printf("{text} (thread (%d, %d, %d) of block (%d, %d, %d))\\n", '
                 "threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z);")
