@@ -42,20 +42,27 @@ def _back(t, dtype):
     return got
 
 
-@pytest.mark.parametrize("dtype", INTS + FLOATS)
-@pytest.mark.parametrize("op", ["add", "min", "max", "exch"])
-def test_every_atomic_in_any_order(torch, op, dtype):
-    rng = np.random.default_rng(11)
+def run_everywhere_on_gpu(torch, op, dtype, red, seed):
+    """`everywhere` on the GPU on random inputs from `seed` (x also the
+    compare; the values before poisoned with 7): idx, x, init, and the
+    results in NumPy, out, sout, old, sold."""
+    rng = np.random.default_rng(seed)
     idx = rng.integers(0, BINS, BLOCK).astype(np.int32)
     x, init = random_values(rng, dtype, BLOCK, op), random_values(rng, dtype, BINS, op)
     out, sout = _on_gpu(torch, init), _on_gpu(torch, init)
     old, sold = _on_gpu(torch, np.full(BLOCK, 7, dtype)), _on_gpu(torch, np.full(BLOCK, 7, dtype))
     everywhere[1, BLOCK](out, sout, old, sold, _on_gpu(torch, idx), _on_gpu(torch, x),
-                         _on_gpu(torch, x), op, False)
+                         _on_gpu(torch, x), op, red)
     torch.cuda.synchronize()
+    return (idx, x, init) + tuple(_back(t, dtype) for t in (out, sout, old, sold))
+
+
+@pytest.mark.parametrize("dtype", INTS + FLOATS)
+@pytest.mark.parametrize("op", ["add", "min", "max", "exch"])
+def test_every_atomic_in_any_order(torch, op, dtype):
+    idx, x, init, out, sout, old, sold = run_everywhere_on_gpu(torch, op, dtype, False, 11)
     final, _ = in_thread_order(op, init, idx, x)
     for got, got_old in ((out, old), (sout, sold)):
-        got, got_old = _back(got, dtype), _back(got_old, dtype)
         if op != "exch":
             np.testing.assert_array_equal(got, final)
         check_order_free(op, init, idx, x, got, got_old)
@@ -64,17 +71,10 @@ def test_every_atomic_in_any_order(torch, op, dtype):
 @pytest.mark.parametrize("dtype", INTS + FLOATS)
 @pytest.mark.parametrize("op", ["add", "min", "max"])
 def test_red(torch, op, dtype):
-    rng = np.random.default_rng(12)
-    idx = rng.integers(0, BINS, BLOCK).astype(np.int32)
-    x, init = random_values(rng, dtype, BLOCK, op), random_values(rng, dtype, BINS, op)
-    out, sout = _on_gpu(torch, init), _on_gpu(torch, init)
-    old = _on_gpu(torch, np.full(BLOCK, 7, dtype))
-    everywhere[1, BLOCK](out, sout, old, old, _on_gpu(torch, idx), _on_gpu(torch, x),
-                         _on_gpu(torch, x), op, True)
-    torch.cuda.synchronize()
+    idx, x, init, out, sout, _, _ = run_everywhere_on_gpu(torch, op, dtype, True, 12)
     final, _ = in_thread_order(op, init, idx, x)
-    np.testing.assert_array_equal(_back(out, dtype), final)
-    np.testing.assert_array_equal(_back(sout, dtype), final)
+    np.testing.assert_array_equal(out, final)
+    np.testing.assert_array_equal(sout, final)
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.uint64, np.float64])
@@ -140,19 +140,12 @@ def test_bitwise_atomics(torch, op, dtype, red):
     """and, or and xor on global and shared memory: each element ends as its
     value combined with every thread's (any order); an atomic's values
     before are each the element's value combined with some of the others'."""
-    rng = np.random.default_rng(13)
-    idx = rng.integers(0, BINS, BLOCK).astype(np.int32)
-    x, init = random_values(rng, dtype, BLOCK, op), random_values(rng, dtype, BINS, op)
-    out, sout = _on_gpu(torch, init), _on_gpu(torch, init)
-    old, sold = _on_gpu(torch, np.full(BLOCK, 7, dtype)), _on_gpu(torch, np.full(BLOCK, 7, dtype))
-    everywhere[1, BLOCK](out, sout, old, sold, _on_gpu(torch, idx), _on_gpu(torch, x),
-                         _on_gpu(torch, x), op, red)
-    torch.cuda.synchronize()
+    idx, x, init, out, sout, old, sold = run_everywhere_on_gpu(torch, op, dtype, red, 13)
     final, _ = in_thread_order(op, init, idx, x)
-    np.testing.assert_array_equal(_back(out, dtype), final)
-    np.testing.assert_array_equal(_back(sout, dtype), final)
+    np.testing.assert_array_equal(out, final)
+    np.testing.assert_array_equal(sout, final)
     if not red and op == "or":          # or: each value before lies between init and final
-        for got_old in (_back(old, dtype), _back(sold, dtype)):
+        for got_old in (old, sold):
             for t in range(BLOCK):
                 i = idx[t]
                 assert got_old[t] | init[i] == got_old[t] and got_old[t] | final[i] == final[i]
