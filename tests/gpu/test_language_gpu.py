@@ -3,8 +3,6 @@ and brev of every integer type exactly; floor, ceil, trunc and rint exactly;
 every math function within CUDA's documented ulps; x ** y; min and max of
 many values; sync_warp ordering a warp's exchange; loads, stores, atomics
 and cp.async past 2**31 elements."""
-import math
-
 import numpy as np
 import pytest
 
@@ -112,7 +110,6 @@ def test_accesses_past_two_to_the_31(torch):
     far_atomic_kernel[1, 2](counts, FAR)
     torch.cuda.synchronize()
     assert int(counts[FAR]) == 6 and int(counts[FAR + 1]) == 8 and int(counts.sum()) == 14
-    assert math.isfinite(float(counts.float().mean()))
 
 
 def test_an_op_past_two_to_the_31(torch):
