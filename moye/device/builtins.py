@@ -181,8 +181,20 @@ def maximum(a, b):
     return sym_minmax("max", a, b)
 
 
+# math functions of more than one argument (the others take one)
+_ARITY = {"atan2": 2, "hypot": 2, "copysign": 2, "fma": 3}
+
+
 def _math(fn, pyfn, cuda):
     def f(*args):
+        n = _ARITY.get(fn, 1)
+        if len(args) != n:
+            raise MoyeTypeError(f"{fn} takes {n} argument{'s' if n > 1 else ''}, got "
+                                f"{len(args)}")
+        for a in args:
+            if isinstance(a, bool) or not isinstance(a, (Sym, numbers.Real)):
+                raise MoyeTypeError(f"{fn}: its arguments are numbers or kernel values, got "
+                                    f"{a!r}")
         if not any(isinstance(a, Sym) for a in args):
             return pyfn(*args)
         t = T.Float32

@@ -118,3 +118,19 @@ def test_python_min_and_max_of_many_kernel_values():
     np.testing.assert_array_equal(lo, np.minimum(np.minimum(x, y), z))
     np.testing.assert_array_equal(hi, np.maximum(np.maximum(x, 0.5), z))
     np.testing.assert_array_equal(seq, np.maximum(x, y) - np.minimum(np.minimum(y, z), 1.0))
+
+
+@pytest.mark.parametrize("fn, args, match", [
+    ("floor", ("x",), r"floor: its arguments are numbers or kernel values, got 'x'"),
+    ("exp", (None,), r"exp: its arguments are numbers or kernel values, got None"),
+    ("sqrt", (True,), r"sqrt: its arguments are numbers or kernel values, got True"),
+    ("atan2", (1.0,), r"atan2 takes 2 arguments, got 1"),
+    ("hypot", (1.0, 2.0, 3.0), r"hypot takes 2 arguments, got 3"),
+    ("tan", (), r"tan takes 1 argument, got 0"),
+    ("fma", (1.0, 2.0), r"fma takes 3 arguments, got 2"),
+])
+def test_bad_arguments_are_refused(fn, args, match):
+    """On numbers and in kernels alike (a third hypot operand would reach the
+    C++ and fail there)."""
+    with pytest.raises(moye.MoyeTypeError, match=match):
+        getattr(moye, fn)(*args)
