@@ -242,6 +242,7 @@ class for_loop:
         self.names, self.values, self.entry = names, list(values), list(values)
         self.site, self.live = site, live
         self.pending, self.forced, self.python = True, False, None
+        self.jumped = False         # a break or continue emitted in the IR loop's body
         b = current()
         if isinstance(iterable, range):
             if iterable.dynamic:
@@ -343,6 +344,7 @@ class for_loop:
         b = current()
         if self.mode == "static":
             b.loop_kinds.append("static")
+            self.ifs = b.dynamic_ifs
             try:
                 for n, x in enumerate(self.iterable):
                     if n == STATIC_UNROLL_LIMIT:
@@ -392,7 +394,7 @@ class for_loop:
             del b.static_sites[site]
         if self.python is not None:
             self.python.restore()
-        self.values, self.pending = list(self.entry), True
+        self.values, self.pending, self.jumped = list(self.entry), True, False
         self._static(b, self.span, self._remember(b, why))
 
     def _decline(self):
@@ -412,8 +414,8 @@ class for_loop:
                 t = type_of(self.end[i])
                 if t is not s.var.type:
                     return f"'{n}' changes type from {s.var.type} to {t} in the body"
-                if not isinstance(self.entry[i], Sym):
-                    static.add(i)
+                if not isinstance(self.entry[i], Sym) and not self.jumped:
+                    static.add(i)       # (after a break or continue, a run-time value)
         # the names that stay static through the iterations: their new values follow
         # from the loop variables and each other only
         while True:
@@ -454,6 +456,20 @@ class for_loop:
             return
         self.end = list(values)
         _write_slots(self.slots, values)
+
+    def jump(self, kind, values):
+        """`break` or `continue` (kind) in the body, the carried names then
+        holding `values`: True where Python jumps (a loop run while
+        tracing), False where the IR loop does (its variables written,
+        then an ir.Jump)."""
+        if not self.dynamic:
+            _jump_while_tracing(self, kind)
+            self.values = list(values)
+            return True
+        _write_slots(self.slots, values)
+        self.jumped = True
+        current().emit(ir.Jump(kind))
+        return False
 
     def done(self):
         if not self.dynamic:
@@ -617,6 +633,18 @@ def _write_slots(slots, values):
             b.instr("write", (s.var, s.encode(v)))
 
 
+def _jump_while_tracing(loop, kind):
+    """Refuse a jump of a loop that Python runs while tracing from inside a
+    run-time `if` opened in its body: Python would leave the loop on every
+    path (the other iterations never traced)."""
+    if current().dynamic_ifs > loop.ifs:
+        raise KernelError(
+            f"`{kind}` under a run-time condition, in a loop that unrolls while tracing; let "
+            "the loop stay a loop in the kernel (a `for` over range(n) whose body needs no "
+            "Python int of its variable, or moye.range(n, unroll=...)), or make the condition "
+            "a variable the rest of the body tests")
+
+
 # -- while ---------------------------------------------------------------------------
 
 class while_loop:
@@ -634,6 +662,7 @@ class while_loop:
         self.count = 0
         if not self.dynamic:
             b.loop_kinds.append("static")
+            self.ifs = b.dynamic_ifs
             return
         self.slots = [_Slot(n, v) for n, v in zip(names, values)]
         for s, v in zip(self.slots, values):
@@ -679,6 +708,16 @@ class while_loop:
         b.loop_kinds.pop()
         b.pop()
         self.state = "done"
+
+    def jump(self, kind, values):
+        """As for_loop.jump."""
+        if not self.dynamic:
+            _jump_while_tracing(self, kind)
+            self.values = list(values)
+            return True
+        _write_slots(self.slots, values)
+        current().emit(ir.Jump(kind))
+        return False
 
     def finished(self):
         return self.dynamic and self.state == "done"
@@ -881,16 +920,14 @@ def jump_base():
     return len(b.loop_kinds), b.dynamic_ifs
 
 
-def check_jump(kind, base=None):
+def check_return(base=None):
+    """Refuse a `return` inside dynamic control flow opened since `base`
+    (jump_base: the function's call; None: the kernel's start)."""
     b = current()
-    if kind == "return":
-        loops, ifs = base or (0, 0)
-        if "dynamic" in b.loop_kinds[loops:] or b.dynamic_ifs > ifs:
-            raise KernelError("`return` inside dynamic control flow is not supported; "
-                              + ("let the kernel body end instead" if base is None else
-                                 "assign the result to a variable there and return it at "
-                                 "the function's end"))
-        return
-    if b.loop_kinds and b.loop_kinds[-1] == "dynamic":
-        raise KernelError(f"`{kind}` inside a dynamic loop is not supported; use a `while` "
-                          "with a condition instead")
+    loops, ifs = base or (0, 0)
+    if "dynamic" in b.loop_kinds[loops:] or b.dynamic_ifs > ifs:
+        raise KernelError("`return` inside dynamic control flow is not supported; "
+                          + ("let the kernel body end instead" if base is None else
+                             "assign the result to a variable there and return it at "
+                             "the function's end"))
+

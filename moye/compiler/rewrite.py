@@ -31,11 +31,13 @@ to unrolling while tracing: control.for_loop.)
 
 `and`/`or`/`not`, `x if c else y`, chained comparisons and `min`/`max`
 are rewritten so they work on dynamic values too, and so is `assert`: of a
-run-time condition it is checked when the kernel runs. `break`/`continue` and
-`return` are checked: inside dynamic control flow they are errors (a helper
-function's `return`, only inside the control flow it opened itself). After
-a loop its variable is as Python leaves it if the loop was static, and has
-no value if it was dynamic.
+run-time condition it is checked when the kernel runs. `break` and
+`continue` become `if LOOP.jump(kind, carried values): break`: Python's
+jump in a loop run while tracing, the kernel's (C++'s) in a loop that stays
+one, anywhere in its body. `return` inside dynamic control flow is an error
+(a helper function's, only inside the control flow it opened itself).
+After a loop its variable is as Python leaves it if the loop was static,
+and has no value if it was dynamic.
 
 What a kernel cannot run as written is refused, naming the line: `try`,
 `with`, `yield`, `async`, `global`, `nonlocal`, `for`/`while ... else`,
@@ -166,6 +168,8 @@ def _summary(stmt, memo=None):
     elif isinstance(stmt, ast.If):
         out = (_names_loaded([stmt.test]) | _read_first(stmt.body, memo)
                | _read_first(stmt.orelse, memo), frozenset())
+    elif isinstance(stmt, (ast.Break, ast.Continue)):
+        out = (getattr(stmt, _JUMP_READS, frozenset()), frozenset())
     else:
         # in `x = x + 1` the read happens first; names bound by loop targets and
         # comprehensions inside `stmt` are assigned before their uses there
@@ -182,6 +186,30 @@ def _summary(stmt, memo=None):
     if memo is not None:
         memo[id(stmt)] = (stmt, out)        # the node too: its id stays its own
     return out
+
+
+_JUMP_READS = "_moye_jump_reads"
+
+
+def _mark_jumps(fdef):
+    """Give each `break` and `continue` of `fdef` the names it reads
+    (_summary), before any summary is made: it writes the carried names of
+    its loop, which are among the names the loop assigns that are read
+    anywhere. Inside a run-time `if`, so that each holds its value there."""
+    loaded = _names_loaded([fdef])
+    for loop in _walk(fdef):
+        if not isinstance(loop, (ast.For, ast.While)):
+            continue
+        bound = set(_names_stored([loop.target])) if isinstance(loop, ast.For) else set()
+        reads = frozenset(n for n in _names_stored(loop.body) if n in loaded and n not in bound)
+        stack = list(loop.body)
+        while stack:                    # the loop's own jumps, not an inner loop's
+            node = stack.pop()
+            if isinstance(node, (ast.Break, ast.Continue)):
+                setattr(node, _JUMP_READS, reads)
+            elif not isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.Lambda,
+                                       ast.ClassDef)):
+                stack.extend(ast.iter_child_nodes(node))
 
 
 def _rt(attr):
@@ -229,6 +257,7 @@ class _Rewriter(ast.NodeTransformer):
         self.kept = set()        # ids of the statements left as they were written
         self.live = set()        # names the statements after the current one may read first
         self.bases = []          # per function being rewritten: the name of its jump base
+        self.loops = []          # the loops around the current statement: (name, carried)
 
     def generic_visit(self, node):
         """ast.NodeTransformer's, over the fields _walk reads: the leaves
@@ -290,7 +319,9 @@ class _Rewriter(ast.NodeTransformer):
         # opened since it was called, not the kernel's
         base = self._fresh("base") if self.bases or self.helper else None
         self.bases.append(base)
+        self.loops.append(None)         # its `break` is its own loops'
         node.body = self._visit_body(node.body, set())
+        self.loops.pop()
         self.bases.pop()
         if base is not None:
             node.body.insert(0, ast.copy_location(
@@ -313,12 +344,13 @@ class _Rewriter(ast.NodeTransformer):
                 and node.iter.func.id == "range":
             # range() of a dynamic bound must not reach Python's range
             node.iter.func = ast.copy_location(_rt("range"), node.iter.func)
-        node.body = self._visit_body(node.body, in_loop)
-        node.orelse = self._visit_body(node.orelse, following)
         if node.orelse:
             raise self.where(node, "`for ... else` is not supported in a kernel")
         carried = [n for n in assigned if n in early or n in self.live]
         loop = self._fresh("for")
+        self.loops.append((loop, carried))
+        node.body = self._visit_body(node.body, in_loop)
+        self.loops.pop()
         live = [n for n in carried if n in self.live]
         reads = sorted(n for n in _loaded_in(node.body, self.loads) if not n.startswith("__moye"))
         setup = ast.Assign([ast.Name(loop, ast.Store())],
@@ -350,12 +382,14 @@ class _Rewriter(ast.NodeTransformer):
     def visit_While(self, node):
         assigned = _names_stored(node.body)         # as written (visit_For says why)
         early = _read_first(node.body, self.summaries) | _names_loaded([node.test])
-        node.body = self._visit_body(node.body, self._live_in_loop(node, self.live))
         if node.orelse:
             raise self.where(node, "`while ... else` is not supported in a kernel")
-        node.test = self.visit(node.test)
         carried = [n for n in assigned if n in early or n in self.live]
         w = self._fresh("while")
+        self.loops.append((w, carried))
+        node.body = self._visit_body(node.body, self._live_in_loop(node, self.live))
+        self.loops.pop()
+        node.test = self.visit(node.test)
         wl = ast.Name(w, ast.Load())
         setup = ast.Assign([ast.Name(w, ast.Store())],
                            _call("while_loop", _strs(carried), _getters(carried),
@@ -401,16 +435,22 @@ class _Rewriter(ast.NodeTransformer):
         return [ast.copy_location(s, node) for s in out]
 
     def visit_Break(self, node):
-        return [ast.copy_location(ast.Expr(_call("check_jump", ast.Constant("break"))), node), node]
+        return self._jump(node, "break")
 
     def visit_Continue(self, node):
-        return [ast.copy_location(ast.Expr(_call("check_jump", ast.Constant("continue"))), node),
-                node]
+        return self._jump(node, "continue")
+
+    def _jump(self, node, kind):
+        """`if LOOP.jump(kind, carried values): break` (or continue): Python
+        jumps in a loop it runs while tracing, the kernel's loop otherwise."""
+        loop, carried = self.loops[-1]
+        test = ast.Call(ast.Attribute(ast.Name(loop, ast.Load()), "jump", ast.Load()),
+                        [ast.Constant(kind), _getters(carried)], [])
+        return ast.copy_location(ast.If(test, [node], []), node)
 
     def visit_Return(self, node):
         base = self.bases[-1]
-        check = _call("check_jump", ast.Constant("return"),
-                      ast.Name(base, ast.Load()) if base else ast.Constant(None))
+        check = _call("check_return", ast.Name(base, ast.Load()) if base else ast.Constant(None))
         return [ast.copy_location(ast.Expr(check), node), self.generic_visit(node)]
 
     def visit_Assert(self, node):
@@ -738,6 +778,7 @@ def rewrite_function(fn, helper=False, stamp=None):
         return None                         # no source, or not this function's
     at = lambda node, what: where(node.lineno, what)  # noqa: E731
     _refuse(fdef, at, fn.__code__)
+    _mark_jumps(fdef)
     fdef.decorator_list = []
     freevars = fn.__code__.co_freevars
     rewriter = _Rewriter(at, first, helper)

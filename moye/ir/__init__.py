@@ -2,7 +2,7 @@
 
 A kernel (`Kernel`) is a list of parameters and a body. A body is a list of
 statements: instructions, with an optional result `Value`, and structured
-control flow (`For`, `If`, `While`). Values are SSA-like temporaries
+control flow (`For`, `If`, `While`, and `Jump`: a loop's break or continue). Values are SSA-like temporaries
 defined once; mutable state lives in `Var`s (loop-carried and merged
 values) and `Array`s (register and shared arrays). Operands are Values,
 Vars (read where they appear), Arrays or Python numbers (constants).
@@ -26,8 +26,9 @@ This package sits below the tracer: it imports only `moye.types`,
 """
 from . import arith, async_copy, atomics, bits, cluster, fastmath, hopper, memory, warp
 from .lowering import LOWERINGS, lowering, lowering_of
-from .instr import (ARCHS, INSTRUCTIONS, For, If, Instr, Kernel, While, children, instructions,
-                    instruction_class, operands_of, same_type, shared_bytes, symbol)
+from .instr import (ARCHS, INSTRUCTIONS, For, If, Instr, Jump, Kernel, While, children,
+                    instruction_class, instructions, operands_of, same_type, shared_bytes,
+                    symbol)
 from .passes import eliminate_dead_code
 from .printer import format_instr, format_kernel
 from .values import (TENSOR_MAP, Array, Loc, OpaqueType, Param, PtrType, Value, Var, type_of,

@@ -143,6 +143,17 @@ class While:
 
 
 @dataclass
+class Jump:
+    """`break` or `continue` (`kind`) of the innermost For or While around
+    it: C++'s, where the loop's carried variables were written just before.
+        >>> Jump("break")
+        Jump(kind='break', loc=None)
+    """
+    kind: str
+    loc: Loc = None
+
+
+@dataclass
 class Kernel:
     name: str
     params: list

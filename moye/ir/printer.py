@@ -1,5 +1,5 @@
 """The IR as readable text: what `kern.ir(...)` prints."""
-from .instr import For, If, Instr, While, format_operand as _fmt
+from .instr import For, If, Instr, Jump, While, format_operand as _fmt
 
 
 def format_kernel(kernel):
@@ -42,3 +42,5 @@ def _format_body(body, lines, ind):
             _format_body(s.cond_body, lines, ind + "    ")
             lines.append(f"{ind}  test {_fmt(s.cond)}")
             _format_body(s.body, lines, ind + "  ")
+        elif isinstance(s, Jump):
+            lines.append(ind + s.kind)

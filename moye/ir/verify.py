@@ -14,7 +14,7 @@ needs.
 import re
 
 from ..errors import KernelError
-from .instr import INSTRUCTIONS, For, If, Instr, While, instructions, same_type
+from .instr import INSTRUCTIONS, For, If, Instr, Jump, While, instructions, same_type
 from .values import Value, where
 
 ARCH_NAME = re.compile(r"^sm_(\d+)([af]?)$")     # an NVRTC target: sm_80, sm_90a, sm_100f
@@ -27,7 +27,7 @@ def verify(kernel):
     for p in kernel.params:
         if p.value is not None:
             defined.add(p.value.id)
-    _verify_body(kernel, kernel.body, defined)
+    _verify_body(kernel, kernel.body, defined, False)
     return kernel
 
 
@@ -44,9 +44,10 @@ def _uses(kernel, s, operands, scope):
                              "or outside the loop or branch that defines it)")
 
 
-def _verify_body(kernel, body, scope):
+def _verify_body(kernel, body, scope, in_loop):
     """Check a body whose enclosing definitions are `scope` (which the body
-    extends with its own; a nested body gets a copy)."""
+    extends with its own; a nested body gets a copy), `in_loop` whether a
+    For or While encloses it (a Jump needs one)."""
     for s in body:
         if isinstance(s, Instr):
             if INSTRUCTIONS.get(s.op) is not type(s):
@@ -66,16 +67,21 @@ def _verify_body(kernel, body, scope):
                 scope.add(s.result.id)
         elif isinstance(s, For):
             _uses(kernel, s, (s.start, s.stop, s.step), scope)
-            _verify_body(kernel, s.body, set(scope))
+            _verify_body(kernel, s.body, set(scope), True)
         elif isinstance(s, If):
             _uses(kernel, s, (s.cond,), scope)
-            _verify_body(kernel, s.then, set(scope))
-            _verify_body(kernel, s.orelse, set(scope))
+            _verify_body(kernel, s.then, set(scope), in_loop)
+            _verify_body(kernel, s.orelse, set(scope), in_loop)
         elif isinstance(s, While):
             inner = set(scope)          # the test and the body see the test's definitions
-            _verify_body(kernel, s.cond_body, inner)
+            _verify_body(kernel, s.cond_body, inner, False)
             _uses(kernel, s, (s.cond,), inner)
-            _verify_body(kernel, s.body, inner)
+            _verify_body(kernel, s.body, inner, True)
+        elif isinstance(s, Jump):
+            if s.kind not in ("break", "continue"):
+                _fail(kernel, s, "a Jump is a break or a continue")
+            if not in_loop:
+                _fail(kernel, s, f"a {s.kind} outside any loop")
         else:
             raise KernelError(f"kernel '{kernel.name}': {s!r} is not an IR statement")
 

@@ -2,13 +2,15 @@
 and brev of every integer type exactly; floor, ceil, trunc and rint exactly;
 every math function within CUDA's documented ulps; x ** y; min and max of
 many values; sync_warp ordering a warp's exchange; loads, stores, atomics
-and cp.async past 2**31 elements."""
+and cp.async past 2**31 elements; break and continue in loops (session 35)."""
 import numpy as np
 import pytest
 
 from moye import ir
 
 from ..kernel.test_bits_cpu import FNS as BIT_FNS, bits_kernel, reference, samples
+from ..kernel.test_jumps_cpu import (nested_kernel, python_scan, scan_kernel, static_range_kernel,
+                                     waiting_warps_kernel)
 from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
 from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
 from ..kernel.test_sync_warp_cpu import exchange_kernel
@@ -88,6 +90,42 @@ def test_sync_warp_orders_a_warp_exchange(torch):
         torch.cuda.synchronize()
         t = np.arange(128)
         np.testing.assert_array_equal(out.cpu().numpy(), x[128 * b + t // 32 * 32 + (t + 1) % 32])
+
+
+def test_break_and_continue(torch):
+    """The jumps of a run-time loop, of a static range traced once, of
+    nested loops, and of warps that wait for each other at a barrier."""
+    x = np.random.default_rng(7).standard_normal((256, 40)).astype(np.float32)
+    sums, counts = cuda(torch, np.full(256, np.nan, np.float32)), cuda(torch, np.full(256, -1,
+                                                                                       np.int32))
+    scan_kernel[2, 128](sums, counts, cuda(torch, x), 40, 1.2, -0.5)
+    torch.cuda.synchronize()
+    want = [python_scan(row, 1.2, -0.5) for row in x]
+    np.testing.assert_allclose(sums.cpu().numpy(), [s for s, _ in want], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(counts.cpu().numpy(), [k for _, k in want])
+    sums.fill_(float("nan"))
+    static_range_kernel[1, 256](sums, counts, cuda(torch, x[:, :8].copy()))
+    torch.cuda.synchronize()
+    want = [python_scan(row, 1.2, -0.5) for row in x[:, :8]]
+    np.testing.assert_allclose(sums.cpu().numpy(), [s for s, _ in want], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(counts.cpu().numpy(), [k for _, k in want])
+    y = np.random.default_rng(8).standard_normal((32, 6, 6)).astype(np.float32)
+    y[::3, 2, 1:] = -9
+    out = cuda(torch, np.full((32, 6), -7, np.int32))
+    nested_kernel[1, 32](out, cuda(torch, y), 6)
+    torch.cuda.synchronize()
+    want = np.full((32, 6), -1, np.int32)
+    for t in range(32):
+        for r in range(6):
+            hits = [c for c in range(1, 6) if y[t, r, c] > y[t, r, 0]]
+            want[t, r] = hits[0] if hits else -1
+            if not hits:
+                break
+    np.testing.assert_array_equal(out.cpu().numpy(), want)
+    out = cuda(torch, np.full(64, -1, np.int32))
+    waiting_warps_kernel[1, 64](out, 6)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), [3] * 32 + [20] * 32)
 
 
 def test_accesses_past_two_to_the_31(torch):

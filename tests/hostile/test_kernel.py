@@ -176,18 +176,11 @@ def while_else(out, n):
 
 
 @moye.kernel
-def break_dynamic(out, n):
-    for i in range(n):
-        if i > 3:
+def break_under_a_run_time_if_in_a_traced_unroll(out, x):
+    vals = [x[0], x[1]]
+    for i in range(2):
+        if vals[i] > 0.0:
             break
-
-
-@moye.kernel
-def continue_dynamic(out, n):
-    i = 0
-    while i < n:
-        i = i + 1
-        continue
 
 
 @moye.kernel
@@ -355,10 +348,10 @@ CASES = [
             HERE + r"for i in range\(n\):\n.*`for ... else` is not supported"),
     Hostile("while ... else", trace(while_else, 5), KernelError,
             HERE + r"while i < n:\n.*`while ... else` is not supported"),
-    Hostile("break in a dynamic loop", trace(break_dynamic, 5), KernelError,
-            HERE + r"break\n.*`break` inside a dynamic loop"),
-    Hostile("continue in a dynamic while", trace(continue_dynamic, 5), KernelError,
-            HERE + r"continue\n.*`continue` inside a dynamic loop"),
+    Hostile("run-time break in a loop unrolled while tracing",
+            trace(break_under_a_run_time_if_in_a_traced_unroll, np.zeros(2, np.float32)),
+            KernelError, HERE + r"break\n.*`break` under a run-time condition, in a loop that "
+            r"unrolls while tracing"),
     Hostile("return in a dynamic if", trace(return_in_dynamic_if, 5), KernelError,
             HERE + r"return\n.*`return` inside dynamic control flow"),
     Hostile("a helper's return in its dynamic if", trace(helper_returns_in_its_branch, 5),

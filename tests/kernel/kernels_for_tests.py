@@ -77,14 +77,6 @@ def while_loop(out, n):
 
 
 @moye.kernel
-def bad_break(out, n):
-    for i in range(n):
-        if i > 3:
-            break
-    out[0] = 1
-
-
-@moye.kernel
 def bad_shape(out, x):
     a = moye.shared_array(x.dtype, Layout((4, 8)))
     b = moye.shared_array(x.dtype, Layout((8, 4)))

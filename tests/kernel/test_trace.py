@@ -97,11 +97,6 @@ def test_dynamic_and_in_a_condition():
     assert np.isnan(out[~copied]).all()
 
 
-def test_break_in_a_dynamic_loop_names_the_line():
-    with pytest.raises(KernelError, match=r"(?s)kernels_for_tests.py:\d+: +break.*dynamic loop"):
-        K.bad_break.trace(np.zeros(1, np.int32), 10)
-
-
 def test_copy_shape_mismatch_names_the_line_and_shapes():
     with pytest.raises(KernelError, match=r"(?s)moye.copyto\(a, b\).*dst has shape \(4,8\) but "
                                           r"src has shape \(8,4\)"):

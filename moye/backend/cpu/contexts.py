@@ -39,7 +39,7 @@ class Context:
     """Lanes running one side of the kernel: `body` under `mask` (None for the
     root, which runs in the caller's thread)."""
     __slots__ = ("body", "mask", "env", "thread", "sem", "ready", "what", "loc", "done",
-                 "joining", "at_sync", "released", "sync_mask")
+                 "joining", "at_sync", "released", "sync_mask", "left")
 
     def __init__(self, body=None, mask=None, env=None):
         self.body, self.mask = body, mask
@@ -54,10 +54,18 @@ class Context:
         self.at_sync = False        # blocked at sync_threads
         self.released = False
         self.sync_mask = None       # at sync_threads: its lanes there
+        self.left = None            # when done: its lanes that left a loop (_Block.run)
 
 
 def _always():
     return True
+
+
+def joined(a, b):
+    """Two results of _Block.run (the lanes that left by break or continue) as one."""
+    if not a or not b:
+        return a or b
+    return {k: a.get(k, False) | b.get(k, False) for k in a.keys() | b.keys()}
 
 
 class Scheduler:
@@ -79,20 +87,22 @@ class Scheduler:
 
     # -- the two sides of an `if` --------------------------------------------------------
     def fork(self, s, then_mask, else_mask):
-        """Run the If `s` whose sides both have active lanes."""
+        """Run the If `s` whose sides both have active lanes; return the
+        lanes that left the loop around it (as _Block.run)."""
         side = Context(s.orelse, else_mask, self.current.env)     # the values before the `if`
         self.contexts.append(side)
-        self.block.run(s.then, then_mask)
+        left = self.block.run(s.then, then_mask)
         if side.thread is None:             # never needed on its own: run it here
             self.contexts.remove(side)
-            self.block.run(s.orelse, else_mask)
-        elif not side.done:
+            return joined(left, self.block.run(s.orelse, else_mask))
+        if not side.done:
             me = self.current
             me.joining = True
             self.block_until(lambda: side.done, s.loc, lambda: (
                 f"{self._lanes(then_mask)} wait at the end of this `if` for its other side "
                 f"({self._lanes(else_mask)})"))
             me.joining = False
+        return joined(left, side.left)
 
     def apart(self, body, masks):
         """Run `body` under each of `masks` as a context of its own, the first
@@ -115,7 +125,7 @@ class Scheduler:
         if self.aborted:
             return
         try:
-            self.block.run(ctx.body, ctx.mask)
+            ctx.left = self.block.run(ctx.body, ctx.mask)
             ctx.done = True
             self.contexts.remove(ctx)
             nxt = self._next(None)

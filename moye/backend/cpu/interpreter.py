@@ -41,7 +41,7 @@ from ... import ir
 from .collectives import Collectives
 from .async_copy import AsyncCopies
 from .cluster import Cluster, cluster_order
-from .contexts import Scheduler
+from .contexts import Scheduler, joined
 from .conversions import convert
 from .errors import ArgumentName, KernelRuntimeError, where as _where
 from .named_barrier import NamedBarriers
@@ -145,33 +145,48 @@ class _Block:
 
     # execution ---------------------------------------------------------------
     def run(self, body, mask):
+        """Run `body` in the lanes of `mask`; return the lanes that left it by
+        a Jump of the loop around it, {"break": lanes, "continue": lanes}
+        (None if none did): they skip the rest of the body."""
+        left = None
         for s in body:
             if not mask.any():
-                return
+                break
             if isinstance(s, ir.Instr):
                 self.instr(s, mask)
-            elif isinstance(s, ir.For):
+                continue
+            if isinstance(s, ir.For):
                 self.loop(s, mask)
-            elif isinstance(s, ir.If):
+                continue
+            if isinstance(s, ir.While):
+                self.while_loop(s, mask)
+                continue
+            if isinstance(s, ir.Jump):
+                gone = {s.kind: mask}
+            else:                                       # an If
                 c = self.vec(s.cond).astype(bool)
-                then = mask & c
-                if not s.orelse:
-                    self.run(s.then, then)
-                    continue
-                other = mask & ~c
-                if then.any() and other.any():
-                    self.sched.fork(s, then, other)     # the sides may wait for each other
+                then, other = mask & c, mask & ~c
+                if s.orelse and then.any() and other.any():
+                    gone = self.sched.fork(s, then, other)  # the sides may wait for each other
                 else:
-                    self.run(s.then, then)
-                    self.run(s.orelse, other)
-            elif isinstance(s, ir.While):
-                active = mask.copy()
-                while True:
-                    self.run(s.cond_body, active)
-                    active = active & self.vec(s.cond).astype(bool)
-                    if not active.any():
-                        break
-                    self.run(s.body, active)
+                    gone = joined(self.run(s.then, then),
+                                  self.run(s.orelse, other) if s.orelse else None)
+            if gone:
+                left = joined(left, gone)
+                for lanes in gone.values():
+                    mask = mask & ~lanes
+        return left
+
+    def while_loop(self, s, mask):
+        active = mask.copy()
+        while True:
+            self.run(s.cond_body, active)
+            active = active & self.vec(s.cond).astype(bool)
+            if not active.any():
+                break
+            gone = self.run(s.body, active)
+            if gone and "break" in gone:
+                active = active & ~gone["break"]
 
     def loop(self, s, mask):
         t = _np(s.var.type)
@@ -190,7 +205,9 @@ class _Block:
             if not active.any():
                 break
             self.env[key] = iv
-            self.run(s.body, active)
+            gone = self.run(s.body, active)
+            if gone and "break" in gone:
+                mask = mask & ~gone["break"]
             iv = (iv + step).astype(t)
 
     def _check_divisor(self, s, y, mask):

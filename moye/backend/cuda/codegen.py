@@ -144,6 +144,8 @@ class _Writer:
                 self.emit(ind + "  ", f"if (!({self.operand(s.cond)})) break;")
                 self.body(s.body, ind + "  ")
                 self.emit(ind, "}")
+            elif isinstance(s, ir.Jump):
+                self.emit(ind, f"{s.kind};")
 
     def _float_lit(self, x, t):
         x = float(x)
