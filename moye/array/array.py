@@ -334,6 +334,10 @@ def _check_coord_mode(c, s, coord, shape):
         return
     n = T.product(s)
     if type(n) is not int:
+        if type(c) is int and c < 0:        # below any run-time extent
+            raise BoundsError(f"coordinate {T.fmt(coord)} of the array's shape {T.fmt(shape)} "
+                              "is negative: coordinates do not count from the end, as Python's "
+                              "indices do (write size(a, mode) - 1 for the last)")
         return
     if type(c) is int:
         if not 0 <= c < n:

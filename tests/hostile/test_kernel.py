@@ -184,6 +184,11 @@ def break_under_a_run_time_if_in_a_traced_unroll(out, x):
 
 
 @moye.kernel
+def negative_index(out, n):
+    out[-1] = n
+
+
+@moye.kernel
 def return_in_dynamic_if(out, n):
     if n > 3:
         return
@@ -352,6 +357,9 @@ CASES = [
             trace(break_under_a_run_time_if_in_a_traced_unroll, np.zeros(2, np.float32)),
             KernelError, HERE + r"break\n.*`break` under a run-time condition, in a loop that "
             r"unrolls while tracing"),
+    Hostile("a negative index, as Python's from the end", trace(negative_index, 5), KernelError,
+            HERE + r"out\[-1\] = n\n.*coordinate -1 of the array's shape \? is negative: "
+            r"coordinates do not count from the end"),
     Hostile("return in a dynamic if", trace(return_in_dynamic_if, 5), KernelError,
             HERE + r"return\n.*`return` inside dynamic control flow"),
     Hostile("a helper's return in its dynamic if", trace(helper_returns_in_its_branch, 5),
