@@ -116,19 +116,11 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
                                                       (j - 1) * bN, d, bN, load_v, sV)
                 n += 1
     else:
-        # the consumers; with `overlap` they take turns (ping-pong): each warpgroup runs its
-        # own copy of the loop, whose turns take static barrier ids
-        rings = (sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v)
-        rest = (mma_s, mma_o, store_o, LSE, blocks, Sq, Sk, groups, scale_log2, bN, causal,
+        # the consumers; with `overlap` they take turns (ping-pong), each at the barriers of
+        # its index (warp-uniform, at run time: one copy of the loop for all)
+        consume(warpgroup - 1 if overlap else -1, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v,
+                mma_s, mma_o, store_o, LSE, blocks, Sq, Sk, groups, scale_log2, bN, causal,
                 overlap, persistent)
-        if not overlap:
-            consume(-1, *rings, *rest)
-        elif warpgroup == 1:
-            consume(0, *rings, *rest)
-        elif warpgroup == 2 or consumers == 2:
-            consume(1, *rings, *rest)
-        else:
-            consume(2, *rings, *rest)
 
 
 def query_blocks(blocks, persistent):
