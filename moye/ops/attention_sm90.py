@@ -64,6 +64,7 @@ THREADS = 384               # a producer warpgroup and two consumer ones (the ba
 # next block's K and V load while this one's O is stored. At 1k keys, head dim 64, on an H200:
 # 412 -> 404 us, causal 312 -> 280 (benchmarks/RESULTS.md, session 25); longer K gains nothing
 PERSISTENT_KEYS = 2048
+OWN_O_BYTES = 200 * 1024    # shared memory up to which O gets a tile of its own (persistent)
 PINGPONG = 1                # named barriers 1, 2 (, 3): the consumer warpgroups' turns
 STORE_BARRIER = 4           # 4, 5 (, 6): a consumer warpgroup's O in shared memory, for TMA
 
@@ -72,15 +73,19 @@ STORE_BARRIER = 4           # 4, 5 (, 6): a consumer warpgroup's O in shared mem
 def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups, scale_log2,
                            sQ_layout, sK_layout, sV_layout, mma_s, mma_o,
                            bN: Constexpr, stages: Constexpr, causal: Constexpr,
-                           overlap: Constexpr, persistent: Constexpr):
+                           overlap: Constexpr, persistent: Constexpr, own_o: Constexpr):
     bM, d = size(sQ_layout, 0), size(sQ_layout, 1)
     consumers = bM // 64                                    # warpgroups of 64 rows
     ebytes = load_q.dtype.bits // 8
     sQ = moye.shared_array(load_q.dtype, sQ_layout, align=1024)         # (bM, d)
     sK = moye.shared_array(load_k.dtype, sK_layout, align=1024)         # (bN, d, stages)
     sV = moye.shared_array(load_v.dtype, sV_layout, align=1024)         # (d, bN, stages): V^T
+    # O leaves through Q's tile, or (`own_o`, walking query blocks where shared memory has
+    # room) a tile of its own: the next Q then loads while this block's last P V and O's
+    # store run
+    sO = moye.shared_array(load_q.dtype, sQ_layout, align=1024) if own_o else sQ
     q_full = moye.mbarrier()
-    q_empty = moye.mbarrier()           # every consumer warpgroup's O has left sQ (TMA read it)
+    q_empty = moye.mbarrier()           # every consumer warpgroup is done reading sQ
     # K and V in rings of their own (lane 0 of each consumer warp frees a stage): K_j is free
     # once S_j is, so K_{j+1} loads while P_{j-1} V_{j-1} and the softmax run
     pipe_k = moye.TmaPipeline(stages, consumers=4 * consumers)
@@ -118,8 +123,8 @@ def attention_forward_sm90(load_q, load_k, load_v, store_o, LSE, Sq, Sk, groups,
     else:
         # the consumers; with `overlap` they take turns (ping-pong), each at the barriers of
         # its index (warp-uniform, at run time: one copy of the loop for all)
-        consume(warpgroup - 1 if overlap else -1, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v,
-                mma_s, mma_o, store_o, LSE, blocks, Sq, Sk, groups, scale_log2, bN, causal,
+        consume(warpgroup - 1 if overlap else -1, sQ, sO, sK, sV, q_full, q_empty, pipe_k,
+                pipe_v, mma_s, mma_o, store_o, LSE, blocks, Sq, Sk, groups, scale_log2, bN, causal,
                 overlap, persistent)
 
 
@@ -147,8 +152,8 @@ def query_block(w, bM, Sq, heads, batches, persistent):
 
 
 @moye.func
-def consume(wg, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store_o, LSE, blocks,
-            Sq, Sk, groups, scale_log2, bN, causal, overlap, persistent):
+def consume(wg, sQ, sO, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store_o, LSE,
+            blocks, Sq, Sk, groups, scale_log2, bN, causal, overlap, persistent):
     """A consumer warpgroup's work on the key tiles of each query block this
     block takes (see the module doc): `wg` its index (0, 1, 2) where the
     warpgroups take turns (ping-pong), -1 where they do not."""
@@ -230,14 +235,20 @@ def consume(wg, sQ, sK, sV, q_full, q_empty, pipe_k, pipe_v, mma_s, mma_o, store
                           tOsV[:, :, :, v_stage], False)                     # P_{j-1} V_{j-1}
                 k_stage, k_phase = release(pipe_k, k_stage, k_phase, lane0)
                 v_stage, v_phase = release(pipe_v, v_stage, v_phase, lane0)
+        if ctid % 128 == 0 and sO is not sQ:
+            moye.mbarrier_arrive(q_empty)       # this warpgroup's S = Q K^T are done
+        if n_tiles > 0:
             pipe_v.consumer_wait(v_stage, v_phase)
             lone_turn(mine == n_tiles, overlap, wg, consumers, True, mma_o, acc_o, p16,
                       tOsV[:, :, :, v_stage], False)                             # P V, the last
             v_stage, v_phase = release(pipe_v, v_stage, v_phase, lane0)
-        store_rows(store_o, sQ, LSE, acc_o, mma_o, row_max, row_sum, b, h, row0, Sq)
-        if ctid % 128 == 0:
+        store_rows(store_o, sO, LSE, acc_o, mma_o, row_max, row_sum, b, h, row0, Sq,
+                   sO is not sQ)
+        if ctid % 128 == 0 and sO is sQ:
             moye.mbarrier_arrive(q_empty)               # this warpgroup's O has left sQ
         n += 1
+    if ctid % 128 == 0 and sO is not sQ:
+        moye.tma_store_wait(0)                          # the last O has left sO
 
 
 @moye.func
@@ -318,26 +329,32 @@ def softmax_tile(acc_s, mma_s, row_max, row_sum, correction, scale_log2, j, bM, 
 
 
 @moye.func
-def store_rows(store_o, sQ, LSE, acc_o, mma_o, row_max, row_sum, b, h, row0, Sq):
+def store_rows(store_o, sO, LSE, acc_o, mma_o, row_max, row_sum, b, h, row0, Sq, deferred):
     """O = acc_o / the row sums (0 for a row that saw no key) through shared
     memory and TMA stores, and the rows' LSE (-inf there) from the
-    registers. This warpgroup's 64 rows of sQ take its O: it alone read
-    them (its S = Q K^T), and its wgmma are done; TMA clips the rows past
+    registers. This warpgroup's 64 rows of sO take its O: Q's tile (it
+    alone read those rows, and its wgmma are done), or, `deferred`, a tile
+    of O's own whose last store is waited for here, before the rows are
+    written again, rather than after it is issued. TMA clips the rows past
     Sq."""
     # O's places from this thread's index as the warp's lane 0 broadcasts it (a convergent
     # read): in the persistent loop the compiler then computes them here, for each block,
     # rather than once before the loop and kept live in registers across the main loop
     ctid = moye.warp_idx() * 32 + moye.lane_idx() - 128
     wg = ctid // 128
-    bM, d = size(sQ, 0), size(sQ, 1)
+    bM, d = size(sO, 0), size(sO, 1)
     cO = mma_o.get_slice(ctid).partition_C(make_identity_array((bM, d)))
+    if deferred:
+        if ctid % 128 == 0:
+            moye.tma_store_wait(0)                      # the last block's O has left sO
+        moye.named_barrier_sync(STORE_BARRIER + wg, 128)
     for r in range_constexpr(2):
         seen = row_sum[r] > 0.0
         inv = moye.ifelse(seen, 1.0 / row_sum[r], 0.0)
         for i in range_constexpr(size(acc_o)):
             if i % 4 // 2 == r:
                 row, col = cO[i]
-                sQ[row, col] = moye.cast(acc_o[i] * inv, sQ.dtype)
+                sO[row, col] = moye.cast(acc_o[i] * inv, sO.dtype)
         row = row0 + cO[2 * r][0]
         if ctid % 4 == 0 and row < Sq:                  # a quad's first lane: its rows' LSE
             LSE[b, h, row] = moye.ifelse(seen, (row_max[r] + moye.log2(row_sum[r])) * LN2,
@@ -346,11 +363,12 @@ def store_rows(store_o, sQ, LSE, acc_o, mma_o, row_max, row_sum, b, h, row0, Sq)
     moye.named_barrier_sync(STORE_BARRIER + wg, 128)
     if ctid % 128 == 0:
         for c in range(d // CHUNK):
-            rows_ = MoYeArray.view_of(sQ.engine.offset_by((c * bM + wg * 64) * CHUNK),
+            rows_ = MoYeArray.view_of(sO.engine.offset_by((c * bM + wg * 64) * CHUNK),
                                       store_o.smem_layout)
             moye.tma_store(store_o, (b, h, row0 + wg * 64, c * CHUNK), rows_)
         moye.tma_store_commit()
-        moye.tma_store_wait(0)
+        if not deferred:
+            moye.tma_store_wait(0)
 
 
 @moye.func
@@ -450,6 +468,7 @@ def launch(q, k, v, o, lse, scale, causal, blocks=None):
         persistent = blocks < items
     args = (*copies, moye.make_tma_copy(moye.TMA_STORE, o, box(64)), lse, Sq, k.shape[2],
             Hq // k.shape[1], float(scale * LOG2E), sQ, sK, sV, mma_s, mma_o, bN, stages,
-            bool(causal), overlap, persistent)
+            bool(causal), overlap, persistent,
+            persistent and (2 * bM + 2 * stages * bN) * d * q.itemsize <= OWN_O_BYTES)
     replay.launch(attention_forward_sm90, ((blocks, 1, 1), 128 + 2 * bM), args,
                   None if rows.backend_of(q) == "cuda" else "cpu")
