@@ -20,14 +20,18 @@ dims 64, 128 and 256 (96 runs attention_sm80's kernel).
   intra-warpgroup overlap): S_j's wgmma are issued, then P_{j-1} V_{j-1}'s,
   and the softmax waits for S_j's alone; and the consumer warpgroups take
   turns to issue their wgmma (ping-pong: one's GEMMs run while the others'
-  softmax do). Both at every head dim (TILES). A warpgroup whose rows see
-  fewer tiles than the block's (causal, or rows past Sq) issues nothing
-  for the others, only takes its turns.
+  softmax do), each at the named barriers of its index, a run-time value
+  (one copy of the loop for all). Both at every head dim (TILES). A
+  warpgroup whose rows see fewer tiles than the block's (causal, or rows
+  past Sq) issues nothing for the others, only takes its turns.
 - The epilogue divides by the row sums, writes each warpgroup's O into
-  its rows of Q's tile and TMA-stores them; LSE from the registers.
+  its rows of Q's tile, or of a tile of O's own (below), and TMA-stores
+  them; LSE from the registers.
 - At head dim 64, where K is short (PERSISTENT_KEYS), a block per
   multiprocessor walks query blocks (query_blocks): the next one's K and V
-  load while this one's O is stored, and its Q once O has left sQ.
+  load while this one's O is stored. O has a tile of its own there
+  (OWN_O_BYTES), so Q's tile is free once the block's last S = Q K^T is
+  done and the next Q loads during the last P V and O's store.
 Q, K, V tiles are (rows, D) boxes of 64 values (128 bytes) each, one after
 another; TMA zero-fills rows past the sequences, which the masks drop.
 """
@@ -64,7 +68,10 @@ THREADS = 384               # a producer warpgroup and two consumer ones (the ba
 # next block's K and V load while this one's O is stored. At 1k keys, head dim 64, on an H200:
 # 412 -> 404 us, causal 312 -> 280 (benchmarks/RESULTS.md, session 25); longer K gains nothing
 PERSISTENT_KEYS = 2048
-OWN_O_BYTES = 200 * 1024    # shared memory up to which O gets a tile of its own (persistent)
+# shared memory up to which O gets a tile of its own (persistent). H100, head dim 64, TFLOP/s
+# at 1k / 4k / 16k keys, O through Q's tile -> its own: 326 / 453 / 485 -> 349 / 461 / 474,
+# causal 205 / 363 / 466 -> 242 / 393 / 454 (benchmarks/RESULTS.md, session 35)
+OWN_O_BYTES = 200 * 1024
 PINGPONG = 1                # named barriers 1, 2 (, 3): the consumer warpgroups' turns
 STORE_BARRIER = 4           # 4, 5 (, 6): a consumer warpgroup's O in shared memory, for TMA
 
