@@ -3,6 +3,7 @@ branch is static (Python runs it) or dynamic (it becomes IR control flow),
 decided by whether its range or condition holds a dynamic value.
 """
 import builtins
+import itertools
 import sys
 import types
 
@@ -203,6 +204,16 @@ class range:
             any(isinstance(x, Sym) for x in (self.start, self.stop, self.step))
 
 
+class forever(range):
+    """What `while True:` with a `break` of its own loops over (the rewrite
+    makes it a `for`): a loop traced once whose breaks end it, else, where
+    its body needs that (control.for_loop), Python's loop until a break,
+    while tracing."""
+
+    def __init__(self):
+        super().__init__(0, 2 ** 31 - 1)
+
+
 def range_constexpr(*args):
     """A range unrolled while tracing: the body runs once per iteration with
     the variable a Python int. CuTe DSL: `cutlass.range_constexpr`.
@@ -243,6 +254,7 @@ class for_loop:
         self.site, self.live = site, live
         self.pending, self.forced, self.python = True, False, None
         self.jumped = False         # a break or continue emitted in the IR loop's body
+        self.forever = isinstance(iterable, forever)
         b = current()
         if isinstance(iterable, range):
             if iterable.dynamic:
@@ -348,7 +360,8 @@ class for_loop:
             try:
                 for n, x in enumerate(self.iterable):
                     if n == STATIC_UNROLL_LIMIT:
-                        raise _too_long("this `for` over a static iterable has not ended")
+                        raise _too_long("this `while True` has not ended" if self.forever else
+                                        "this `for` over a static iterable has not ended")
                     yield x
             finally:
                 b.loop_kinds.pop()
@@ -395,7 +408,8 @@ class for_loop:
         if self.python is not None:
             self.python.restore()
         self.values, self.pending, self.jumped = list(self.entry), True, False
-        self._static(b, self.span, self._remember(b, why))
+        self._static(b, itertools.count() if self.forever else self.span,
+                     self._remember(b, why))
 
     def _decline(self):
         """Why the unrolled attempt cannot stand (None if it can)."""

@@ -189,6 +189,7 @@ def _summary(stmt, memo=None):
 
 
 _JUMP_READS = "_moye_jump_reads"
+_BREAKS = "_moye_breaks"            # on a loop with a break of its own
 
 
 def _mark_jumps(fdef):
@@ -207,6 +208,8 @@ def _mark_jumps(fdef):
             node = stack.pop()
             if isinstance(node, (ast.Break, ast.Continue)):
                 setattr(node, _JUMP_READS, reads)
+                if isinstance(node, ast.Break):
+                    setattr(loop, _BREAKS, True)
             elif not isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.Lambda,
                                        ast.ClassDef)):
                 stack.extend(ast.iter_child_nodes(node))
@@ -380,6 +383,13 @@ class _Rewriter(ast.NodeTransformer):
         return [ast.copy_location(s, node) for s in out]
 
     def visit_While(self, node):
+        if isinstance(node.test, ast.Constant) and node.test.value in (True, 1) and \
+                getattr(node, _BREAKS, False):
+            # `while True:` that a break ends: a `for` over control.forever, traced once as
+            # a kernel loop where its body allows (Python's loop while tracing otherwise)
+            target = ast.Name(self._fresh("forever"), ast.Store())
+            loop = ast.For(target, _call("forever"), node.body, [], None)
+            return self.visit_For(ast.copy_location(loop, node))
         assigned = _names_stored(node.body)         # as written (visit_For says why)
         early = _read_first(node.body, self.summaries) | _names_loaded([node.test])
         if node.orelse:

@@ -10,7 +10,7 @@ from moye import ir
 
 from ..kernel.test_bits_cpu import FNS as BIT_FNS, bits_kernel, reference, samples
 from ..kernel.test_jumps_cpu import (nested_kernel, python_scan, scan_kernel, static_range_kernel,
-                                     waiting_warps_kernel)
+                                     waiting_warps_kernel, work_queue_kernel)
 from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
 from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
 from ..kernel.test_sync_warp_cpu import exchange_kernel
@@ -126,6 +126,13 @@ def test_break_and_continue(torch):
     waiting_warps_kernel[1, 64](out, 6)
     torch.cuda.synchronize()
     np.testing.assert_array_equal(out.cpu().numpy(), [3] * 32 + [20] * 32)
+    tiles = cuda(torch, np.zeros((5000, 32), np.int32))
+    counter = cuda(torch, np.zeros(1, np.int32))
+    work_queue_kernel[264, 32](tiles, counter, 5000)        # each tile taken once
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(tiles.cpu().numpy(),
+                                  np.arange(5000)[:, None] * 10 + np.arange(32) + 1)
+    assert int(counter.item()) == 5000 + 264
 
 
 def test_accesses_past_two_to_the_31(torch):

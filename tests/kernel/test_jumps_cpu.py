@@ -2,7 +2,8 @@
 bounds, static ranges traced once, `while`), in loops unrolled while
 tracing, nested, in device functions, under divergent branches of a warp
 and of warps that wait for each other; the values a loop carries out of a
-jump; the C++ they become; the one case refused."""
+jump; `while True` ended by a break; the C++ they become; the one case
+refused."""
 import numpy as np
 import pytest
 
@@ -301,6 +302,52 @@ def test_a_break_on_the_side_of_a_branch_that_runs_as_its_own_context():
     out = np.full(64, -1, np.int32)
     waiting_warps_kernel[1, 64](out, 6)
     np.testing.assert_array_equal(out, [3] * 32 + [20] * 32)
+
+
+@moye.kernel
+def work_queue_kernel(out, counter, n):
+    """Blocks take tiles from a global counter until none is left (`while
+    True` that a run-time break ends: a kernel loop)."""
+    t = moye.thread_idx.x
+    s = moye.shared_array(moye.Int32, 1)
+    while True:
+        if t == 0:
+            s[0] = moye.atomic_add(counter, 0, 1)
+        moye.sync_threads()
+        tile = s[0]
+        moye.sync_threads()
+        if tile >= n:
+            break
+        out[tile, t] = out[tile, t] + tile * 10 + t + 1
+
+
+def test_while_true_that_a_run_time_break_ends_is_a_kernel_loop():
+    out, counter = np.zeros((40, 32), np.int32), np.zeros(1, np.int32)
+    work_queue_kernel[3, 32](out, counter, 40)
+    np.testing.assert_array_equal(out, np.arange(40)[:, None] * 10 + np.arange(32) + 1)
+    assert counter[0] == 43                  # 40 tiles, then one look past the end a block
+    ir = work_queue_kernel.ir(out, counter, 40, block=32)
+    assert "for $" in ir and "    break" in ir and "unrolled while tracing" not in ir
+
+
+@moye.kernel
+def static_while_true_kernel(out):
+    seen = []
+    k = 0
+    while True:
+        seen.append(k)
+        k += 1
+        if k == 3:
+            break
+    out[0] = len(seen) * 100 + seen[-1] * 10 + k
+
+
+def test_while_true_whose_body_changes_python_objects_runs_while_tracing():
+    out = np.zeros(1, np.int32)
+    static_while_true_kernel[1, 1](out)
+    assert out[0] == 323
+    assert "unrolled while tracing: the body changes Python objects" in \
+        static_while_true_kernel.ir(out, block=1)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
