@@ -7,8 +7,11 @@ source line, so errors and the generated code point at the kernel source.
 """
 import linecache
 import math
+import operator
 import os
 import sys
+
+import numpy as np
 
 from .. import types as T
 from ..errors import KernelError, MoyeError
@@ -206,6 +209,15 @@ def divisor_of(x):
     return 1
 
 
+def _scalar(x):
+    return x.item() if isinstance(x, np.generic) else x
+
+
+UFUNCS = {}
+"""NumPy ufunc name -> the kernel's function of kernel values (Sym.__array_ufunc__):
+Python's operators here, the math functions from moye.device.builtins."""
+
+
 class Sym:
     """A dynamic scalar inside a kernel: an IR value with Python operators.
     `div` is a power of two known to divide it (for vectorization)."""
@@ -249,7 +261,29 @@ class Sym:
 
     def __float__(self):
         raise KernelError(f"float() of the dynamic value {self.value!r}: it is only known at run "
-                          "time (moye.cast(x, moye.Float32) converts it in the kernel)")
+                          "time (moye.cast(x, moye.Float32) converts it in the kernel; Python's "
+                          "math.sqrt, math.exp, ... take floats: in a kernel write moye.sqrt, "
+                          "moye.exp, ..., or NumPy's np.sqrt, np.exp, ...)")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy's ufuncs of kernel values (np.exp(x), np.maximum(a, b),
+        np.float32(2) * x): the kernel's function of that name
+        (UFUNCS), called on the values."""
+        fn = UFUNCS.get(ufunc.__name__) if method == "__call__" and not kwargs else None
+        if fn is None:
+            raise KernelError(f"NumPy's {ufunc.__name__}{'.' + method if method != '__call__' else ''}"
+                              f"{' with ' + ', '.join(kwargs) if kwargs else ''} of a kernel "
+                              "value is not a kernel function; see docs/builtins.md for what a "
+                              "kernel body can call")
+        if not any(isinstance(x, np.ndarray) for x in inputs):
+            return fn(*(_scalar(x) for x in inputs))
+        # with a NumPy array (of constants, or of kernel values): element by element
+        shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+        args = [np.broadcast_to(x, shape) if isinstance(x, np.ndarray) else x for x in inputs]
+        out = np.empty(shape, dtype=object)
+        for at in np.ndindex(shape):
+            out[at] = fn(*(_scalar(x[at]) if isinstance(x, np.ndarray) else x for x in args))
+        return out
 
     def _rounded(self, fn):
         """Python's math.floor, math.ceil, math.trunc and round of a kernel
@@ -492,6 +526,16 @@ def sym_select(cond, a, b):
     cv = cond.value if cond.type is T.Bool else (cond != 0).value
     v = current().instr("select", (cv, coerce(a, t), coerce(b, t)), t)
     return Sym(v, t, _gcd_div(divisor_of(a), divisor_of(b)))
+
+
+UFUNCS.update(
+    add=operator.add, subtract=operator.sub, multiply=operator.mul, true_divide=operator.truediv,
+    floor_divide=operator.floordiv, remainder=operator.mod, power=operator.pow,
+    negative=operator.neg, absolute=operator.abs, less=operator.lt, less_equal=operator.le,
+    greater=operator.gt, greater_equal=operator.ge, equal=operator.eq, not_equal=operator.ne,
+    bitwise_and=operator.and_, bitwise_or=operator.or_, bitwise_xor=operator.xor,
+    invert=operator.invert, left_shift=operator.lshift, right_shift=operator.rshift,
+    maximum=lambda a, b: sym_minmax("max", a, b), minimum=lambda a, b: sym_minmax("min", a, b))
 
 
 def sym_minmax(op, a, b):

@@ -13,8 +13,8 @@ from ..errors import MoyeTypeError
 from ..layout import Layout, cosize, size
 from .. import ir
 from ..compiler.memory import PointerEngine, copy_elements, index_operand, vector_split
-from ..compiler.tracer import (KernelError, Sym, coerce, current, special, sym_minmax, sym_select,
-                               tracing, user_location)
+from ..compiler.tracer import (UFUNCS, KernelError, Sym, coerce, current, special, sym_minmax,
+                               sym_select, tracing, user_location)
 from .fastmath import FAST_FORMS, exp2_host, exp_host
 
 
@@ -245,6 +245,13 @@ trunc = _math("trunc", lambda x: float(np.trunc(x)), "truncf")
 rint = _math("rint", lambda x: float(np.rint(x)), "rintf (the nearest integer, halves to even)")
 
 
+# NumPy's ufuncs of kernel values call these (tracer.Sym.__array_ufunc__)
+UFUNCS.update(exp=exp, exp2=exp2, log=log, log2=log2, log10=log10, log1p=log1p, expm1=expm1,
+              sqrt=sqrt, cbrt=cbrt, sin=sin, cos=cos, tan=tan, arcsin=asin, arccos=acos,
+              arctan=atan, arctan2=atan2, sinh=sinh, cosh=cosh, tanh=tanh, hypot=hypot,
+              copysign=copysign, floor=floor, ceil=ceil, trunc=trunc, rint=rint)
+
+
 def isnan(x):
     """Whether x is a NaN (Bool; False for an integer). CUDA: isnan.
         >>> import moye
@@ -272,6 +279,9 @@ def isfinite(x):
         (True, False)
     """
     return _float_test("isfinite", x, math.isfinite, lambda v: abs(v) < math.inf)
+
+
+UFUNCS.update(isnan=isnan, isinf=isinf, isfinite=isfinite)
 
 
 def _float_test(fn, x, pyfn, test):
