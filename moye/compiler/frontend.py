@@ -77,7 +77,12 @@ def _trace_arguments(builder, binding):
 
 def _array_view(p, params):
     """The MoYeArray an ArrayParam's body sees: over its pointer parameter,
-    with symbolic extents and strides (1 for the unit-stride mode)."""
+    with symbolic extents and strides (1 for the unit-stride mode); a 0-d
+    array's is 1:1 (its one element at 0, as on the host, and any other
+    coordinate outside it, not folded onto it)."""
+    if p.rank == 0:
+        return MoYeArray.view_of(PointerEngine(params[0].value, p.dtype, "global", 0,
+                                               p.alignment), Layout(1, 1))
     it = p.index_type
     shape = [Sym(q.value, it, 1) for q in params[1:1 + p.rank]]
     given = iter(params[1 + p.rank:])

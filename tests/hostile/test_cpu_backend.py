@@ -150,6 +150,9 @@ def compiled_call(**kw):
 
 CASES = [
     # the driver's launch limits
+    Hostile("a 0-d array indexed by the thread", lambda: copy(out=np.zeros((), np.float32)),
+            KernelRuntimeError, r"out\[t\] = x\[t\] \* 2\n  out-of-bounds store of 'out' "
+            r"\(index 1, 1 element\(s\); the buffer has 1\) by thread \(1, 0, 0\)"),
     Hostile("block of 2048 threads", lambda: copy(block=(32, 32, 2)), LaunchError,
             r"block \(32, 32, 2\) has 2048 threads; a block has at most 1024"),
     Hostile("block x of 1025", lambda: copy(block=1025), LaunchError,

@@ -711,3 +711,17 @@ def test_fast_path_keeps_zero_and_negative_zero_apart(fake_cuda):
     f = [r["function"] for r in fake_cuda.launches]
     assert f[0] == f[2] and f[1] == f[3] == f[4] and f[0] != f[1]
     assert fake_cuda.compiled[0] == 2
+
+
+@moye.kernel
+def sum_into_scalar(out, x):
+    moye.atomic_add(out, 0, x[moye.thread_idx.x])
+
+
+def test_a_zero_dimensional_array_is_one_element_at_zero():
+    """out[0] of a 0-d array is its element; another coordinate is outside
+    it (tests/hostile/test_cpu_backend.py), not folded onto it."""
+    x = np.random.default_rng(5).standard_normal(8).astype(np.float32)
+    out = np.zeros((), np.float32)
+    sum_into_scalar[1, 8](out, x)
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(), rtol=1e-6)
