@@ -9,8 +9,8 @@ import pytest
 from moye import ir
 
 from ..kernel.test_bits_cpu import FNS as BIT_FNS, bits_kernel, reference, samples
-from ..kernel.test_jumps_cpu import (nested_kernel, python_scan, scan_kernel, static_range_kernel,
-                                     waiting_warps_kernel, work_queue_kernel)
+from ..kernel.test_jumps_cpu import (nested_kernel, nested_reference, python_scan, scan_kernel,
+                                     static_range_kernel, waiting_warps_kernel, work_queue_kernel)
 from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
 from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
 from ..kernel.test_sync_warp_cpu import exchange_kernel
@@ -114,14 +114,7 @@ def test_break_and_continue(torch):
     out = cuda(torch, np.full((32, 6), -7, np.int32))
     nested_kernel[1, 32](out, cuda(torch, y), 6)
     torch.cuda.synchronize()
-    want = np.full((32, 6), -1, np.int32)
-    for t in range(32):
-        for r in range(6):
-            hits = [c for c in range(1, 6) if y[t, r, c] > y[t, r, 0]]
-            want[t, r] = hits[0] if hits else -1
-            if not hits:
-                break
-    np.testing.assert_array_equal(out.cpu().numpy(), want)
+    np.testing.assert_array_equal(out.cpu().numpy(), nested_reference(y))
     out = cuda(torch, np.full(64, -1, np.int32))
     waiting_warps_kernel[1, 64](out, 6)
     torch.cuda.synchronize()
