@@ -472,18 +472,7 @@ class for_loop:
         _write_slots(self.slots, values)
 
     def jump(self, kind, values):
-        """`break` or `continue` (kind) in the body, the carried names then
-        holding `values`: True where Python jumps (a loop run while
-        tracing), False where the IR loop does (its variables written,
-        then an ir.Jump)."""
-        if not self.dynamic:
-            _jump_while_tracing(self, kind)
-            self.values = list(values)
-            return True
-        _write_slots(self.slots, values)
-        self.jumped = True
-        current().emit(ir.Jump(kind))
-        return False
+        return _jump(self, kind, values)
 
     def done(self):
         if not self.dynamic:
@@ -647,16 +636,27 @@ def _write_slots(slots, values):
             b.instr("write", (s.var, s.encode(v)))
 
 
-def _jump_while_tracing(loop, kind):
-    """Refuse a jump of a loop that Python runs while tracing from inside a
-    run-time `if` opened in its body: Python would leave the loop on every
-    path (the other iterations never traced)."""
-    if current().dynamic_ifs > loop.ifs:
-        raise KernelError(
-            f"`{kind}` under a run-time condition, in a loop that unrolls while tracing; let "
-            "the loop stay a loop in the kernel (a `for` over range(n) whose body needs no "
-            "Python int of its variable, or moye.range(n, unroll=...)), or make the condition "
-            "a variable the rest of the body tests")
+def _jump(loop, kind, values):
+    """`break` or `continue` (kind) in a for_loop's or while_loop's body,
+    its carried names then holding `values`: True where Python jumps (a
+    loop run while tracing), False where the IR loop does (its variables
+    written, then an ir.Jump). Refused from inside a run-time `if` opened
+    in the body of a loop run while tracing: Python would leave the loop
+    on every path (the other iterations never traced)."""
+    b = current()
+    if not loop.dynamic:
+        if b.dynamic_ifs > loop.ifs:
+            raise KernelError(
+                f"`{kind}` under a run-time condition, in a loop that unrolls while tracing; "
+                "let the loop stay a loop in the kernel (a `for` over range(n) whose body needs "
+                "no Python int of its variable, or moye.range(n, unroll=...)), or make the "
+                "condition a variable the rest of the body tests")
+        loop.values = list(values)
+        return True
+    _write_slots(loop.slots, values)
+    loop.jumped = True
+    b.emit(ir.Jump(kind))
+    return False
 
 
 # -- while ---------------------------------------------------------------------------
@@ -724,14 +724,7 @@ class while_loop:
         self.state = "done"
 
     def jump(self, kind, values):
-        """As for_loop.jump."""
-        if not self.dynamic:
-            _jump_while_tracing(self, kind)
-            self.values = list(values)
-            return True
-        _write_slots(self.slots, values)
-        current().emit(ir.Jump(kind))
-        return False
+        return _jump(self, kind, values)
 
     def finished(self):
         return self.dynamic and self.state == "done"
