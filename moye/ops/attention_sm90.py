@@ -60,7 +60,8 @@ HEAD_DIMS = (64, 128, 256)
 #   accumulators, S_j's 40 and P_{j-1}'s 20 live together), and is still faster: 664
 #   against 550 TFLOP/s without it, at 4k keys on an H200 (benchmarks/RESULTS.md).
 # - Persistent at 64 alone: at 128 and 256 it ran slower at every length (H100, 1k keys:
-#   d128 456 -> 328 TFLOP/s, d256 498 -> 319).
+#   d128 456 -> 328 TFLOP/s, d256 498 -> 319; d128 with O's own tile, room for 2 stages
+#   only: 465 -> 337, session 35).
 TILES = {64: (192, 128, 4, True, True), 128: (128, 128, 3, True, False),
          256: (128, 80, 2, True, False)}
 THREADS = 384               # a producer warpgroup and two consumer ones (the backward's too)
