@@ -16,7 +16,8 @@ from ..errors import MoyeTypeError
 from .. import ir
 from . import unrolled
 from .memory import PointerEngine
-from .tracer import KernelError, Sym, coerce, current, promote, sym_minmax, sym_select, type_of
+from .tracer import (KernelError, Sym, coerce, current, operand_type, promote, sym_minmax,
+                     sym_select, type_of)
 
 
 class _Unbound:
@@ -60,10 +61,48 @@ def is_dynamic(x):
 
 # -- carried state: scalars and array pointers held in variables ----------------------
 
-class _Slot:
-    """One name carried through dynamic control flow, held in an IR variable."""
+def _number(x):
+    return isinstance(x, (Sym, int, float)) and not isinstance(x, bool)
 
-    def __init__(self, name, example):
+
+def merged_type(a, b):
+    """The type of a name that a run-time `if` leaves holding number `a` on
+    one path and `b` on the other: wide enough for both, as Python's value
+    would be (a float on either side makes it a float).
+        >>> from moye import types as T
+        >>> merged_type(0, 1.5), merged_type(Sym(None, T.Float16), 0)
+        (Float32, Float16)
+    """
+    if isinstance(a, Sym) and isinstance(b, Sym):
+        return promote(a.type, b.type)
+    if isinstance(a, Sym) or isinstance(b, Sym):
+        sym, other = (a, b) if isinstance(a, Sym) else (b, a)
+        return sym.type if isinstance(other, bool) and sym.type is T.Bool else \
+            operand_type(sym, other)
+    return promote(type_of(a), type_of(b))
+
+
+def _cuts(t, value):
+    """Whether storing `value` in a variable of type t would change it: a
+    float in an integer, a wider number in a narrower one, a number in a
+    Bool (a Python number adapts where it fits: 0.5 in a Float16)."""
+    if not isinstance(value, Sym):
+        return (isinstance(value, float) and not t.is_float) or \
+            (t is T.Bool and not isinstance(value, bool)) or \
+            (isinstance(value, int) and not t.is_float and type_of(value).bits > t.bits)
+    v = value.type
+    if t is T.Bool:
+        return v is not T.Bool
+    if v.is_float:
+        return not t.is_float or v.bits > t.bits or v.bits == t.bits and v.numpy != t.numpy
+    return not t.is_float and v.bits > t.bits
+
+
+class _Slot:
+    """One name carried through dynamic control flow, held in an IR variable
+    (of type `type`, else its example's)."""
+
+    def __init__(self, name, example, type=None):
         self.name = name
         if example is UNBOUND:
             self.kind = "temp"
@@ -72,18 +111,26 @@ class _Slot:
             self.kind, self.layout = "array", example.layout
             self.dtype, self.space, self.align = eng.dtype, eng.space, eng.align
             self.var = ir.Var(ir.PtrType(eng.dtype, eng.space), "p")
-        elif isinstance(example, (Sym, int, float)) and not isinstance(example, bool):
+        elif _number(example):
             self.kind = "scalar"
-            self.var = ir.Var(type_of(example), name if name.isidentifier() else "x")
+            self.var = ir.Var(type or type_of(example), name if name.isidentifier() else "x")
         else:
             self.kind, self.example = "static", example
 
     def encode(self, value):
-        """The IR operand to store for `value`."""
+        """The IR operand to store for `value`; a KernelError where the
+        variable's type would change it (a loop that starts `s = 0` and
+        adds floats to it)."""
         if self.kind == "scalar":
-            if not isinstance(value, (Sym, int, float)):
+            if not _number(value):
                 raise KernelError(f"'{self.name}' changes from a number to {value!r} inside "
                                   "dynamic control flow")
+            if _cuts(self.var.type, value):
+                raise KernelError(
+                    f"'{self.name}' changes type from {self.var.type} to {type_of(value)} in the "
+                    f"body of a loop that stays a loop, where it keeps one type: give it the "
+                    f"wider type before the loop ({self.name} = 0.0 for a float, or "
+                    f"moye.cast(x, moye.{type_of(value)}))")
             return coerce(value, self.var.type)
         if self.kind == "array":
             if isinstance(value, MoYeArray) and not isinstance(value.engine, PointerEngine):
@@ -810,7 +857,7 @@ class if_:
             return t
         if t is UNBOUND or e is UNBOUND:
             return OutOfScope(name)
-        slot = _Slot(name, t)
+        slot = _Slot(name, t, merged_type(t, e) if _number(t) and _number(e) else None)
         if slot.kind == "static":
             slot.check_static(e)
             return t

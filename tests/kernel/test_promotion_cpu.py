@@ -82,3 +82,91 @@ def test_mixed_operations_compute_in_the_promoted_type_on_the_cpu():
     assert out[0] == np.float32(1 + 2 ** -10 + 2 ** -12)
     assert out[1] == np.float32(1 + 2 ** -10)
     assert out[2] == 0
+
+
+# -- names that run-time control flow carries: their types --------------------------------
+
+@moye.kernel
+def branch_int_or_float(out, x):
+    i = moye.thread_idx.x
+    if x[i] > 0:
+        r = 0
+    else:
+        r = x[i] * 1.5                  # Python's r would be a float here
+    out[i] = r
+
+
+def test_a_run_time_if_leaving_an_int_or_a_float_makes_the_name_a_float():
+    x = np.array([1.0, -1.0, -0.3, 2.0], np.float32)
+    out = np.full(4, np.nan, np.float32)
+    branch_int_or_float[1, 4](out, x)
+    np.testing.assert_array_equal(out, [0.0, -1.5, np.float32(-0.3) * np.float32(1.5), 0.0])
+    traced = branch_int_or_float.trace(out, x, block=4)[0]
+    assert [s.args[0].type for s in ir.instructions(traced.body) if s.op == "decl"] == \
+        [moye.Float32]
+
+
+@moye.kernel
+def branch_half_or_double(out, h, d):
+    i = moye.thread_idx.x
+    if i % 2 == 0:
+        r = h[i]
+    else:
+        r = d[i]                        # Float16 or Float64: Float64
+    out[i] = r
+
+
+def test_a_run_time_if_leaving_two_kernel_types_takes_the_wider():
+    h = np.array([1 / 3] * 4, np.float16)
+    d = np.array([1 / 3] * 4, np.float64)
+    out = np.full(4, np.nan, np.float64)
+    branch_half_or_double[1, 4](out, h, d)
+    np.testing.assert_array_equal(out, [np.float64(h[0]), 1 / 3] * 2)
+
+
+@moye.kernel
+def int_sum_of_floats(out, x, n):
+    s = 0
+    for j in range(n):                  # a run-time loop: s keeps one type
+        s += x[j]
+    out[0] = s
+
+
+@moye.kernel
+def wide_into_narrow(out, x, n):
+    s = moye.cast(0, moye.Int32)
+    for j in range(n):
+        s = s + x[j]                    # x is Int64
+    out[0] = s
+
+
+def test_a_loop_carried_name_that_would_be_cut_is_an_error_naming_it():
+    """s = 0 then s += a float, in a loop that stays one, would truncate s
+    every iteration (C's `int s`); Python's s becomes a float. The loop
+    cannot change a variable's type: an error, with the way out."""
+    import pytest
+    with pytest.raises(moye.KernelError, match=r"test_promotion_cpu\.py:\d+: s \+= x\[j\]\n.*'s' "
+                       r"changes type from Int32 to Float32 in the body of a loop that stays a "
+                       r"loop.*s = 0\.0 for a float"):
+        int_sum_of_floats[1, 1](np.zeros(1, np.float32), np.ones(4, np.float32), 4)
+    with pytest.raises(moye.KernelError, match=r"'s' changes type from Int32 to Int64"):
+        wide_into_narrow[1, 1](np.zeros(1, np.int64), np.ones(4, np.int64), 4)
+
+
+@moye.kernel
+def float_sum(out, x, n):
+    s = 0.0
+    m = -float("inf")
+    k = 0
+    for j in range(n):                  # Float32, Float32, Int32 throughout: no error
+        s += x[j]
+        m = moye.maximum(m, x[j])
+        k += 1
+    out[0] = s + m + k
+
+
+def test_a_loop_whose_names_keep_their_types_runs():
+    x = np.random.default_rng(2).standard_normal(9).astype(np.float32)
+    out = np.full(1, np.nan, np.float32)
+    float_sum[1, 1](out, x, 9)
+    np.testing.assert_allclose(out, [x.astype(np.float64).sum() + x.max() + 9], rtol=1e-5)
