@@ -188,6 +188,24 @@ def operand_type(sym, other):
     return sym.type if sym.type.name != "Bool" else T.Int32
 
 
+_BITWISE = {"and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
+
+
+def _check_bitwise(op, t, a, b):
+    """Refuse a bitwise operator of a float (Python raises a TypeError; C++
+    would not compile), and a shift by a static amount outside 0..bits-1
+    (C++ leaves it undefined; Python's result would need more bits)."""
+    sign = _BITWISE.get(op, "~")
+    if t.is_float:
+        what = f"{_shown(a)} {sign} {_shown(b)}" if b is not None else f"~{_shown(a)}"
+        raise KernelError(f"{what}: bitwise operators take integers, not {t} "
+                          "(moye.cast(x, moye.Int32) converts a value)")
+    if op in ("shl", "shr") and isinstance(b, int) and not 0 <= b < t.bits:
+        raise KernelError(f"{_shown(a)} {sign} {b}: a shift of a {t.bits}-bit {t} by {b} is "
+                          f"undefined in the kernel (C++); shift by 0..{t.bits - 1}, or cast to "
+                          "moye.Int64 first")
+
+
 def _shown(x):
     """A kernel value or a number as an error names it."""
     if not isinstance(x, Sym):
@@ -347,6 +365,8 @@ class Sym:
             return NotImplemented
         t = operand_type(self, other)
         a, b = (other, self) if reflected else (self, other)
+        if op in _BITWISE:
+            _check_bitwise(op, t, a, b)
         div = _div_rule(op, a, b)
         a, b = coerce(a, t), coerce(b, t)
         rt = result or t
@@ -461,6 +481,7 @@ class Sym:
     def __invert__(self):
         if self.type is T.Bool:
             return Sym(current().instr("not", (self.value,), T.Bool), T.Bool)
+        _check_bitwise("invert", self.type, self, None)
         return Sym(current().instr("xor", (self.value, -1), self.type), self.type)
 
     def _cmp(self, op, o):

@@ -189,6 +189,21 @@ def negative_index(out, n):
 
 
 @moye.kernel
+def float_shift(out, x):
+    out[0] = x[0] << 2
+
+
+@moye.kernel
+def float_invert(out, x):
+    out[0] = ~x[0]
+
+
+@moye.kernel
+def shift_past_width(out, n):
+    out[0] = n >> 32
+
+
+@moye.kernel
 def return_in_dynamic_if(out, n):
     if n > 3:
         return
@@ -360,6 +375,14 @@ CASES = [
     Hostile("a negative index, as Python's from the end", trace(negative_index, 5), KernelError,
             HERE + r"out\[-1\] = n\n.*coordinate -1 of the array's shape \? is negative: "
             r"coordinates do not count from the end"),
+    Hostile("a float shifted", trace(float_shift, np.ones(1, np.float32)), KernelError,
+            HERE + r"out\[0\] = x\[0\] << 2\n.*a Float32 value << 2: bitwise operators take "
+            r"integers, not Float32"),
+    Hostile("a float inverted", trace(float_invert, np.ones(1, np.float64)), KernelError,
+            HERE + r"out\[0\] = ~x\[0\]\n.*~a Float64 value: bitwise operators take integers"),
+    Hostile("a shift by the width", trace(shift_past_width, 5), KernelError,
+            HERE + r"out\[0\] = n >> 32\n.*an Int32 value >> 32: a shift of a 32-bit Int32 by "
+            r"32 is undefined"),
     Hostile("return in a dynamic if", trace(return_in_dynamic_if, 5), KernelError,
             HERE + r"return\n.*`return` inside dynamic control flow"),
     Hostile("a helper's return in its dynamic if", trace(helper_returns_in_its_branch, 5),
