@@ -983,5 +983,7 @@ def check_return(base=None):
         raise KernelError("`return` inside dynamic control flow is not supported; "
                           + ("let the kernel body end instead" if base is None else
                              "assign the result to a variable there and return it at "
-                             "the function's end"))
+                             "the function's end (a helper's returns under run-time ifs are "
+                             "moved there for you when none is inside a loop, every path "
+                             "returns, and all give one value or tuples of one length)"))
 

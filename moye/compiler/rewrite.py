@@ -188,6 +188,101 @@ def _summary(stmt, memo=None):
     return out
 
 
+RESULT = "_moye_result"              # a lifted return's value (not __moye: it is merged)
+
+
+def _lift_returns(fdef, helper):
+    """Move the `return`s inside `if`s of the functions defined in `fdef`,
+    and of `fdef` itself if it is a `helper` (a kernel's `return` would end
+    its threads, which a barrier after it must not wait for), to the
+    function's end, where run-time control flow can reach them: `if c: return a` followed by `rest` becomes `if c: R = a`
+    `else: rest`, with `return R` (R: RESULT, or RESULT0, RESULT1, ... for a
+    tuple) at the end. Only where every `return` lies in `if`s (not loops),
+    each `if` holding one either returns on all its paths or holds none, and
+    the values are alike (all bare; or all one value; or all tuples of one
+    length); a value-returning function must return on every path. Anything
+    else is left as written (a run-time `if` around its `return` is then
+    refused by control.check_return)."""
+    for node in _walk(fdef):
+        if isinstance(node, ast.FunctionDef) and (helper or node is not fdef):
+            returns = _own_returns(node)
+            if returns and any(r is not node.body[-1] for r in returns):
+                _lift_function(node, returns)
+
+
+def _own_returns(fdef):
+    """The Return nodes of `fdef` itself (not of functions defined in it)."""
+    out, stack = [], list(fdef.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            out.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _lift_function(fdef, returns):
+    values = [r.value for r in returns]
+    if all(v is None for v in values):
+        names = []
+    elif all(isinstance(v, ast.Tuple) for v in values) and \
+            len({len(v.elts) for v in values}) == 1:
+        names = [f"{RESULT}{i}" for i in range(len(values[0].elts))]
+    elif not any(v is None or isinstance(v, ast.Tuple) for v in values):
+        names = [RESULT]
+    else:
+        return
+    body, always = _lifted(fdef.body, names)
+    if body is None or names and not always:
+        return
+    if names:
+        value = ast.Tuple([ast.Name(n, ast.Load()) for n in names], ast.Load()) \
+            if values[0].__class__ is ast.Tuple else ast.Name(names[0], ast.Load())
+        body.append(_at(ast.Return(value), fdef.body[-1]))
+    fdef.body = body or [ast.copy_location(ast.Pass(), fdef.body[0])]
+
+
+def _at(node, where):
+    """`node` and every node in it without a position, at `where`'s."""
+    for n in ast.walk(node):
+        if "lineno" in n._attributes and not hasattr(n, "lineno"):
+            ast.copy_location(n, where)
+    return node
+
+
+def _lifted(stmts, names, after=()):
+    """(`stmts`, then the statements `after` them, with their returns
+    lifted, whether every path returns); (None, False) where that cannot be
+    done (_lift_returns says when). A side of an `if` that does not return
+    takes its own copy of what follows the `if`."""
+    out = []
+    for i, st in enumerate(stmts):
+        if isinstance(st, ast.Return):
+            if names:
+                values = st.value.elts if isinstance(st.value, ast.Tuple) else [st.value]
+                out += [_at(ast.Assign([ast.Name(n, ast.Store())], v), st)
+                        for n, v in zip(names, values)]
+            return out, True
+        if not _own_returns(ast.Module([st], [])):
+            out.append(st)
+            continue
+        if not isinstance(st, ast.If):
+            return None, False                  # a return inside a loop
+        following = list(stmts[i + 1:]) + list(after)
+        sides = [_lifted(side, names, copy.deepcopy(following)) for side in (st.body, st.orelse)]
+        if sides[0][0] is None or sides[1][0] is None:
+            return None, False
+        (then, t_always), (orelse, e_always) = sides
+        out.append(ast.copy_location(ast.If(st.test, then or [ast.copy_location(ast.Pass(), st)],
+                                            orelse), st))
+        return out, t_always and e_always
+    if after:
+        rest, always = _lifted(list(after), names)
+        return (None, False) if rest is None else (out + rest, always)
+    return out, False
+
+
 _JUMP_READS = "_moye_jump_reads"
 _BREAKS = "_moye_breaks"            # on a loop with a break of its own
 
@@ -788,6 +883,7 @@ def rewrite_function(fn, helper=False, stamp=None):
         return None                         # no source, or not this function's
     at = lambda node, what: where(node.lineno, what)  # noqa: E731
     _refuse(fdef, at, fn.__code__)
+    _lift_returns(fdef, helper)
     _mark_jumps(fdef)
     fdef.decorator_list = []
     freevars = fn.__code__.co_freevars

@@ -1,7 +1,9 @@
 """@moye.func: helpers from another module with run-time control flow,
-helpers calling helpers, `return` inside loops, recursion, host calls, the
+helpers calling helpers, `return` inside loops and under run-time ifs
+(lifted to the end), recursion, host calls, the
 kernel's cache key, and NVRTC compiling kernels that call them."""
 import importlib
+import re
 import sys
 import textwrap
 
@@ -81,21 +83,55 @@ def loops_until(n):
     return i
 
 
-def test_return_inside_run_time_control_flow_of_a_helper_is_refused_naming_its_line():
+@moye.func
+def piecewise(x):
+    """-1 below -1, 1 above 1, x**3 between, by early returns."""
+    if x < -1.0:
+        return -1
+    elif x > 1.0:
+        return 1.0
+    else:
+        y = x * x * x
+    return y
+
+
+@moye.func
+def ordered(a, b):
+    if a > b:
+        return b, a
+    return a, b
+
+
+def test_a_helpers_returns_under_run_time_ifs_are_lifted_to_its_end():
     @moye.kernel
     def k(out, x):
-        out[0] = sign_of(x[0])
+        i = moye.thread_idx.x
+        lo, hi = ordered(x[i], x[(i + 1) % 32])
+        out[i, 0] = sign_of(x[i])
+        out[i, 1] = piecewise(x[i])         # an int on one path, floats on the others
+        out[i, 2] = lo
+        out[i, 3] = hi
 
-    with pytest.raises(moye.KernelError, match=r"in moye.func 'sign_of'.*test_func.py:\d+: "
-                                               r"return -1 .*\n.*`return` inside dynamic"
-                                               r".*return it at the function's end"):
-        k[1, 1](np.zeros(1, np.int32), np.ones(1, np.float32))
+    x = np.random.default_rng(4).uniform(-2, 2, 32).astype(np.float32)
+    out = np.full((32, 4), np.nan, np.float32)
+    k[1, 32](out, x)
+    nxt = np.roll(x, -1)
+    np.testing.assert_array_equal(out[:, 0], np.where(x < 0, -1, 1))
+    np.testing.assert_array_equal(out[:, 1], np.where(x < -1, -1, np.where(x > 1, 1, x * x * x)))
+    np.testing.assert_array_equal(out[:, 2], np.minimum(x, nxt))
+    np.testing.assert_array_equal(out[:, 3], np.maximum(x, nxt))
+    body = k.cuda_source(out, x, block=32).split("__global__")[1]
+    assert "_moye_result" in body and not re.search(r"^\s*return\b", body, re.M)
 
+
+def test_return_inside_a_run_time_loop_of_a_helper_is_refused_naming_its_line():
     @moye.kernel
     def w(out, n):
         out[0] = loops_until(n)
 
-    with pytest.raises(moye.KernelError, match="`return` inside dynamic"):
+    with pytest.raises(moye.KernelError, match=r"in moye.func 'loops_until'.*test_func.py:\d+: "
+                                               r"return i *\n.*`return` inside dynamic"
+                                               r".*return it at the function's end"):
         w[1, 1](np.zeros(1, np.int32), 5)
 
 
