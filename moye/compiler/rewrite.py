@@ -34,8 +34,10 @@ are rewritten so they work on dynamic values too, and so is `assert`: of a
 run-time condition it is checked when the kernel runs. `break` and
 `continue` become `if LOOP.jump(kind, carried values): break`: Python's
 jump in a loop run while tracing, the kernel's (C++'s) in a loop that stays
-one, anywhere in its body. `return` inside dynamic control flow is an error
-(a helper function's, only inside the control flow it opened itself).
+one, anywhere in its body. A helper's `return`s under `if`s are first
+lifted to its end (_lift_returns), so that a run-time `if` may hold them;
+any other `return` inside dynamic control flow is an error (a helper
+function's, only inside the control flow it opened itself).
 After a loop its variable is as Python leaves it if the loop was static,
 and has no value if it was dynamic.
 
