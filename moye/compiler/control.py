@@ -301,6 +301,7 @@ class for_loop:
         self.site, self.live = site, live
         self.pending, self.forced, self.python = True, False, None
         self.jumped = False         # a break or continue emitted in the IR loop's body
+        self.why = None             # why a static range unrolls while tracing (_fall_back)
         self.forever = isinstance(iterable, forever)
         b = current()
         if isinstance(iterable, range):
@@ -455,6 +456,7 @@ class for_loop:
         if self.python is not None:
             self.python.restore()
         self.values, self.pending, self.jumped = list(self.entry), True, False
+        self.why = why
         self._static(b, itertools.count() if self.forever else self.span,
                      self._remember(b, why))
 
@@ -469,7 +471,7 @@ class for_loop:
             live = n in self.live
             if s.kind == "temp" and live:
                 return f"'{n}' is first assigned in the body and used after the loop"
-            if s.kind == "array" and live:
+            if s.kind == "array" and live and not self.forever:     # (no count to unroll)
                 return f"the array '{n}' is reassigned in the body and used after the loop"
             if s.kind == "scalar":
                 t = type_of(self.end[i])
@@ -693,11 +695,13 @@ def _jump(loop, kind, values):
     b = current()
     if not loop.dynamic:
         if b.dynamic_ifs > loop.ifs:
+            why = getattr(loop, "why", None)
             raise KernelError(
-                f"`{kind}` under a run-time condition, in a loop that unrolls while tracing; "
-                "let the loop stay a loop in the kernel (a `for` over range(n) whose body needs "
-                "no Python int of its variable, or moye.range(n, unroll=...)), or make the "
-                "condition a variable the rest of the body tests")
+                f"`{kind}` under a run-time condition, in a loop that unrolls while tracing"
+                + (f" ({why})" if why else "") + "; let the loop stay a loop in the kernel (a "
+                "`for` over range(n) whose body needs no Python int of its variable, or "
+                "moye.range(n, unroll=...)), or make the condition a variable the rest of the "
+                "body tests")
         loop.values = list(values)
         return True
     _write_slots(loop.slots, values)

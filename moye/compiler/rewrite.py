@@ -110,11 +110,14 @@ def _names_stored(nodes):
 
 
 def _names_loaded(nodes):
+    """The names `nodes` read, an augmented assignment's target included."""
     out = set()
     for node in nodes:
         for n in _walk(node):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
                 out.add(n.id)
+            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+                out.add(n.target.id)
     return out
 
 
@@ -184,6 +187,8 @@ def _summary(stmt, memo=None):
                     stored.add(n.id)
             elif isinstance(n, (ast.For, ast.comprehension)):
                 bound.update(x.id for x in _walk(n.target) if isinstance(x, ast.Name))
+            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+                loaded.add(n.target.id)             # `c += 1` reads c first
         out = (loaded - bound, stored)
     if memo is not None:
         memo[id(stmt)] = (stmt, out)        # the node too: its id stays its own
@@ -205,7 +210,10 @@ def _lift_returns(fdef, helper):
     length); a value-returning function must return on every path. Anything
     else is left as written (a run-time `if` around its `return` is then
     refused by control.check_return)."""
-    for node in _walk(fdef):
+    nodes = _walk(fdef)
+    if not any(type(n) is ast.Return for n in nodes):
+        return
+    for node in nodes:
         if isinstance(node, ast.FunctionDef) and (helper or node is not fdef):
             returns = _own_returns(node)
             if returns and any(r is not node.body[-1] for r in returns):
@@ -294,8 +302,11 @@ def _mark_jumps(fdef):
     (_summary), before any summary is made: it writes the carried names of
     its loop, which are among the names the loop assigns that are read
     anywhere. Inside a run-time `if`, so that each holds its value there."""
+    nodes = _walk(fdef)
+    if not any(type(n) is ast.Break or type(n) is ast.Continue for n in nodes):
+        return
     loaded = _names_loaded([fdef])
-    for loop in _walk(fdef):
+    for loop in nodes:
         if not isinstance(loop, (ast.For, ast.While)):
             continue
         bound = set(_names_stored([loop.target])) if isinstance(loop, ast.For) else set()

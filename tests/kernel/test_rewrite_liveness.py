@@ -110,3 +110,31 @@ def test_a_name_assigned_first_in_an_inner_loop_is_not_carried_by_the_run_time_l
     loops = list(fors(counted.trace(out, x, 3, block=1)[0].body))
     assert [f.unroll for f in loops] == ["full", None, "full", "full"]
     assert "$row" not in counted.ir(out, x, 3, block=1)       # carried by no loop
+
+
+@moye.kernel
+def running_count(out, n):
+    c = 0
+    for j in range(n):                  # a run-time loop; c is not read after it
+        c += 1                          # but read here, before it is assigned
+        out[j] = c
+
+
+@moye.kernel
+def running_count_in_while(out, n):
+    c = 0
+    while c < n:
+        out[c] = c * 10
+        c += 1
+
+
+def test_an_augmented_assignment_reads_its_name_and_carries_it():
+    """`c += 1` reads c: carried through the loop even where nothing after
+    the loop reads it (each iteration saw c = 0 before, silently)."""
+    out = np.zeros(6, np.int32)
+    running_count[1, 1](out, 5)
+    np.testing.assert_array_equal(out, [1, 2, 3, 4, 5, 0])
+    out = np.full(6, -1, np.int32)
+    running_count_in_while[1, 1](out, 4)
+    np.testing.assert_array_equal(out, [0, 10, 20, 30, -1, -1])
+    assert rewrite._summary(rewrite.ast.parse("c += 1").body[0])[0] == {"c"}
