@@ -356,6 +356,36 @@ def test_while_true_whose_body_changes_python_objects_runs_while_tracing():
         static_while_true_kernel.ir(out, block=1)
 
 
+@moye.kernel
+def ping_pong_kernel(out, x, n):
+    """`while True` swapping two shared buffers until a run-time count: the
+    arrays it carries stay pointers of a kernel loop."""
+    i = moye.thread_idx.x
+    a = moye.shared_array(moye.Float32, 64)
+    b = moye.shared_array(moye.Float32, 64)
+    a[i] = x[i]
+    moye.sync_threads()
+    src, dst = a, b
+    rounds = 0
+    while True:
+        dst[(i + 1) % 64] = src[i] * 2.0
+        moye.sync_threads()
+        src, dst = dst, src
+        rounds += 1
+        if rounds >= n:
+            break
+    out[i] = src[i]
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_while_true_carries_swapped_arrays(n):
+    x = np.arange(64, dtype=np.float32)
+    out = np.full(64, np.nan, np.float32)
+    ping_pong_kernel[1, 64](out, x, n)
+    np.testing.assert_array_equal(out, np.roll(x, n) * 2.0 ** n)
+    assert "unrolled while tracing" not in ping_pong_kernel.ir(out, x, n, block=64)
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_cuda_source_and_nvrtc(arch):
     from moye.backend.cuda import nvrtc
