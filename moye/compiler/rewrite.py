@@ -202,14 +202,14 @@ def _lift_returns(fdef, helper):
     """Move the `return`s inside `if`s of the functions defined in `fdef`,
     and of `fdef` itself if it is a `helper` (a kernel's `return` would end
     its threads, which a barrier after it must not wait for), to the
-    function's end, where run-time control flow can reach them: `if c: return a` followed by `rest` becomes `if c: R = a`
-    `else: rest`, with `return R` (R: RESULT, or RESULT0, RESULT1, ... for a
-    tuple) at the end. Only where every `return` lies in `if`s (not loops),
-    each `if` holding one either returns on all its paths or holds none, and
-    the values are alike (all bare; or all one value; or all tuples of one
-    length); a value-returning function must return on every path. Anything
-    else is left as written (a run-time `if` around its `return` is then
-    refused by control.check_return)."""
+    function's end, where run-time control flow can reach them: `if c:
+    return a` followed by `rest` becomes `if c: R = a` `else: rest`, with
+    `return R` (R: RESULT, or RESULT0, RESULT1, ... for a tuple) at the end.
+    Only where no `return` lies in a loop, the values are alike (all bare;
+    or all one value; or all tuples of one length), and a value-returning
+    function returns on every path. Anything else is left as written (a
+    run-time `if` around its `return` is then refused by
+    control.check_return)."""
     nodes = _walk(fdef)
     if not any(type(n) is ast.Return for n in nodes):
         return
