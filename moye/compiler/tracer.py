@@ -289,10 +289,10 @@ class Sym:
         (UFUNCS), called on the values."""
         fn = UFUNCS.get(ufunc.__name__) if method == "__call__" and not kwargs else None
         if fn is None:
-            raise KernelError(f"NumPy's {ufunc.__name__}{'.' + method if method != '__call__' else ''}"
-                              f"{' with ' + ', '.join(kwargs) if kwargs else ''} of a kernel "
-                              "value is not a kernel function; see docs/builtins.md for what a "
-                              "kernel body can call")
+            name = ufunc.__name__ + ("" if method == "__call__" else "." + method)
+            raise KernelError(f"NumPy's {name}{' with ' + ', '.join(kwargs) if kwargs else ''} "
+                              "of a kernel value is not a kernel function; see "
+                              "docs/builtins.md for what a kernel body can call")
         if not any(isinstance(x, np.ndarray) for x in inputs):
             return fn(*(_scalar(x) for x in inputs))
         # with a NumPy array (of constants, or of kernel values): element by element
