@@ -502,6 +502,10 @@ class _Rewriter(ast.NodeTransformer):
         early = _read_first(node.body, self.summaries) | _names_loaded([node.test])
         if node.orelse:
             raise self.where(node, "`while ... else` is not supported in a kernel")
+        if any(isinstance(n, ast.NamedExpr) for n in _walk(node.test)):
+            raise self.where(node, "`:=` in a `while` condition is not supported in a kernel "
+                                   "(the condition is traced apart from the body): assign the "
+                                   "name before the loop and at the end of its body")
         carried = [n for n in assigned if n in early or n in self.live]
         w = self._fresh("while")
         self.loops.append((w, carried))

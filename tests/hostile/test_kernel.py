@@ -189,6 +189,13 @@ def negative_index(out, n):
 
 
 @moye.kernel
+def walrus_in_while(out, n):
+    k = n
+    while (k := k - 1) >= 0:
+        out[0] = k
+
+
+@moye.kernel
 def float_shift(out, x):
     out[0] = x[0] << 2
 
@@ -374,6 +381,9 @@ CASES = [
     Hostile("a negative index, as Python's from the end", trace(negative_index, 5), KernelError,
             HERE + r"out\[-1\] = n\n.*coordinate -1 of the array's shape \? is negative: "
             r"coordinates do not count from the end"),
+    Hostile(":= in a while condition", trace(walrus_in_while, 5), KernelError,
+            HERE + r"while \(k := k - 1\) >= 0:\n.*`:=` in a `while` condition is not "
+            r"supported in a kernel"),
     Hostile("a float shifted", trace(float_shift, np.ones(1, np.float32)), KernelError,
             HERE + r"out\[0\] = x\[0\] << 2\n.*a Float32 value << 2: bitwise operators take "
             r"integers, not Float32"),
