@@ -220,16 +220,23 @@ def _lift_returns(fdef, helper):
                 _lift_function(node, returns)
 
 
-def _own_returns(fdef):
-    """The Return nodes of `fdef` itself (not of functions defined in it)."""
-    out, stack = [], list(fdef.body)
+_SCOPES = (ast.FunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _own_nodes(stmts, stop=_SCOPES):
+    """The nodes of `stmts`, those inside a node of the types `stop` (a
+    function or class defined there, by default) left out."""
+    stack = list(stmts)
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.Return):
-            out.append(node)
-        elif not isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef)):
+        yield node
+        if not isinstance(node, stop):
             stack.extend(ast.iter_child_nodes(node))
-    return out
+
+
+def _own_returns(fdef):
+    """The Return nodes of `fdef` itself (not of functions defined in it)."""
+    return [n for n in _own_nodes(fdef.body) if isinstance(n, ast.Return)]
 
 
 def _lift_function(fdef, returns):
@@ -274,7 +281,7 @@ def _lifted(stmts, names, after=()):
                 out += [_at(ast.Assign([ast.Name(n, ast.Store())], v), st)
                         for n, v in zip(names, values)]
             return out, True
-        if not _own_returns(ast.Module([st], [])):
+        if not any(isinstance(n, ast.Return) for n in _own_nodes([st])):
             out.append(st)
             continue
         if not isinstance(st, ast.If):
@@ -311,16 +318,11 @@ def _mark_jumps(fdef):
             continue
         bound = set(_names_stored([loop.target])) if isinstance(loop, ast.For) else set()
         reads = frozenset(n for n in _names_stored(loop.body) if n in loaded and n not in bound)
-        stack = list(loop.body)
-        while stack:                    # the loop's own jumps, not an inner loop's
-            node = stack.pop()
+        for node in _own_nodes(loop.body, _SCOPES + (ast.For, ast.While)):  # not inner loops'
             if isinstance(node, (ast.Break, ast.Continue)):
                 setattr(node, _JUMP_READS, reads)
                 if isinstance(node, ast.Break):
                     setattr(loop, _BREAKS, True)
-            elif not isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.Lambda,
-                                       ast.ClassDef)):
-                stack.extend(ast.iter_child_nodes(node))
 
 
 def _rt(attr):
@@ -663,13 +665,9 @@ def _refuse(fdef, where, code):
         raise where(node, _REFUSED[type(node)])
     if not code.co_flags & (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR):
         return
-    stack = list(fdef.body)                 # its own yields, not a nested function's
-    while stack:
-        node = stack.pop()
+    for node in _own_nodes(fdef.body):      # its own yields, not a nested function's
         if isinstance(node, (ast.Yield, ast.YieldFrom)):
             raise where(node, _GENERATOR)
-        if not isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))
 
 
 _AT_END = {"next", "done", "then_done", "else_done", "result", "targets"}

@@ -20,8 +20,6 @@ from .fragments import (REGISTER_TYPES, atom_instances, gemm_extents, is_run, re
 from .wgmma import wgmma_atom
 
 
-
-
 # -- copies ----------------------------------------------------------------------------
 def copy_atom(atom, dst, src):
     """Emit `atom`'s instruction for every atom in the partitions dst, src."""
