@@ -790,6 +790,14 @@ class while_loop:
 
 # -- if --------------------------------------------------------------------------------
 
+def ends_in_jump(body):
+    """Whether an IR body never reaches its end: a Jump (break, continue,
+    the kernel's return) at its top level, or an If both of whose sides end
+    so."""
+    return any(isinstance(s, ir.Jump) or isinstance(s, ir.If) and s.orelse and
+               ends_in_jump(s.then) and ends_in_jump(s.orelse) for s in body)
+
+
 class if_:
     def __init__(self, cond, names, values):
         self.names, self.before = names, list(values)
@@ -854,10 +862,18 @@ class if_:
         return tuple(vals) if len(vals) != 1 else vals[0]
 
     def _merge(self, i):
+        """The value of the i-th merged name after the if: the sides' values
+        written to one variable, of the side alone that goes on where the
+        other ends in a jump (break, continue, the kernel's return)."""
         name, before = self.names[i], self.before[i]
         t = self.then_values[i] if self.then_values is not None else before
         e = self.else_values[i] if self.else_values is not None else before
-        if t is e:
+        sides = [(body, v) for body, v in ((self.stmt.then, t), (self.stmt.orelse, e))
+                 if not ends_in_jump(body)]
+        if not sides:
+            return before                   # nothing after the if runs
+        t, e = sides[0][1], sides[-1][1]
+        if t is e and (len(sides) == 2 or t is before):
             return t
         if t is UNBOUND or e is UNBOUND:
             return OutOfScope(name)
@@ -869,14 +885,15 @@ class if_:
         self.parent.insert(self.index, decl)
         self.index += 1
         b = current()
-        for body, v in ((self.stmt.then, t), (self.stmt.orelse, e)):
+        for body, v in sides:
             b.push(body)
             try:
                 b.instr("write", (slot.var, slot.encode(v)))
             finally:
                 b.pop()
         merged = slot.decode()
-        if b.unrolled and slot.kind == "scalar":     # cond ? t : e, if all three are known
+        if b.unrolled and slot.kind == "scalar" and len(sides) == 2:
+            # cond ? t : e, if all three are known
             ops = (self.stmt.cond,) + tuple(x.value if isinstance(x, Sym) else x for x in (t, e))
             if all(not isinstance(x, ir.Value) or x.id in b.known for x in ops):
                 b.known[merged.value.id] = ir.Instr("select", ops, merged.value)
@@ -976,6 +993,20 @@ def jump_base():
     called: its `return` may leave only what it opened itself."""
     b = current()
     return len(b.loop_kinds), b.dynamic_ifs
+
+
+def kernel_return():
+    """A kernel's own `return`: True where Python returns (no run-time
+    control flow is open, so every thread ends there), False where only the
+    threads that reach it end: an ir.Jump("return"), C++'s `return;`, and
+    tracing goes on with the rest of the kernel. As on the GPU, a
+    sync_threads after it waits only for the threads that have not ended
+    (PTX's bar.sync counts exited threads as arrived)."""
+    b = current()
+    if "dynamic" not in b.loop_kinds and not b.dynamic_ifs:
+        return True
+    b.emit(ir.Jump("return"))
+    return False
 
 
 def check_return(base=None):

@@ -34,10 +34,13 @@ are rewritten so they work on dynamic values too, and so is `assert`: of a
 run-time condition it is checked when the kernel runs. `break` and
 `continue` become `if LOOP.jump(kind, carried values): break`: Python's
 jump in a loop run while tracing, the kernel's (C++'s) in a loop that stays
-one, anywhere in its body. A helper's `return`s under `if`s are first
-lifted to its end (_lift_returns), so that a run-time `if` may hold them;
-any other `return` inside dynamic control flow is an error (a helper
-function's, only inside the control flow it opened itself).
+one, anywhere in its body. The kernel's own bare `return` becomes `if
+rt.kernel_return(): return`: Python's return where no run-time control
+flow is open, else the kernel's (the threads that reach it end). A
+helper's `return`s under `if`s are first lifted to its end
+(_lift_returns), so that a run-time `if` may hold them; any other `return`
+inside dynamic control flow is an error (a helper function's, only inside
+the control flow it opened itself).
 After a loop its variable is as Python leaves it if the loop was static,
 and has no value if it was dynamic.
 
@@ -574,6 +577,12 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Return(self, node):
         base = self.bases[-1]
+        if base is None:        # the kernel's own: the threads that reach it end
+            if not (node.value is None or isinstance(node.value, ast.Constant) and
+                    node.value.value is None):
+                raise self.where(node, "a kernel returns nothing (a CUDA __global__ function "
+                                       "is void): store its results in an output array")
+            return ast.copy_location(ast.If(_call("kernel_return"), [node], []), node)
         check = _call("check_return", ast.Name(base, ast.Load()) if base else ast.Constant(None))
         return [ast.copy_location(ast.Expr(check), node), self.generic_visit(node)]
 

@@ -145,7 +145,8 @@ class While:
 @dataclass
 class Jump:
     """`break` or `continue` (`kind`) of the innermost For or While around
-    it: C++'s, where the loop's carried variables were written just before.
+    it: C++'s, where the loop's carried variables were written just before;
+    or `return`: the threads that run it end (the kernel's early exit).
         >>> Jump("break")
         Jump(kind='break', loc=None)
     """

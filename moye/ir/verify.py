@@ -78,9 +78,9 @@ def _verify_body(kernel, body, scope, in_loop):
             _uses(kernel, s, (s.cond,), inner)
             _verify_body(kernel, s.body, inner, True)
         elif isinstance(s, Jump):
-            if s.kind not in ("break", "continue"):
-                _fail(kernel, s, "a Jump is a break or a continue")
-            if not in_loop:
+            if s.kind not in ("break", "continue", "return"):
+                _fail(kernel, s, "a Jump is a break, a continue or a return")
+            if s.kind != "return" and not in_loop:
                 _fail(kernel, s, f"a {s.kind} outside any loop")
         else:
             raise KernelError(f"kernel '{kernel.name}': {s!r} is not an IR statement")

@@ -2,7 +2,8 @@
 and brev of every integer type exactly; floor, ceil, trunc and rint exactly;
 every math function within CUDA's documented ulps; x ** y; min and max of
 many values; sync_warp ordering a warp's exchange; loads, stores, atomics
-and cp.async past 2**31 elements; break and continue in loops (session 35)."""
+and cp.async past 2**31 elements; break and continue in loops (session 35);
+a kernel's `return` under run-time conditions (session 36)."""
 import numpy as np
 import pytest
 
@@ -11,6 +12,8 @@ from moye import ir
 from ..kernel.test_bits_cpu import FNS as BIT_FNS, bits_kernel, reference, samples
 from ..kernel.test_jumps_cpu import (nested_kernel, nested_reference, python_scan, scan_kernel,
                                      static_range_kernel, waiting_warps_kernel, work_queue_kernel)
+from ..kernel.test_kernel_return_cpu import (POISON, cluster_after_return, first_negative,
+                                             first_zero, guarded_scale, reverse_chunks)
 from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
 from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
 from ..kernel.test_sync_warp_cpu import exchange_kernel
@@ -126,6 +129,42 @@ def test_break_and_continue(torch):
     np.testing.assert_array_equal(tiles.cpu().numpy(),
                                   np.arange(5000)[:, None] * 10 + np.arange(32) + 1)
     assert int(counter.item()) == 5000 + 264
+
+
+def test_kernel_return(torch):
+    """A kernel's `return` under run-time conditions (session 36): a guard,
+    a barrier after it that only the threads left reach, returns inside a
+    run-time loop and a static one, a cluster barrier after returns."""
+    x = np.random.default_rng(9).standard_normal(1000).astype(np.float32)
+    out = cuda(torch, np.full(1024, POISON, np.float32))
+    guarded_scale[8, 128](out, cuda(torch, x), 1000, 1.5)
+    torch.cuda.synchronize()
+    got = out.cpu().numpy()
+    np.testing.assert_array_equal(got[:1000], x * np.float32(1.5))
+    assert (got[1000:] == POISON).all()
+    y = cuda(torch, x[:96])
+    reverse_chunks[3, 32](y, 70)
+    torch.cuda.synchronize()
+    want = np.concatenate([x[:32][::-1], x[32:64][::-1], x[64:70][::-1], x[70:96]])
+    np.testing.assert_array_equal(y.cpu().numpy(), want)
+    rows = np.random.default_rng(10).uniform(0.5, 1.0, (64, 9)).astype(np.float32)
+    rows[::5, 4] = -1.0
+    sums = cuda(torch, np.full(64, POISON, np.float32))
+    first_negative[1, 64](sums, cuda(torch, rows), 9)
+    torch.cuda.synchronize()
+    want = [row[:4].sum(dtype=np.float32) if k % 5 == 0 else row.sum(dtype=np.float32) + 1000
+            for k, row in enumerate(rows)]
+    np.testing.assert_allclose(sums.cpu().numpy(), want, rtol=1e-6)
+    z = np.ones((5, 4), np.float32)
+    z[0, 1] = z[2, 0] = z[2, 2] = z[3, 3] = 0.0
+    found = cuda(torch, np.full(5, -99, np.int32))
+    first_zero[1, 5](found, cuda(torch, z))
+    torch.cuda.synchronize()
+    assert found.cpu().tolist() == [1, -1, 0, 3, -1]
+    ranks = cuda(torch, np.full(8, -1, np.int32))
+    cluster_after_return[2, 4, 2](ranks, 3)
+    torch.cuda.synchronize()
+    assert ranks.cpu().tolist() == [1, 1, 1, -1, 2, 2, 2, -1]
 
 
 def test_accesses_past_two_to_the_31(torch):

@@ -211,10 +211,9 @@ def shift_past_width(out, n):
 
 
 @moye.kernel
-def return_in_dynamic_if(out, n):
-    if n > 3:
-        return
+def kernel_returns_a_value(out, n):
     out[0] = n
+    return n
 
 
 @moye.kernel
@@ -392,8 +391,9 @@ CASES = [
     Hostile("a shift by the width", trace(shift_past_width, 5), KernelError,
             HERE + r"out\[0\] = n >> 32\n.*an Int32 value >> 32: a shift of a 32-bit Int32 by "
             r"32 is undefined"),
-    Hostile("return in a dynamic if", trace(return_in_dynamic_if, 5), KernelError,
-            HERE + r"return\n.*`return` inside dynamic control flow"),
+    Hostile("a kernel returning a value", trace(kernel_returns_a_value, 5), KernelError,
+            HERE + r"return n\n.*a kernel returns nothing .*: store its results in an output "
+            r"array"),
     Hostile("a helper's return in its dynamic if", trace(helper_returns_in_its_branch, 5),
             KernelError, HERE + r"return 3\n.*`return` inside dynamic control flow"),
     Hostile("loop variable used after a dynamic loop", trace(loop_variable_after_loop, 5),

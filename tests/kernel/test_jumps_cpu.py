@@ -404,5 +404,6 @@ def test_the_verifier_refuses_a_jump_outside_a_loop():
     kernel.body[0].cond = True
     with pytest.raises(KernelError, match="a break outside any loop"):
         ir.verify(kernel)
-    with pytest.raises(KernelError, match="a Jump is a break or a continue"):
+    with pytest.raises(KernelError, match="a Jump is a break, a continue or a return"):
         ir.verify(ir.Kernel("k", [], [ir.For(ir.Var(Int32, "i"), 0, 4, 1, [ir.Jump("goto")])]))
+    ir.verify(ir.Kernel("k", [], [ir.If(True, [ir.Jump("return")], [])]))  # anywhere

@@ -9,8 +9,8 @@ batch's shared memory: the row of rank r is the cluster's first row + r.
   computed from the block ids and the cluster shape; a launch without a
   cluster is one of 1x1x1 clusters, as on the GPU.
 - barrier.cluster: each thread counts its arrivals; a wait completes when
-  every thread of its cluster has arrived as often as the waiter has
-  waited, plus one. In lock-step that is every thread of the cluster
+  every thread of its cluster that has not returned has arrived as often
+  as the waiter has waited, plus one. In lock-step that is every thread of the cluster
   executing cluster_arrive before any executes cluster_wait; a wait
   that can never complete raises. With race_check (one cluster per batch)
   a completed wait is a barrier for the race check.
@@ -161,7 +161,7 @@ def wait(h, s, mask):
             members = cl.cluster_of_lane == first
             waiting = np.nonzero(mask & members)[0]
             need = cl.waited[waiting].max() + 1
-            late = np.nonzero(members & (cl.arrived < need))[0]
+            late = np.nonzero(members & (cl.arrived < need) & ~b.exited)[0]
             if late.size:
                 return int(waiting[0]), int(late[0]), late.size
         return None

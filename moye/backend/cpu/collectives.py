@@ -19,6 +19,14 @@ from .ptx_ldmatrix import lane_elements
 WARP = 32
 
 
+def _why(exited):
+    """Why lanes are inactive, given which of them ran the kernel's `return`."""
+    if exited.all():
+        return ("they returned: what the instruction reads of a returned lane is undefined on "
+                "the GPU; end those threads after it")
+    return "a branch or loop divides the warp" + (", or they returned" if exited.any() else "")
+
+
 def warps(b, s, mask):
     """The lanes (warps, 32) of the whole warps executing `s`."""
     if b.threads % WARP:
@@ -34,7 +42,7 @@ def warps(b, s, mask):
         raise KernelRuntimeError(
             f"{where(s.loc)}\n  {s.op} needs all 32 lanes of the warp, but in warp "
             f"{(w * WARP % b.threads) // WARP} of block {b._bid(w * WARP)} lanes "
-            f"{_ranges(off)} are inactive (a branch or loop divides the warp)")
+            f"{_ranges(off)} are inactive ({_why(b.exited[w * WARP + np.array(off)])})")
     return np.nonzero(full)[0][:, None] * WARP + np.arange(WARP)
 
 
@@ -315,6 +323,6 @@ def _shfl_warps(b, s, mask):
         raise KernelRuntimeError(
             f"{where(s.loc)}\n  {s.op} needs every lane of the warp, but in warp "
             f"{w % per_block} of block {b._bid(int(index[w, 0]))} lanes {_ranges(off)} are "
-            "inactive (a branch or loop divides the warp)")
+            f"inactive ({_why(b.exited[index[w, off]])})")
     run = full & active.any(axis=1)
     return index[run], exists[run]

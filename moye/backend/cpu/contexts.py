@@ -236,17 +236,16 @@ class Scheduler:
         sync_threads must be every lane.
 
         The rule, from PTX's bar.sync: a barrier over the whole block
-        completes when every thread of the block that has not exited has
-        arrived; moye kernels have no early exit (a `return` under a dynamic
-        condition is refused while tracing), so every thread must arrive,
-        and as often as the others. A thread that takes another path (the
+        completes when every thread of the block that has not exited (run
+        the kernel's `return`) has arrived, and as often as the others. A
+        thread that takes another path (the
         side of an `if` without the barrier, fewer trips of a loop around
         it) hangs or corrupts the block on the GPU (bar.sync is .aligned);
         here it raises KernelRuntimeError naming the line and the threads
         that arrived and those that did not."""
         race = self.block.race
         if not self.concurrent:
-            if not self._whole_blocks(mask):
+            if not self._whole_blocks(mask | self.block.exited):
                 raise self._partial_sync(s, mask)
             if race is not None:
                 race.barrier(block_only=True)
@@ -262,7 +261,7 @@ class Scheduler:
             live = self.contexts
             if not all(c.at_sync or c.joining for c in live):
                 return False
-            arrived = np.zeros(self.block.n, bool)
+            arrived = self.block.exited.copy()
             for c in live:
                 if c.at_sync:
                     arrived |= c.sync_mask
@@ -293,19 +292,22 @@ class Scheduler:
         return bool((per_block.all(1) | ~per_block.any(1)).all())
 
     def _partial_sync(self, s, arrived):
-        """The error of a sync_threads that the lanes not in `arrived` do not reach."""
+        """The error of a sync_threads that the lanes not in `arrived` (nor
+        exited) do not reach."""
         b = self.block
-        per_block = arrived.reshape(-1, b.threads)
+        done = arrived | b.exited
+        per_block = done.reshape(-1, b.threads)
         partial = per_block.any(1) & ~per_block.all(1)
-        first = int(np.nonzero(np.repeat(partial, b.threads) & ~arrived)[0][0])
+        first = int(np.nonzero(np.repeat(partial, b.threads) & ~done)[0][0])
         mine = b.block_of_lane == b.block_of_lane[first]        # that lane's block only
-        came = int((arrived & mine).sum())
+        came, ended = int((arrived & mine).sum()), int((b.exited & mine).sum())
         return KernelRuntimeError(
             f"{where(s.loc)}\n  sync_threads is not reached by every thread of block "
             f"{b._bid(first)}: {came} of its {b.threads} threads arrived"
             + (f" ({self._lanes(arrived & mine)})" if came else "")
-            + f", {self._lanes(~arrived & mine)} did not (a barrier over the block must be "
-            "reached by all its threads, as many times each)")
+            + (f", {ended} had returned" if ended else "")
+            + f", {self._lanes(~done & mine)} did not (a barrier over the block must be "
+            "reached by all its threads that have not returned, as many times each)")
 
     # -- messages -------------------------------------------------------------------------
     def _lanes(self, mask):

@@ -87,6 +87,18 @@ _BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _cdiv, "mo
         "min": np.minimum, "max": np.maximum}
 
 
+def _leave_loop(mask, returned, gone):
+    """A loop's lanes after its body, where the lanes `gone` left it
+    (_Block.run): those of a break or the kernel's return leave the loop,
+    and the latter are added to `returned`, the lanes it reports."""
+    for kind in ("break", "return"):
+        if kind in gone:
+            mask = mask & ~gone[kind]
+    if "return" in gone:
+        returned = {"return": gone["return"] | (returned["return"] if returned else False)}
+    return mask, returned
+
+
 class _Block:
     """A batch of blocks running together; lane = block_in_batch * threads + thread."""
 
@@ -110,6 +122,7 @@ class _Block:
             "gridDim.x": np.full(n, grid[0]), "gridDim.y": np.full(n, grid[1]),
             "gridDim.z": np.full(n, grid[2])}
         self.block_ids, self.block = block_ids, block
+        self.exited = np.zeros(n, bool)     # the lanes that ran the kernel's `return`
         self.env = {k: (Pointer(v.buf, np.zeros(n, np.int64), v.name) if isinstance(v, Pointer) else v)
                     for k, v in params.items()}
         for a in kernel.arrays:
@@ -146,8 +159,9 @@ class _Block:
     # execution ---------------------------------------------------------------
     def run(self, body, mask):
         """Run `body` in the lanes of `mask`; return the lanes that left it by
-        a Jump of the loop around it, {"break": lanes, "continue": lanes}
-        (None if none did): they skip the rest of the body."""
+        a Jump, {"break": lanes, "continue": lanes, "return": lanes} (None
+        if none did): they skip the rest of the body; a loop's own break and
+        continue end at the loop, the kernel's `return` at the kernel."""
         left = None
         for s in body:
             if not mask.any():
@@ -156,13 +170,13 @@ class _Block:
                 self.instr(s, mask)
                 continue
             if isinstance(s, ir.For):
-                self.loop(s, mask)
-                continue
-            if isinstance(s, ir.While):
-                self.while_loop(s, mask)
-                continue
-            if isinstance(s, ir.Jump):
+                gone = self.loop(s, mask)
+            elif isinstance(s, ir.While):
+                gone = self.while_loop(s, mask)
+            elif isinstance(s, ir.Jump):
                 gone = {s.kind: mask}
+                if s.kind == "return":
+                    self.exited |= mask
             else:                                       # an If
                 c = self.vec(s.cond).astype(bool)
                 then, other = mask & c, mask & ~c
@@ -178,17 +192,23 @@ class _Block:
         return left
 
     def while_loop(self, s, mask):
-        active = mask.copy()
+        """Run a While in the lanes of `mask`; return its lanes that ran the
+        kernel's `return` ({"return": lanes}), or None."""
+        active, returned = mask.copy(), None
         while True:
             self.run(s.cond_body, active)
             active = active & self.vec(s.cond).astype(bool)
             if not active.any():
                 break
             gone = self.run(s.body, active)
-            if gone and "break" in gone:
-                active = active & ~gone["break"]
+            if gone:
+                active, returned = _leave_loop(active, returned, gone)
+        return returned
 
     def loop(self, s, mask):
+        """Run a For in the lanes of `mask`; return its lanes that ran the
+        kernel's `return` ({"return": lanes}), or None."""
+        returned = None
         t = _np(s.var.type)
         iv = self.vec(s.start).astype(t).copy()
         stop, step = self.vec(s.stop).astype(t), self.vec(s.step).astype(t)
@@ -206,9 +226,10 @@ class _Block:
                 break
             self.env[key] = iv
             gone = self.run(s.body, active)
-            if gone and "break" in gone:
-                mask = mask & ~gone["break"]
+            if gone:
+                mask, returned = _leave_loop(mask, returned, gone)
             iv = (iv + step).astype(t)
+        return returned
 
     def _check_divisor(self, s, y, mask):
         """Integer division or remainder by zero is undefined on the GPU: an
