@@ -16,8 +16,8 @@ from ..errors import MoyeTypeError
 from .. import ir
 from . import unrolled
 from .memory import PointerEngine
-from .tracer import (KernelError, Sym, coerce, current, operand_type, promote, sym_minmax,
-                     sym_select, type_of)
+from .tracer import (MATH_FUNCTIONS, KernelError, Sym, coerce, current, operand_type, promote,
+                     sym_minmax, sym_select, type_of)
 
 
 class _Unbound:
@@ -986,6 +986,59 @@ def min_(*args, **kw):
 
 def max_(*args, **kw):
     return _fold("max", args, kw)
+
+
+def int_(*args, **kw):
+    """Python's int() of a kernel value: an integer unchanged, a float
+    truncated toward zero as Python's int() (C's cast) to Int32, a Bool 0
+    or 1; of anything else, Python's."""
+    if len(args) == 1 and not kw and isinstance(args[0], Sym):
+        x = args[0]
+        return x if x.type.is_integer else Sym.cast(x, T.Int32)
+    return builtins.int(*args, **kw)
+
+
+def float_(*args, **kw):
+    """Python's float() of a kernel value: Float32 (as a float literal beside
+    it), a Float64 unchanged; of anything else, Python's."""
+    if len(args) == 1 and not kw and isinstance(args[0], Sym):
+        x = args[0]
+        return x if x.type in (T.Float32, T.Float64) else Sym.cast(x, T.Float32)
+    return builtins.float(*args, **kw)
+
+
+def bool_(*args, **kw):
+    """Python's bool() of a kernel value: `x != 0`, a Bool; of anything
+    else, Python's."""
+    if len(args) == 1 and not kw and isinstance(args[0], Sym):
+        x = args[0]
+        return x if x.type is T.Bool else x != 0
+    return builtins.bool(*args, **kw)
+
+
+CONVERSIONS = {"int": "int_", "float": "float_", "bool": "bool_", "min": "min_", "max": "max_"}
+"""Python builtins whose calls the rewrite sends here: name -> this module's function."""
+
+
+def math_(func, *args, **kw):
+    """`func(*args)`; where `func` is a function of Python's math module and
+    an argument is a kernel value, the kernel's function of that name
+    (tracer.MATH_FUNCTIONS): math.sqrt(x) is moye.sqrt(x), math.log(x, b)
+    log(x) / log(b). math.floor, ceil and trunc are Python's: Sym's
+    dunders give an Int32."""
+    if kw or getattr(func, "__module__", None) != "math" or \
+            not any(isinstance(a, Sym) for a in args):
+        return func(*args, **kw)
+    name = func.__name__
+    fn = MATH_FUNCTIONS.get(name)
+    if name == "log" and len(args) == 2:
+        return fn(args[0]) / fn(args[1])
+    if fn is None:
+        if name in ("floor", "ceil", "trunc"):
+            return func(*args)
+        raise KernelError(f"math.{name} of a kernel value is not a kernel function; see "
+                          "docs/builtins.md for what a kernel body can call")
+    return fn(*args)
 
 
 def jump_base():

@@ -29,7 +29,8 @@ folded from its end, so the rewrite takes time linear in the kernel.
 (`attempt` and `retry` let a static range traced once as a loop fall back
 to unrolling while tracing: control.for_loop.)
 
-`and`/`or`/`not`, `x if c else y`, chained comparisons and `min`/`max`
+`and`/`or`/`not`, `x if c else y`, chained comparisons, `min`/`max`,
+`int`/`float`/`bool` and calls of Python's math functions (`math.sqrt(x)`)
 are rewritten so they work on dynamic values too, and so is `assert`: of a
 run-time condition it is checked when the kernel runs. `break` and
 `continue` become `if LOOP.jump(kind, carried values): break`: Python's
@@ -65,6 +66,7 @@ import types
 
 from ..errors import KernelError
 from . import control
+from .tracer import MATH_FUNCTIONS
 
 RT = "__moye_rt"
 
@@ -621,9 +623,22 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Call(self, node):
         self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
-            node.func = ast.copy_location(_rt(node.func.id + "_"), node.func)
+        if type(node.func) is ast.Name and node.func.id in control.CONVERSIONS:
+            node.func = ast.copy_location(_rt(control.CONVERSIONS[node.func.id]), node.func)
+        elif _math_call(node):          # rt.math_(f, args): of kernel values, the kernel's
+            node.args.insert(0, node.func)
+            node.func = ast.copy_location(_rt("math_"), node.func)
         return node
+
+
+def _math_call(node):
+    """Whether a Call may be of a function of Python's math module (math.f(x),
+    or by a name the kernel can run: sqrt(x)), which control.math_ tells
+    when tracing."""
+    f = node.func
+    if type(f) is ast.Attribute:
+        return type(f.value) is ast.Name and f.value.id == "math" or f.attr in MATH_FUNCTIONS
+    return type(f) is ast.Name and f.id in MATH_FUNCTIONS
 
 
 # statements that hold no statements, and so are rewritten only in expressions
@@ -634,14 +649,16 @@ _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert, ast.R
 def _as_written(stmt):
     """Whether the rewrite leaves `stmt` as it is: a simple statement none of
     whose expressions the visit_ methods above change (and, or, not, x if c
-    else y, chained comparisons, min and max), which need not be visited."""
+    else y, chained comparisons, min, max, int, float, bool and the math
+    functions), which need not be visited."""
     if not isinstance(stmt, _SIMPLE) or type(stmt) is ast.Assert:
         return False
     for n in _walk(stmt):
         t = type(n)
         if t is ast.BoolOp or t is ast.IfExp or t is ast.UnaryOp and type(n.op) is ast.Not \
                 or t is ast.Compare and len(n.ops) > 1 \
-                or t is ast.Call and type(n.func) is ast.Name and n.func.id in ("min", "max"):
+                or t is ast.Call and (type(n.func) is ast.Name and n.func.id in
+                                      control.CONVERSIONS or _math_call(n)):
             return False
     return True
 

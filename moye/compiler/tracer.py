@@ -235,6 +235,10 @@ UFUNCS = {}
 """NumPy ufunc name -> the kernel's function of kernel values (Sym.__array_ufunc__):
 Python's operators here, the math functions from moye.device.builtins."""
 
+MATH_FUNCTIONS = {}
+"""Python's math module's function name -> the kernel's function of kernel values
+(control.math_), from moye.device.builtins; floor, ceil and trunc are Sym's dunders."""
+
 
 class Sym:
     """A dynamic scalar inside a kernel: an IR value with Python operators.
@@ -273,15 +277,19 @@ class Sym:
         raise KernelError(f"{_shown(self)} is a number, not an array or a sequence: "
                           "there is nothing to iterate over")
 
+    # reached where the rewrite did not send the call to control (int_, float_, math_):
+    # in a function that is neither the kernel nor a @moye.func helper
     def __int__(self):
         raise KernelError(f"int() of the dynamic value {self.value!r}: it is only known at run "
-                          "time (moye.cast(x, moye.Int32) converts it in the kernel)")
+                          "time (moye.cast(x, moye.Int32) converts it in the kernel; int(x) does "
+                          "too in a kernel body or a @moye.func helper)")
 
     def __float__(self):
         raise KernelError(f"float() of the dynamic value {self.value!r}: it is only known at run "
                           "time (moye.cast(x, moye.Float32) converts it in the kernel; Python's "
-                          "math.sqrt, math.exp, ... take floats: in a kernel write moye.sqrt, "
-                          "moye.exp, ..., or NumPy's np.sqrt, np.exp, ...)")
+                          "math.sqrt, math.exp, ... take floats: write moye.sqrt, moye.exp, ..., "
+                          "or NumPy's np.sqrt, np.exp, ..., or call them from a kernel body or "
+                          "a @moye.func helper, where they are the kernel's)")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         """NumPy's ufuncs of kernel values (np.exp(x), np.maximum(a, b),

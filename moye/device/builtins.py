@@ -13,7 +13,7 @@ from ..errors import MoyeTypeError
 from ..layout import Layout, cosize, size
 from .. import ir
 from ..compiler.memory import PointerEngine, copy_elements, index_operand, vector_split
-from ..compiler.tracer import (UFUNCS, KernelError, Sym, coerce, current, special, sym_minmax,
+from ..compiler.tracer import (MATH_FUNCTIONS, UFUNCS, KernelError, Sym, coerce, current, special, sym_minmax,
                                sym_select, tracing, user_location)
 from .fastmath import FAST_FORMS, exp2_host, exp_host
 
@@ -282,6 +282,11 @@ def isfinite(x):
 
 
 UFUNCS.update(isnan=isnan, isinf=isinf, isfinite=isfinite)
+MATH_FUNCTIONS.update(exp=exp, exp2=exp2, log=log, log2=log2, log10=log10, log1p=log1p,
+                      expm1=expm1, sqrt=sqrt, cbrt=cbrt, sin=sin, cos=cos, tan=tan, asin=asin,
+                      acos=acos, atan=atan, atan2=atan2, sinh=sinh, cosh=cosh, tanh=tanh,
+                      erf=erf, erfc=erfc, hypot=hypot, copysign=copysign, fabs=abs,
+                      pow=pow, isnan=isnan, isinf=isinf, isfinite=isfinite)
 
 
 def _float_test(fn, x, pyfn, test):
