@@ -18,7 +18,6 @@ from .tiled import *  # noqa: F401,F403
 from .compiler import *  # noqa: F401,F403
 from .compiler import range  # noqa: A004  (moye.range; `from moye import *` keeps Python's)
 from .device import *  # noqa: F401,F403
-from .viz import print_typst, render  # noqa: F401
 from .compiler.frontend import BACKENDS as _BACKENDS
 from .backend.cuda.backend import CudaBackend as _CudaBackend
 from .backend.cpu import CpuBackend as _CpuBackend
@@ -49,6 +48,8 @@ _LAZY = {
     "analyze": (".analysis", "analyze"),
     "Config": (".compiler.autotune", "Config"),
     "autotune": (".compiler.autotune", "autotune"),
+    "print_typst": (".viz", "print_typst"),     # the pictures of layouts
+    "render": (".viz", "render"),
 }
 
 
