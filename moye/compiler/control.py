@@ -1016,7 +1016,18 @@ def bool_(*args, **kw):
     return builtins.bool(*args, **kw)
 
 
-CONVERSIONS = {"int": "int_", "float": "float_", "bool": "bool_", "min": "min_", "max": "max_"}
+def len_(*args, **kw):
+    """Python's len() of an array whose extents are kernel values: its
+    number of elements (MoYeArray's len), a kernel value; of anything
+    else, Python's."""
+    if len(args) == 1 and not kw and isinstance(args[0], MoYeArray) and \
+            type(args[0].size) is not int:
+        return args[0].size
+    return builtins.len(*args, **kw)
+
+
+CONVERSIONS = {"int": "int_", "float": "float_", "bool": "bool_", "min": "min_", "max": "max_",
+               "len": "len_"}
 """Python builtins whose calls the rewrite sends here: name -> this module's function."""
 
 

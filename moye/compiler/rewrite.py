@@ -30,7 +30,7 @@ folded from its end, so the rewrite takes time linear in the kernel.
 to unrolling while tracing: control.for_loop.)
 
 `and`/`or`/`not`, `x if c else y`, chained comparisons, `min`/`max`,
-`int`/`float`/`bool` and calls of Python's math functions (`math.sqrt(x)`)
+`int`/`float`/`bool`/`len` and calls of Python's math functions (`math.sqrt(x)`)
 are rewritten so they work on dynamic values too, and so is `assert`: of a
 run-time condition it is checked when the kernel runs. `break` and
 `continue` become `if LOOP.jump(kind, carried values): break`: Python's
@@ -649,8 +649,8 @@ _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert, ast.R
 def _as_written(stmt):
     """Whether the rewrite leaves `stmt` as it is: a simple statement none of
     whose expressions the visit_ methods above change (and, or, not, x if c
-    else y, chained comparisons, min, max, int, float, bool and the math
-    functions), which need not be visited."""
+    else y, chained comparisons, min, max, int, float, bool, len and the
+    math functions), which need not be visited."""
     if not isinstance(stmt, _SIMPLE) or type(stmt) is ast.Assert:
         return False
     for n in _walk(stmt):

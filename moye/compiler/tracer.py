@@ -269,7 +269,9 @@ class Sym:
     def __getitem__(self, index, value=None):
         raise KernelError(f"{_shown(self)} is a number, not an array: it has no elements to "
                           f"index with {_shown(index)} (an array argument is a NumPy array or "
-                          "a tensor; a number passed for it is a scalar)")
+                          "a tensor; a number passed for it is a scalar"
+                          + ("; a 1-D array's shape is its extent, as CuTe's: x.shape is n, "
+                             "not (n,)" if type(index) is int and index in (0, -1) else "") + ")")
 
     __setitem__ = __getitem__
 

@@ -13,8 +13,8 @@ from ..errors import MoyeTypeError
 from ..layout import Layout, cosize, size
 from .. import ir
 from ..compiler.memory import PointerEngine, copy_elements, index_operand, vector_split
-from ..compiler.tracer import (MATH_FUNCTIONS, UFUNCS, KernelError, Sym, coerce, current, special, sym_minmax,
-                               sym_select, tracing, user_location)
+from ..compiler.tracer import (MATH_FUNCTIONS, UFUNCS, KernelError, Sym, coerce, current,
+                               special, sym_minmax, sym_select, tracing, user_location)
 from .fastmath import FAST_FORMS, exp2_host, exp_host
 
 

@@ -3,7 +3,8 @@
 A kernel (`Kernel`) is a list of parameters and a body. A body is a list of
 statements: instructions, with an optional result `Value`, and structured
 control flow (`For`, `If`, `While`, and `Jump`: a loop's break or
-continue, or the kernel's return). Values are SSA-like temporaries defined once; mutable state lives in `Var`s (loop-carried and merged
+continue, or the kernel's return). Values are SSA-like temporaries
+defined once; mutable state lives in `Var`s (loop-carried and merged
 values) and `Array`s (register and shared arrays). Operands are Values,
 Vars (read where they appear), Arrays or Python numbers (constants).
 

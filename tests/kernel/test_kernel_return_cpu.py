@@ -56,6 +56,27 @@ def test_sync_threads_after_a_guard_waits_for_the_threads_left(n):
 
 
 @moye.kernel
+def barrier_beside_a_return(x, n):
+    # the threads past n return on the else side while the others wait at
+    # a barrier on the then side (the CPU backend runs the sides apart)
+    s = moye.shared_array(moye.Float32, Layout(8))
+    t = moye.thread_idx.x
+    if t < n:
+        s[t] = x[t]
+        moye.sync_threads()
+        x[t] = s[n - 1 - t]
+    else:
+        return
+
+
+def test_a_barrier_on_one_side_of_an_if_whose_other_side_returns():
+    x = np.arange(8, dtype=np.float32) + 0.5
+    with moye.backend.cpu.race_checking():
+        barrier_beside_a_return[1, 8](x, 5)
+    assert x.tolist() == [4.5, 3.5, 2.5, 1.5, 0.5, 5.5, 6.5, 7.5]
+
+
+@moye.kernel
 def first_negative(out, x, n):
     # each thread walks its row; at the first negative value it stores the
     # prefix sum so far and ends; a row without one stores its sum + 1000

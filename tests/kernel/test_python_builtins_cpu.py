@@ -182,3 +182,29 @@ def test_cuda_source(arch):
     body = source[source.index("moye_math_forms"):]
     assert "atan2f(" in body and "hypotf(" in body and "floorf(" in body
     assert nvrtc.compile_cuda(source, ["moye_math_forms"], arch).cubin[:4] == b"\x7fELF"
+
+
+@moye.kernel
+def lengths(out, x, y):
+    i = moye.thread_idx.x
+    if i < len(x):                              # a kernel value: x's extent is a run-time one
+        out[i] = x[i] + len(y)                  # a 2-D array's len is its element count
+
+
+def test_len_of_arrays_with_run_time_extents():
+    x = np.arange(20, dtype=np.float32)
+    out = np.full(32, POISON, np.float32)
+    lengths[1, 32](out, x, np.zeros((3, 4), np.float32))
+    assert out.tolist() == (x + 12).tolist() + [POISON] * 12
+
+
+@moye.kernel
+def shape_as_numpy(out, x):
+    out[0] = x.shape[0]
+
+
+def test_a_1d_shape_indexed_as_numpys_says_it_is_a_number():
+    with pytest.raises(KernelError, match=r"out\[0\] = x\.shape\[0\]\n.*is a number, not an "
+                       r"array.*a 1-D array's shape is its extent, as CuTe's: x\.shape is n, "
+                       r"not \(n,\)"):
+        shape_as_numpy[1, 1](np.zeros(1, np.int32), np.zeros(5, np.int32))
