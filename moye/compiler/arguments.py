@@ -288,10 +288,36 @@ def is_static(v, annotated):
     return False
 
 
-def keyword_arguments_error(names, keywords, allowed="smem=, stream= and backend="):
-    """The LaunchError of a launch given kernel arguments by keyword."""
-    raise LaunchError(f"a kernel's arguments are passed by position, in order "
-                      f"({', '.join(names)}); got the keyword argument"
-                      f"{'s' * (len(keywords) > 1)} {', '.join(keywords)}. "
-                      f"The launch's own keywords are {allowed}")
+MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+"""An argument a launch function was not given (its parameters' default)."""
 
+
+def by_position(names, defaults, args, keywords, allowed="smem=, stream= and backend="):
+    """A launch's arguments in the kernel's order (`names`), some given by
+    keyword: `args` (trailing MISSING ones left out), each keyword's value
+    at its name's place, the kernel's `defaults` in the gaps; a
+    LaunchError naming an unknown name, one given twice or one missing.
+        >>> by_position(["x", "n", "scale"], {"scale": 1.0}, ("X",), {"n": 4})
+        ('X', 4, 1.0)
+    """
+    args = list(args)
+    while args and args[-1] is MISSING:
+        args.pop()
+    unknown = [k for k in keywords if k not in names]
+    if unknown:
+        raise LaunchError(f"the kernel has no argument{'s' * (len(unknown) > 1)} "
+                          f"{', '.join(unknown)}: its arguments are ({', '.join(names)}); "
+                          f"the launch's own keywords are {allowed}")
+    for name, value in keywords.items():
+        k = names.index(name)
+        if k < len(args) and args[k] is not MISSING:
+            raise LaunchError(f"argument '{name}' is given twice, by position and by keyword")
+        args += [MISSING] * (k + 1 - len(args))
+        args[k] = value
+    for k, a in enumerate(args):
+        if a is MISSING:
+            if names[k] not in defaults:
+                raise LaunchError(f"the kernel takes {len(names)} arguments "
+                                  f"({', '.join(names)}): '{names[k]}' is missing")
+            args[k] = defaults[names[k]]
+    return tuple(args)

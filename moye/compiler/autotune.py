@@ -33,7 +33,7 @@ from collections.abc import Mapping
 
 from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout.scalar import is_int
-from .arguments import as_array_arg, keyword_arguments_error, spec_text, static_key
+from .arguments import as_array_arg, by_position, spec_text, static_key
 from .device_function import DeviceFunction
 from .disk import atomic_write, cache_directory
 from .frontend import KernelFunction, backend_named, default_backend
@@ -330,7 +330,7 @@ class Autotuner:
 
         def launch(*args, smem=0, stream=None, backend=None, **keywords):
             if keywords:
-                keyword_arguments_error(self._call_names, keywords)
+                args = by_position(self._call_names, self._defaults, args, keywords)
             if len(args) > len(self._call_names):
                 raise LaunchError(f"{self._signature} takes {len(self._call_names)} arguments "
                                   f"({', '.join(sorted(self._tuned))} set by the autotuner), "

@@ -53,12 +53,11 @@ from dataclasses import fields
 
 import numpy as np
 
-from .arguments import BY_VALUE, INDEX_LIMIT, as_array_arg, keyed_as_is, \
-    keyword_arguments_error, needs_64bit_indices, static_key
+from .arguments import BY_VALUE, INDEX_LIMIT, MISSING, as_array_arg, by_position, \
+    keyed_as_is, needs_64bit_indices, static_key
 from .binder import ArrayParam, ScalarParam, StaticParam, TMAParam
 
 ENTRIES_LIMIT = 1024          # fast paths kept per kernel
-MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 NOT_MINE = type("NotMine", (), {"__repr__": lambda self: "NOT_MINE"})()
 
 
@@ -210,8 +209,8 @@ def make_entry(names, defaults, args, binding, fast):
     FastLaunch `fast`."""
     n = len(args)
     env = {"static_key": static_key, "as_array": as_array_arg, "wide": needs_64bit_indices,
-           "MISSING": MISSING, "keyword_arguments_error": keyword_arguments_error,
-           "names": tuple(names)}
+           "MISSING": MISSING, "by_position": by_position, "names": list(names),
+           "defaults": defaults}
     env.update({"_" + f.name: getattr(fast, f.name) for f in fields(fast)})
     params, head = [], ["rest", "backend is not None"]
     for i, name in enumerate(names):
@@ -240,7 +239,9 @@ def make_entry(names, defaults, args, binding, fast):
              "    cluster = tuple(cluster) or None",
              f"    def launch({sig}*rest, smem=0, stream=None, backend=None, **keywords):",
              "        if keywords:",
-             "            keyword_arguments_error(names, keywords)"]
+             "            return fallback(by_position(names, defaults, (" +
+             "".join(f"a{i}, " for i in range(len(names))) + ") + rest, keywords), smem, "
+             "stream, backend)"]
     for what, text in body:
         lines += [f"        {text}"] if what == "read" else [f"        if {text}:", miss]
     lines += ["        if stream is None:",

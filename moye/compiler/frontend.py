@@ -24,7 +24,7 @@ from ..errors import LaunchError, MoyeError, MoyeTypeError
 from ..layout import Layout
 from ..layout.scalar import is_int
 from .. import ir
-from .arguments import Constexpr, keyword_arguments_error, spec_text  # noqa: F401
+from .arguments import Constexpr, by_position, spec_text  # noqa: F401
 from .binder import ScalarParam, StaticParam, TMAParam, bind, identifier, key_text
 from .identity import function_key
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, entry_key, make_entry, prepared_launch
@@ -421,7 +421,7 @@ def _dispatching_launch(kernel, config, grid, block):
 
     def launch(*args, smem=0, stream=None, backend=None, **keywords):
         if keywords:
-            keyword_arguments_error(kernel._param_names, keywords)
+            args = by_position(kernel._param_names, kernel._defaults, args, keywords)
         f = launches.get(config)
         if f is not None and f is not launch:
             if not smem and stream is None and backend is None:
@@ -473,7 +473,8 @@ class CompiledKernel:
                  **keywords):
         name = self.kernel.name
         if keywords:
-            keyword_arguments_error(self.kernel._param_names, keywords)
+            args = by_position(self.kernel._param_names, self.kernel._defaults, args, keywords,
+                               "grid=, block=, smem=, stream= and cluster=")
         if grid is None:
             raise LaunchError(f"a compiled {name} is launched as ck(*args, grid=..., "
                               "block=...): grid is missing")

@@ -416,8 +416,9 @@ def test_bad_calls_are_named(private_cache):
         tuned(x, x, 8)
     with pytest.raises(moye.LaunchError, match=r"scale\[grid, block\]\(y, x, n\) takes 3"):
         tuned[1, 32](x, x, 8, 32)
-    with pytest.raises(moye.LaunchError, match="passed by position"):
-        tuned[1, 32](x, x, n=8)
+    with pytest.raises(moye.LaunchError, match=r"no argument tile: its arguments are "
+                                               r"\(y, x, n\)"):
+        tuned[1, 32](x, x, n=8, tile=32)          # the tuner's, not the caller's
     with pytest.raises(moye.LaunchError, match=r"\[grid, block, cluster\]"):
         tuned[1](x, x, 8)
     function = bad([{"tile": 2}, {"tile": 4}], fn=plain, key=["n"])

@@ -70,10 +70,14 @@ CASES = [
     # calling the kernel wrong
     Hostile("a kernel called without [grid, block]", lambda: copy8(y(), x()),
             LaunchError, r"copy8\[grid, block\]\(\*args\)"),
-    Hostile("kernel arguments by keyword", lambda: copy8[1, 8](dst=y(), src=x()),
-            LaunchError, r"by position, in order \(dst, src\).*keyword arguments dst, src"),
+    Hostile("a kernel argument by keyword and by position",
+            lambda: copy8[1, 8](y(), x(), dst=y()),
+            LaunchError, r"argument 'dst' is given twice, by position and by keyword"),
+    Hostile("a kernel argument missing among keywords", lambda: copy8[1, 8](src=x()),
+            LaunchError, r"takes 2 arguments \(dst, src\): 'dst' is missing"),
     Hostile("a misspelled launch keyword", lambda: copy8[1, 8](y(), x(), steam=0),
-            LaunchError, r"keyword argument steam\b.*smem=, stream= and backend="),
+            LaunchError, r"no argument steam: its arguments are \(dst, src\); the launch's own "
+            r"keywords are smem=, stream= and backend="),
     Hostile("backend='tpu' at launch", lambda: copy8[1, 8](y(), x(), backend="tpu"),
             LaunchError, r"backend must be one of 'cpu', 'cuda'.*got 'tpu'"),
     Hostile("moye.kernel(backend='tpu')", lambda: moye.kernel(backend="tpu"),
