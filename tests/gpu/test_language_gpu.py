@@ -7,13 +7,14 @@ a kernel's `return` under run-time conditions (session 36)."""
 import numpy as np
 import pytest
 
-from moye import ir
+from moye import LaunchError, ir
 
 from ..kernel.test_bits_cpu import FNS as BIT_FNS, bits_kernel, reference, samples
 from ..kernel.test_jumps_cpu import (nested_kernel, nested_reference, python_scan, scan_kernel,
                                      static_range_kernel, waiting_warps_kernel, work_queue_kernel)
 from ..kernel.test_kernel_return_cpu import (POISON, cluster_after_return, first_negative,
                                              first_zero, guarded_scale, reverse_chunks)
+from ..kernel.test_launch_keywords_cpu import POISON as KW_POISON, axpy
 from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
 from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
 from ..kernel.test_sync_warp_cpu import exchange_kernel
@@ -165,6 +166,24 @@ def test_kernel_return(torch):
     cluster_after_return[2, 4, 2](ranks, 3)
     torch.cuda.synchronize()
     assert ranks.cpu().tolist() == [1, 1, 1, -1, 2, 2, 2, -1]
+
+
+def test_keyword_arguments_on_the_fast_launch_path(torch):
+    """Keywords at launch (session 36) through the launch function the CUDA
+    backend writes for a configuration: its slow path binds them."""
+    x = cuda(torch, np.arange(8, dtype=np.float32))
+    out = cuda(torch, np.full(8, KW_POISON, np.float32))
+    launch = axpy[1, 8]
+    for _ in range(3):
+        launch(out, x, 8)                       # the configuration's own launch function
+    launch(out, x, 8, b=1.0)
+    torch.cuda.synchronize()
+    assert out.cpu().tolist() == (2 * np.arange(8) + 1).tolist()
+    launch(out, x, n=4, a=-1.0)
+    torch.cuda.synchronize()
+    assert out.cpu().tolist() == [0, -1, -2, -3, 9, 11, 13, 15]
+    with pytest.raises(LaunchError, match=r"argument 'n' is given twice"):
+        launch(out, x, 8, n=3)
 
 
 def test_accesses_past_two_to_the_31(torch):
