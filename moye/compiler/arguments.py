@@ -295,10 +295,11 @@ MISSING = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 def by_position(names, defaults, args, keywords, allowed="smem=, stream= and backend="):
     """A launch's arguments in the kernel's order (`names`), some given by
     keyword: `args` (trailing MISSING ones left out), each keyword's value
-    at its name's place, the kernel's `defaults` in the gaps; a
+    at its name's place, the kernel's `defaults` in the gaps (those after
+    the last given the binder adds); a
     LaunchError naming an unknown name, one given twice or one missing.
-        >>> by_position(["x", "n", "scale"], {"scale": 1.0}, ("X",), {"n": 4})
-        ('X', 4, 1.0)
+        >>> by_position(["x", "n", "scale"], {"n": 8, "scale": 1.0}, ("X",), {"scale": 2.0})
+        ('X', 8, 2.0)
     """
     args = list(args)
     while args and args[-1] is MISSING:

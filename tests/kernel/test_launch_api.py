@@ -25,26 +25,31 @@ def scale_cpu(y, x, a):
     y[i] = x[i] * a
 
 
-def test_keywords_are_refused_on_the_fast_path_too(fake_cuda):
+def test_keywords_on_the_fast_path(fake_cuda):
     x, y = TorchLike(0x1000, (32,), (1,)), TorchLike(0x2000, (32,), (1,))
     for _ in range(3):                      # the launch function becomes the fast one
         scale[1, 32](y, x, 2.0)
     launches = len(fake_cuda.launches)
     assert scale[1, 32].__code__.co_filename.startswith("<moye launch")
-    with pytest.raises(LaunchError, match=r"by position, in order \(y, x, a\).*keyword argument a"):
-        scale[1, 32](y, x, a=2.0)
-    with pytest.raises(LaunchError, match=r"keyword argument smem_bytes"):
+    scale[1, 32](y, x, a=5.0)               # bound by name, then launched
+    scale[1, 32](a=6.0, x=x, y=y)
+    assert [r["values"] for r in fake_cuda.launches[launches:]] == \
+        [[0x2000, 32, 0x1000, 32, 5.0], [0x2000, 32, 0x1000, 32, 6.0]]
+    with pytest.raises(LaunchError, match=r"no argument smem_bytes: its arguments are "
+                                          r"\(y, x, a\)"):
         scale[1, 32](y, x, 2.0, smem_bytes=0)
-    assert len(fake_cuda.launches) == launches          # nothing was launched
+    with pytest.raises(LaunchError, match=r"argument 'a' is given twice"):
+        scale[1, 32](y, x, 2.0, a=1.0)
+    assert len(fake_cuda.launches) == launches + 2      # the refused calls launched nothing
     scale[1, 32](y, x, 3.0)
-    assert len(fake_cuda.launches) == launches + 1
+    assert fake_cuda.launches[-1]["values"][-1] == 3.0
 
 
 def test_a_cpu_launch_after_a_refused_one_computes_every_element():
     x = rng.standard_normal(32).astype(np.float32)
     y = np.full(32, np.nan, np.float32)
     with pytest.raises(LaunchError):
-        scale_cpu[1, 32](y, x, a=0.5)
+        scale_cpu[1, 32](y, x, b=0.5)
     assert np.isnan(y).all()
     scale_cpu[1, 32](y, x, 0.5)
     np.testing.assert_array_equal(y, x * np.float32(0.5))
