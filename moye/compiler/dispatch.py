@@ -56,6 +56,7 @@ import numpy as np
 from .arguments import BY_VALUE, INDEX_LIMIT, MISSING, as_array_arg, by_position, \
     keyed_as_is, needs_64bit_indices, static_key
 from .binder import ArrayParam, ScalarParam, StaticParam, TMAParam
+from .identity import UNBOUND
 
 ENTRIES_LIMIT = 1024          # fast paths kept per kernel
 NOT_MINE = type("NotMine", (), {"__repr__": lambda self: "NOT_MINE"})()
@@ -203,16 +204,21 @@ class Entry:
         return f
 
 
-def make_entry(names, defaults, args, binding, fast):
+def make_entry(names, defaults, args, binding, fast, watch=()):
     """The Entry of a specialization, from the call that selected it (its
     `args`, defaults not filled in), its `binding` and the backend's
-    FastLaunch `fast`."""
+    FastLaunch `fast`; its launch functions also check that the globals
+    of `watch` (identity.function_key_and_watch) are bound as they were."""
     n = len(args)
     env = {"static_key": static_key, "as_array": as_array_arg, "wide": needs_64bit_indices,
            "MISSING": MISSING, "by_position": by_position, "names": list(names),
            "defaults": defaults}
     env.update({"_" + f.name: getattr(fast, f.name) for f in fields(fast)})
     params, head = [], ["rest", "backend is not None"]
+    for j, (space, name, was) in enumerate(watch):      # a global rebound: kernel._current
+        env[f"_ws{j}"], env[f"_wv{j}"] = space, was
+        head.append(f"_ws{j}.get({name!r}, _unbound) is not _wv{j}")
+    env["_unbound"] = UNBOUND
     for i, name in enumerate(names):
         call_arg = args[i] if i < n else defaults[name]
         if i < n:

@@ -26,7 +26,7 @@ from ..layout.scalar import is_int
 from .. import ir
 from .arguments import Constexpr, by_position, spec_text  # noqa: F401
 from .binder import ScalarParam, StaticParam, TMAParam, bind, identifier, key_text
-from .identity import function_key
+from .identity import changed, function_key_and_watch
 from .dispatch import ENTRIES_LIMIT, MISSING, NOT_MINE, entry_key, make_entry, prepared_launch
 from ..ir.targets import (MAX_CLUSTER_BLOCKS, check_arch_name, check_block, check_grid,
                           check_smem, check_stream)
@@ -111,6 +111,7 @@ class KernelFunction:
         self._rewritten = None          # the function to trace (see _rewrite)
         self._stamp = source_stamp(fn)  # its file when defined (rewrite_function)
         self._identity = None           # code_identity(), computed once
+        self._watch = ()                # the globals it was made of (identity.changed)
         # The caches, each bounded:
         # (binding.key, block) -> (IR kernel, parameter records): each trace once, for
         # ir(), cuda_source() and a compile for another backend or arch
@@ -202,7 +203,8 @@ class KernelFunction:
         every function and global it reads, in any module)."""
         if self._identity is None:
             import hashlib
-            h = hashlib.sha256(function_key(self.fn).encode())
+            key, self._watch = function_key_and_watch(self.fn)
+            h = hashlib.sha256(key.encode())
             try:
                 with open(inspect.getsourcefile(self.fn), "rb") as f:
                     h.update(f.read())
@@ -210,6 +212,16 @@ class KernelFunction:
                 pass                    # no file: the code object alone
             self._identity = f"{self.fn.__module__}.{self.fn.__qualname__}:{h.hexdigest()}"
         return self._identity
+
+    def _current(self):
+        """Forget every trace, compile and launch function where a global the
+        kernel's code reads was rebound since they were made (its code
+        identity was of the old value): the next launch traces again."""
+        if self._watch and changed(self._watch):
+            self._identity, self._watch = None, ()
+            for cache in (self._traces, self._compiled, self._entries, self._launches,
+                          self._recent):
+                cache.clear()
 
     def specialization_text(self, binding, block):
         """The text that names a specialization in the disk cache: the
@@ -250,6 +262,7 @@ class KernelFunction:
     def trace(self, *args, block=1):
         """The IR kernel, the arguments' binder.Binding and its parameter
         records for these arguments."""
+        self._current()
         binding = self._bind(args)
         block = _dim3(block, "block")
         key = (binding.key, block)
@@ -297,6 +310,7 @@ class KernelFunction:
         check_arch_name(arch)
         block = _dim3(block, "block")
         check_block(block)
+        self._current()
         binding = self._bind(args)
         exe = self._executable(backend, binding, block, arch)
         return CompiledKernel(self, exe, binding, block)
@@ -333,6 +347,7 @@ class KernelFunction:
         if not isinstance(args, (tuple, list)):
             raise MoyeTypeError(f"{self.name}.prepared(config, args): args must be a tuple or "
                                 f"list of the kernel's arguments, got {type(args).__name__}")
+        self._current()
         binding = self._bind(tuple(args))
         backend = self._backend_for(binding)
         if backend != "cuda":
@@ -356,6 +371,7 @@ class KernelFunction:
         path (see _served for which launch function `config` then maps to)."""
         while args and args[-1] is MISSING:       # from a launch function's defaults
             args = args[:-1]
+        self._current()
         check_smem(smem)
         check_stream(stream)
         chosen = backend
@@ -378,7 +394,8 @@ class KernelFunction:
         key = (block, binding.key, entry_key(args, binding))
         entry = self._entries.get(key)
         if entry is None:
-            entry = make_entry(self._param_names, self._defaults, args, binding, fast(block))
+            entry = make_entry(self._param_names, self._defaults, args, binding, fast(block),
+                               self._watch)
             if len(self._entries) >= ENTRIES_LIMIT:
                 self._entries.clear()
             self._entries[key] = entry

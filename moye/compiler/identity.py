@@ -20,6 +20,11 @@ own modules, the standard library and third-party packages are not walked:
 and each package's version cover the others. A function with no readable
 source (made by `exec`, typed at a prompt) is hashed by its code object
 alone; recursion and cycles are cut by back-references.
+
+The walk also lists what it read by name (`function_key_and_watch`): a
+kernel whose global is rebound later in the process (`SCALE = 3.0` after
+a launch) sees it by identity (`changed`) and is traced again. A container
+changed in place (a list's item set) keeps its identity and is not seen.
 """
 import builtins
 import os
@@ -55,12 +60,34 @@ def content_key(value, what="the value"):
 def function_key(fn):
     """A hex digest of `fn`'s code and, transitively, every function and
     global value it reads (see the module doc)."""
+    return function_key_and_watch(fn)[0]
+
+
+UNBOUND = object()          # a name a watched namespace does not hold (any more)
+
+
+def function_key_and_watch(fn):
+    """(function_key(fn), what to watch): the (namespace, name, object)
+    of every global and user-module attribute the walk read (but library
+    modules), so that a later rebinding of one is seen by identity alone
+    (`changed`) without walking again."""
     h = _Hasher(strict=False, what=f"function {getattr(fn, '__qualname__', fn)!r}")
     try:
         h.feed(fn)
     except RecursionError:          # a call chain too deep to walk: this process only
-        return f"unwalkable:{os.getpid()}:{id(fn)}"
-    return h.hexdigest()
+        return f"unwalkable:{os.getpid()}:{id(fn)}", ()
+    return h.hexdigest(), tuple(h.watch)
+
+
+def changed(watch):
+    """Whether a name of `watch` (function_key_and_watch) is bound to
+    another object now: what the key was made of was rebound.
+        >>> space = {"SCALE": 2.0}
+        >>> watch = ((space, "SCALE", space["SCALE"]),)
+        >>> changed(watch), space.update(SCALE=3.0), changed(watch)
+        (False, None, True)
+    """
+    return any(space.get(name, UNBOUND) is not was for space, name, was in watch)
 
 
 def _library(module_name):
@@ -104,6 +131,7 @@ class _Hasher:
         self.seen = {}                  # id -> index, for cycles and shared objects
         self.modules = {}               # id of a user module -> the attributes walked
         self.alive = []                 # keeps the seen objects' ids unique
+        self.watch = []                 # (namespace, name, object) of each global read
 
     def hexdigest(self):
         return self.h.hexdigest()
@@ -216,10 +244,18 @@ class _Hasher:
         g = fn.__globals__
         for name in sorted(names):
             if name in g:
+                self._watch(g, name)
                 self.put("global", name)
                 self._global(g[name], names)
             elif not hasattr(builtins, name):
                 self.put("unbound", name)       # a global defined later changes the key
+
+    def _watch(self, space, name):
+        """Watch `name` of `space` (a library module bound to it stays: a
+        launch checks each watched name)."""
+        v = space[name]
+        if type(v) is not types.ModuleType or not _library(v.__name__):
+            self.watch.append((space, name, v))
 
     def _global(self, v, names):
         if type(v) is types.ModuleType:
@@ -245,6 +281,7 @@ class _Hasher:
         for name in sorted(names - walked):
             if name in attributes:
                 walked.add(name)
+                self._watch(attributes, name)
                 self.put("attribute", name)
                 self._global(attributes[name], names)
 
