@@ -94,8 +94,8 @@ def _library(module_name):
     """Whether a module is covered without walking it: moye's own (by
     package_key), the standard library's and third-party packages' (by
     their versions)."""
-    if not module_name:
-        return False
+    if not module_name or module_name == "__main__":    # the program's own (a script, a
+        return False                                    # notebook, a doctest's globals)
     root = module_name.partition(".")[0]
     if root in ("moye", "builtins") or root in sys.stdlib_module_names:
         return True
