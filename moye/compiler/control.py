@@ -913,32 +913,62 @@ def _logical(op, a, b):
 
 
 def and_(*thunks):
-    """Python's `and` where any term may be dynamic: static terms short-circuit,
-    dynamic ones are combined in the kernel."""
-    dynamic, last = None, True
-    for th in thunks:
+    """Python's `and` where any term may be dynamic: static terms
+    short-circuit while tracing; the terms after a dynamic one run in the
+    kernel only where it holds (C's &&): `i < n and x[i] > 0` reads x[i]
+    only where i < n. A dynamic result is a Bool."""
+    last = True
+    for k, th in enumerate(thunks):
         v = th()
         if isinstance(v, Sym):
-            dynamic = _as_bool(v) if dynamic is None else _logical("and", dynamic, v)
-        elif not v:
+            cond, rest = _as_bool(v), thunks[k + 1:]
+            if not rest:
+                return cond
+            return _short_circuit(cond, True, lambda: _truth(and_(*rest)))
+        if not v:
             return v
-        else:
-            last = v
-    return last if dynamic is None else dynamic
+        last = v
+    return last
 
 
 def or_(*thunks):
-    """Python's `or` where any term may be dynamic."""
-    dynamic, last = None, False
-    for th in thunks:
+    """Python's `or` where any term may be dynamic: the terms after a
+    dynamic one run in the kernel only where it does not hold (C's ||). A
+    dynamic result is a Bool."""
+    last = False
+    for k, th in enumerate(thunks):
         v = th()
         if isinstance(v, Sym):
-            dynamic = _as_bool(v) if dynamic is None else _logical("or", dynamic, v)
-        elif v:
+            cond, rest = _as_bool(v), thunks[k + 1:]
+            if not rest:
+                return cond
+            return _short_circuit(cond, False, lambda: _truth(or_(*rest)))
+        if v:
             return v
-        else:
-            last = v
-    return last if dynamic is None else dynamic
+        last = v
+    return last
+
+
+def _truth(v):
+    """A term's truth: a Bool of a kernel value, Python's of anything else."""
+    return _as_bool(v) if isinstance(v, Sym) else builtins.bool(v)
+
+
+def _short_circuit(cond, polarity, rest):
+    """`cond && rest()` (polarity True) or `cond || rest()` (False), rest()
+    a Bool or a Python bool traced as the side of `cond` where it is
+    `polarity`: inline where its instructions can run anyway (_inline),
+    else under an IR If."""
+    side = _traced_apart(cond, polarity, rest)
+    value = side.value
+    if _inline(side.body):
+        _splice(side)
+        if not isinstance(value, Sym):
+            return cond if value == polarity else not polarity
+        return _logical("and" if polarity else "or", cond, value)
+    if polarity:
+        return _merged_sides(cond, side, _Side([], 0, {}), T.Bool)
+    return _merged_sides(cond, _Side([], 1, {}), side, T.Bool)
 
 
 def not_(x):
@@ -948,9 +978,86 @@ def not_(x):
 
 
 def ifexp(cond, a, b):
-    if isinstance(cond, Sym):
-        return sym_select(cond, a(), b())
-    return a() if cond else b()
+    """Python's `a if cond else b`: of a run-time cond, each side runs in
+    the kernel only where it is taken (C's ?:), `x[i] if i < n else 0.0`
+    reading x[i] only where i < n: a select where neither side has an
+    instruction that could fault or act (_inline), else an IR If."""
+    if not isinstance(cond, Sym):
+        return a() if cond else b()
+    cond = _as_bool(cond)
+    then, orelse = _traced_apart(cond, True, a), _traced_apart(cond, False, b)
+    t, e = then.value, orelse.value
+    if _inline(then.body) and _inline(orelse.body) or not (_number(t) and _number(e)):
+        _splice(then)
+        _splice(orelse)
+        return sym_select(cond, t, e)
+    return _merged_sides(cond, then, orelse, merged_type(t, e))
+
+
+class _Side:
+    """A side traced apart: its body, its value and the pure instructions it
+    emitted (Builder.memo's entries)."""
+    __slots__ = ("body", "value", "memo")
+
+    def __init__(self, body, value, memo):
+        self.body, self.value, self.memo = body, value, memo
+
+
+def _traced_apart(cond, polarity, thunk):
+    """thunk() traced into a body of its own (a _Side), as the side of a
+    run-time `if` on the Bool `cond` where it is `polarity`."""
+    b = current()
+    body = []
+    b.push(body)
+    b.dynamic_ifs += 1
+    b.guards.append((cond.value, polarity))
+    try:
+        value = thunk()
+        memo = b.memo[-1]
+    finally:
+        b.guards.pop()
+        b.dynamic_ifs -= 1
+        b.pop()
+    return _Side(body, value, memo)
+
+
+def _splice(side):
+    """A side traced apart, run where it stands: its instructions, and the
+    reuse of its pure ones, join the current body."""
+    b = current()
+    b.bodies[-1].extend(side.body)
+    b.memo[-1].update(side.memo)
+
+
+_INLINE = (ir.Binary, ir.Compare, ir.Unary, ir.Select, ir.Cast, ir.Call, ir.Special, ir.Bits,
+           ir.Approx, ir.Read, ir.Addr, ir.Offset)
+
+
+def _inline(body):
+    """Whether a body traced apart may run where its side is not taken (so
+    inline, without a branch): arithmetic, comparisons, casts, math and
+    reads of variables, none of which faults or acts; not a load (it may
+    be out of bounds there), an integer division by a run-time value (by
+    zero), anything else."""
+    return all(isinstance(s, _INLINE) and not (s.op in ("div", "mod") and s.result.type.is_integer
+                                                and not (type(s.args[1]) is int and s.args[1]))
+               for s in body)
+
+
+def _merged_sides(cond, then, orelse, type):
+    """The value of two sides traced apart ((body, value) each) under an IR
+    If on `cond`, each writing its value, as `type`, to one variable."""
+    b = current()
+    var = ir.Var(type, "x")
+    b.instr("decl", (var, None))
+    for side in (then, orelse):
+        b.push(side.body)
+        try:
+            b.instr("write", (var, coerce(side.value, type)))
+        finally:
+            b.pop()
+    b.emit(ir.If(cond.value, then.body, orelse.body))
+    return Sym(b.instr("read", (var,), type, hint="x"), type)
 
 
 def assert_(cond, message=None):

@@ -3,7 +3,8 @@ and brev of every integer type exactly; floor, ceil, trunc and rint exactly;
 every math function within CUDA's documented ulps; x ** y; min and max of
 many values; sync_warp ordering a warp's exchange; loads, stores, atomics
 and cp.async past 2**31 elements; break and continue in loops (session 35);
-a kernel's `return` under run-time conditions (session 36)."""
+a kernel's `return`, keyword arguments, short-circuit guards and rebound
+globals (session 36)."""
 import numpy as np
 import pytest
 
@@ -15,6 +16,7 @@ from ..kernel.test_jumps_cpu import (nested_kernel, nested_reference, python_sca
 from ..kernel.test_kernel_return_cpu import (POISON, cluster_after_return, first_negative,
                                              first_zero, guarded_scale, reverse_chunks)
 from ..kernel.test_launch_keywords_cpu import POISON as KW_POISON, axpy
+from ..kernel.test_short_circuit_cpu import guarded_and, guarded_ternary
 from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
 from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
 from ..kernel.test_sync_warp_cpu import exchange_kernel
@@ -184,6 +186,34 @@ def test_keyword_arguments_on_the_fast_launch_path(torch):
     assert out.cpu().tolist() == [0, -1, -2, -3, 9, 11, 13, 15]
     with pytest.raises(LaunchError, match=r"argument 'n' is given twice"):
         launch(out, x, 8, n=3)
+
+
+def test_short_circuit_guards(torch):
+    """`and` and `x if c else y` guards (session 36): the read past n is
+    under a branch; arrays exactly n long."""
+    x = cuda(torch, np.array([1.0, -2.0, 3.0, 0.0], np.float32))
+    out = cuda(torch, np.full(8, -99, np.int32))
+    guarded_and[1, 8](out, x, 4)
+    doubled = cuda(torch, np.full(8, np.nan, np.float32))
+    guarded_ternary[1, 8](doubled, x, 4)
+    torch.cuda.synchronize()
+    assert out.cpu().tolist() == [1, 0, 1, 0, 0, 0, 0, 0]
+    assert doubled.cpu().tolist() == [2.0, -4.0, 6.0, 0.0, -1.0, -1.0, -1.0, -1.0]
+
+
+def test_a_rebound_global_on_the_fast_path(torch, monkeypatch):
+    """A global rebound after launches through the CUDA backend's launch
+    function (session 36): the next launch runs the kernel traced again."""
+    from ..kernel import test_global_rebinding_cpu as module
+    out, x = cuda(torch, np.zeros(4, np.float32)), cuda(torch, np.arange(4, dtype=np.float32))
+    for _ in range(3):
+        module.scaled[1, 4](out, x)
+    torch.cuda.synchronize()
+    assert out.cpu().tolist() == [11.0, 13.0, 15.0, 17.0]
+    monkeypatch.setattr(module, "SCALE", 3.0)
+    module.scaled[1, 4](out, x)
+    torch.cuda.synchronize()
+    assert out.cpu().tolist() == [11.0, 14.0, 17.0, 20.0]
 
 
 def test_accesses_past_two_to_the_31(torch):
