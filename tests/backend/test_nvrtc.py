@@ -23,6 +23,16 @@ def test_sm80_kernels_compile(arch):
         assert name.encode() in m.cubin
 
 
+def test_a_silent_compile_leaves_pythons_shared_bytes_alone():
+    """NVRTC's empty log is one NUL byte, written into the buffer moye hands
+    it: once CPython's shared b" " (b" " * 1), which then held a NUL for the
+    whole process (on Python 3.12 the next generated C++ lost spaces)."""
+    source = 'extern "C" __global__ void quiet_%d(int* p) { p[0] = 1; }' % os.getpid()
+    m = nvrtc.compile_cuda(source, [f"quiet_{os.getpid()}"], "sm_80", ptx=True)
+    assert m.log == "" and m.cubin[:4] == b"\x7fELF" and ".entry quiet_" in m.ptx
+    assert bytes([32]) == b" " and b" " * 3 == bytes([32, 32, 32])
+
+
 def test_sm90a_kernels_compile_with_ptx():
     m = nvrtc.compile_cuda(SM90A, SM90A_KERNELS, "sm_90a", ptx=True)
     assert m.cubin[:4] == b"\x7fELF"

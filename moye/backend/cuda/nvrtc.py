@@ -275,9 +275,9 @@ def _compile(source, names, arch, opts, filename, want_ptx):
         bopts = [o.encode() for o in opts]
         err = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)[0]
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        buf = _buffer(size)
         _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-        log = buf.rstrip(b"\x00").decode(errors="replace").strip()
+        log = bytes(buf).rstrip(b"\x00").decode(errors="replace").strip()
         if err == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
             ptx = _ptx(nvrtc, prog) if "ptxas" in log else None     # inline PTX went wrong
             raise CompileError(explain(log, source, arch, filename, ptx), log, source, arch)
@@ -285,8 +285,9 @@ def _compile(source, names, arch, opts, filename, want_ptx):
             name = nvrtc.nvrtcGetErrorString(err)[1].decode(errors="replace")
             raise MoyeError(f"NVRTC refused the options {opts}: {name}\n{log}")
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        buf = _buffer(size)
+        _check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+        cubin = bytes(buf)
         ptx = _ptx(nvrtc, prog) if want_ptx else None
         lowered = {n: _check(nvrtc.nvrtcGetLoweredName(prog, n.encode()),
                              "nvrtcGetLoweredName").decode() for n in names}
@@ -297,9 +298,20 @@ def _compile(source, names, arch, opts, filename, want_ptx):
 
 def _ptx(nvrtc, prog):
     size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-    text = b" " * size
+    text = _buffer(size)
     _check(nvrtc.nvrtcGetPTX(prog, text), "nvrtcGetPTX")
-    return text.rstrip(b"\x00").decode(errors="replace")
+    return bytes(text).rstrip(b"\x00").decode(errors="replace")
+
+
+def _buffer(size):
+    """A writable buffer of `size` bytes for NVRTC to fill. Not `b" " *
+    size`: of size 1 (an empty log, just its NUL) that is CPython's shared
+    one-byte b" ", and NVRTC wrote a NUL into it for the whole process (on
+    Python 3.12 the C++ moye generated next lost spaces: `inty_shape0_2`).
+        >>> type(_buffer(1)).__name__, len(_buffer(1))
+        ('bytearray', 1)
+    """
+    return bytearray(size)
 
 
 def _encode(m):
