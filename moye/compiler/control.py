@@ -303,6 +303,9 @@ class for_loop:
         self.jumped = False         # a break or continue emitted in the IR loop's body
         self.why = None             # why a static range unrolls while tracing (_fall_back)
         self.forever = isinstance(iterable, forever)
+        self.elements = None        # an array of a run-time size: its elements, in order
+        if isinstance(iterable, MoYeArray) and type(iterable.size) is not int:
+            self.elements, iterable = iterable, range(iterable.size)
         b = current()
         if isinstance(iterable, range):
             if iterable.dynamic:
@@ -424,6 +427,8 @@ class for_loop:
                 b.unrolled += 1
                 span = self.span
                 yield unrolled.loop_variable(b, span.start, span.stop, span.step, v)
+            elif self.elements is not None:
+                yield self.elements[Sym(v, self.iv.type, 1)]
             else:
                 yield Sym(v, self.iv.type, 1)
         finally:

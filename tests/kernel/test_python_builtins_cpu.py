@@ -208,3 +208,24 @@ def test_a_1d_shape_indexed_as_numpys_says_it_is_a_number():
                        r"array.*a 1-D array's shape is its extent, as CuTe's: x\.shape is n, "
                        r"not \(n,\)"):
         shape_as_numpy[1, 1](np.zeros(1, np.int32), np.zeros(5, np.int32))
+
+
+@moye.kernel
+def weighted_sum(out, x):
+    s = 0.0
+    k = 0
+    for v in x:                                 # x's extents are run-time values: a kernel loop
+        s += v * (k + 1)
+        k += 1
+    out[0] = s
+
+
+def test_iterating_an_array_with_run_time_extents():
+    out = np.full(1, POISON, np.float32)
+    weighted_sum[1, 1](out, np.array([1.0, 2.0, 3.0], np.float32))
+    assert out.tolist() == [1.0 + 4.0 + 9.0]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)      # CuTe's order: the first mode fastest
+    weighted_sum[1, 1](out, x)
+    assert out.tolist() == [sum(v * (k + 1) for k, v in enumerate([0, 3, 1, 4, 2, 5]))]
+    text = weighted_sum.ir(out, np.zeros(3, np.float32))
+    assert "for " in text                       # one loop, not unrolled
