@@ -296,8 +296,8 @@ def by_position(names, defaults, args, keywords, allowed="smem=, stream= and bac
     """A launch's arguments in the kernel's order (`names`), some given by
     keyword: `args` (trailing MISSING ones left out), each keyword's value
     at its name's place, the kernel's `defaults` in the gaps (those after
-    the last given the binder adds); a
-    LaunchError naming an unknown name, one given twice or one missing.
+    the last one given the binder adds); a LaunchError naming an unknown
+    name, one given twice or one missing.
         >>> by_position(["x", "n", "scale"], {"n": 8, "scale": 1.0}, ("X",), {"scale": 2.0})
         ('X', 8, 2.0)
     """

@@ -992,6 +992,7 @@ def ifexp(cond, a, b):
     cond = _as_bool(cond)
     then, orelse = _traced_apart(cond, True, a), _traced_apart(cond, False, b)
     t, e = then.value, orelse.value
+    # values that are not numbers (arrays, layouts) cannot be merged: both sides run
     if _inline(then.body) and _inline(orelse.body) or not (_number(t) and _number(e)):
         _splice(then)
         _splice(orelse)
@@ -1050,8 +1051,8 @@ def _inline(body):
 
 
 def _merged_sides(cond, then, orelse, type):
-    """The value of two sides traced apart ((body, value) each) under an IR
-    If on `cond`, each writing its value, as `type`, to one variable."""
+    """The value of two sides traced apart (_Side) under an IR If on
+    `cond`, each writing its value, as `type`, to one variable."""
     b = current()
     var = ir.Var(type, "x")
     b.instr("decl", (var, None))

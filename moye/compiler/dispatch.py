@@ -211,7 +211,7 @@ def make_entry(names, defaults, args, binding, fast, watch=()):
     of `watch` (identity.function_key_and_watch) are bound as they were."""
     n = len(args)
     env = {"static_key": static_key, "as_array": as_array_arg, "wide": needs_64bit_indices,
-           "MISSING": MISSING, "by_position": by_position, "names": list(names),
+           "MISSING": MISSING, "by_position": by_position, "names": tuple(names),
            "defaults": defaults}
     env.update({"_" + f.name: getattr(fast, f.name) for f in fields(fast)})
     params, head = [], ["rest", "backend is not None"]

@@ -16,9 +16,9 @@ from ..kernel.test_jumps_cpu import (nested_kernel, nested_reference, python_sca
 from ..kernel.test_kernel_return_cpu import (POISON, cluster_after_return, first_negative,
                                              first_zero, guarded_scale, reverse_chunks)
 from ..kernel.test_launch_keywords_cpu import POISON as KW_POISON, axpy
-from ..kernel.test_short_circuit_cpu import guarded_and, guarded_ternary
 from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
 from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
+from ..kernel.test_short_circuit_cpu import guarded_and, guarded_ternary
 from ..kernel.test_sync_warp_cpu import exchange_kernel
 from ..kernel.test_wide_indices_cpu import FAR, far_atomic_kernel, far_copy_kernel, far_kernel
 

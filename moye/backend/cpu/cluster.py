@@ -10,8 +10,9 @@ batch's shared memory: the row of rank r is the cluster's first row + r.
   cluster is one of 1x1x1 clusters, as on the GPU.
 - barrier.cluster: each thread counts its arrivals; a wait completes when
   every thread of its cluster that has not returned has arrived as often
-  as the waiter has waited, plus one. In lock-step that is every thread of the cluster
-  executing cluster_arrive before any executes cluster_wait; a wait
+  as the waiter has waited, plus one. In lock-step that is every thread
+  of the cluster executing cluster_arrive before any executes
+  cluster_wait; a wait
   that can never complete raises. With race_check (one cluster per batch)
   a completed wait is a barrier for the race check.
 - A remote mbarrier arrival and a multicast TMA load act on the mbarrier

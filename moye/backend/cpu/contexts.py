@@ -238,11 +238,11 @@ class Scheduler:
         The rule, from PTX's bar.sync: a barrier over the whole block
         completes when every thread of the block that has not exited (run
         the kernel's `return`) has arrived, and as often as the others. A
-        thread that takes another path (the
-        side of an `if` without the barrier, fewer trips of a loop around
-        it) hangs or corrupts the block on the GPU (bar.sync is .aligned);
-        here it raises KernelRuntimeError naming the line and the threads
-        that arrived and those that did not."""
+        thread that takes another path (the side of an `if` without the
+        barrier, fewer trips of a loop around it) hangs or corrupts the
+        block on the GPU (bar.sync is .aligned); here it raises
+        KernelRuntimeError naming the line and the threads that arrived and
+        those that did not."""
         race = self.block.race
         if not self.concurrent:
             if not self._whole_blocks(mask | self.block.exited):
