@@ -22,9 +22,10 @@ source (made by `exec`, typed at a prompt) is hashed by its code object
 alone; recursion and cycles are cut by back-references.
 
 The walk also lists what it read by name (`function_key_and_watch`): a
-kernel whose global is rebound later in the process (`SCALE = 3.0` after
-a launch) sees it by identity (`changed`) and is traced again. A container
-changed in place (a list's item set) keeps its identity and is not seen.
+kernel whose global, or enclosing function's variable, is rebound later in
+the process (`SCALE = 3.0` after a launch) sees it by identity (`changed`)
+and is traced again. A container changed in place (a list's item set)
+keeps its identity and is not seen.
 """
 import builtins
 import os
@@ -77,6 +78,23 @@ def function_key_and_watch(fn):
     except RecursionError:          # a call chain too deep to walk: this process only
         return f"unwalkable:{os.getpid()}:{id(fn)}", ()
     return h.hexdigest(), tuple(h.watch)
+
+
+class _Cell:
+    """A closure cell seen as a namespace of one name (what `changed` and
+    the launch functions read: `space.get(name, default)`), so that a
+    variable of the enclosing function rebound after the kernel was made is
+    watched as a global is."""
+    __slots__ = ("cell",)
+
+    def __init__(self, cell):
+        self.cell = cell
+
+    def get(self, name, default=None):
+        try:
+            return self.cell.cell_contents
+        except ValueError:                      # not filled yet
+            return default
 
 
 def changed(watch):
@@ -235,11 +253,14 @@ class _Hasher:
         self._code(fn.__code__)
         self.feed(fn.__defaults__)
         self.feed(fn.__kwdefaults__)
-        for cell in fn.__closure__ or ():
-            try:
-                self.feed(cell.cell_contents)
-            except ValueError:                  # a cell not filled yet
-                self.put("empty cell")
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            space = _Cell(cell)
+            self._watch(space, name)
+            contents = space.get(name, UNBOUND)
+            if contents is UNBOUND:
+                self.put("empty cell")          # a cell not filled yet
+            else:
+                self.feed(contents)
         names = _names(fn.__code__)
         g = fn.__globals__
         for name in sorted(names):
@@ -253,7 +274,7 @@ class _Hasher:
     def _watch(self, space, name):
         """Watch `name` of `space` (a library module bound to it stays: a
         launch checks each watched name)."""
-        v = space[name]
+        v = space.get(name, UNBOUND)
         if type(v) is not types.ModuleType or not _library(v.__name__):
             self.watch.append((space, name, v))
 

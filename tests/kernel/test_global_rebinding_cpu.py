@@ -86,3 +86,27 @@ def test_the_fast_launch_path_sees_a_rebinding(fake_cuda, restore):  # noqa: F81
     scaled[1, 4](y, x)
     assert fake_cuda.compiled[0] == compiled + 1          # and then fast again
     assert len(fake_cuda.launches) == 5
+
+
+def make_shifted():
+    shift = 1.0
+
+    @moye.kernel
+    def shifted(out, x):
+        i = moye.thread_idx.x
+        out[i] = x[i] + shift
+
+    def rebind(value):
+        nonlocal shift
+        shift = value
+    return shifted, rebind
+
+
+def test_a_rebound_variable_of_the_enclosing_function():
+    shifted, rebind = make_shifted()
+    out = np.full(2, np.nan, np.float32)
+    shifted[1, 2](out, np.zeros(2, np.float32))
+    assert out.tolist() == [1.0, 1.0]
+    rebind(2.5)
+    shifted[1, 2](out, np.zeros(2, np.float32))
+    assert out.tolist() == [2.5, 2.5]
