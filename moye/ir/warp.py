@@ -140,12 +140,15 @@ def _emit_ballot(w, s, ind, decl):
 def _warps(b, s, mask, name):
     """(warp of each lane, lane in its warp, threads per warp) of the block
     batch: warps are 32 consecutive threads of a block (the last may be
-    partial); a warp of which only some threads execute `name` is refused
-    (undefined on the GPU, as the full mask names them all)."""
+    partial), less the threads that ran the kernel's `return` (exited: they
+    take no part, as on the GPU); a warp of which only some of the others
+    execute `name` is refused (undefined on the GPU, as the full mask
+    names them all)."""
     per_block = -(-b.threads // 32)
     warp = b.block_of_lane * per_block + b.thread_of_lane // 32
     lane = (b.thread_of_lane % 32).astype(np.uint32)
-    threads = np.bincount(warp, minlength=len(b.block_ids) * per_block)
+    threads = np.bincount(warp, weights=~b.exited, minlength=len(b.block_ids) * per_block
+                          ).astype(np.int64)
     active = np.bincount(warp, weights=mask, minlength=len(threads)).astype(np.int64)
     divided = np.nonzero((active > 0) & (active < threads))[0]
     if divided.size:

@@ -14,7 +14,8 @@ from ..kernel.test_bits_cpu import FNS as BIT_FNS, bits_kernel, reference, sampl
 from ..kernel.test_jumps_cpu import (nested_kernel, nested_reference, python_scan, scan_kernel,
                                      static_range_kernel, waiting_warps_kernel, work_queue_kernel)
 from ..kernel.test_kernel_return_cpu import (POISON, cluster_after_return, first_negative,
-                                             first_zero, guarded_scale, reverse_chunks)
+                                             first_zero, guarded_scale, reverse_chunks,
+                                             votes_after_return)
 from ..kernel.test_launch_keywords_cpu import POISON as KW_POISON, axpy
 from ..kernel.test_math_cpu import ARITY, FUNCTIONS, math_kernel, min_max_kernel, operands
 from ..kernel.test_rounding_cpu import FNS as ROUNDING, rounding_kernel, samples as float_samples
@@ -168,6 +169,21 @@ def test_kernel_return(torch):
     cluster_after_return[2, 4, 2](ranks, 3)
     torch.cuda.synchronize()
     assert ranks.cpu().tolist() == [1, 1, 1, -1, 2, 2, 2, -1]
+
+
+def test_votes_after_returns(torch):
+    """Exited lanes take no part in a vote, a ballot or a match on the GPU,
+    as the CPU backend has it (session 36)."""
+    x = np.zeros(32, np.float32)
+    x[[1, 4, 30]] = 1.0
+    out = cuda(torch, np.full((32, 4), -1, np.int64))
+    votes_after_return[1, 32](out, cuda(torch, x), 20)
+    torch.cuda.synchronize()
+    got = out.cpu().numpy()
+    want = np.full((32, 4), -1, np.int64)
+    votes_after_return[1, 32](want, x, 20)                  # the CPU backend
+    np.testing.assert_array_equal(got, want)
+    assert (got[:20, 0] == (1 << 1) | (1 << 4)).all()
 
 
 def test_keyword_arguments_on_the_fast_launch_path(torch):

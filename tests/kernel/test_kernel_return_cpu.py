@@ -255,3 +255,33 @@ def test_ir_and_cuda_source(arch):
     body = source[source.index("moye_reverse_chunks"):]
     assert body.count("return;") == 1 and body.count("__syncthreads()") == 1
     assert nvrtc.compile_cuda(source, ["moye_reverse_chunks"], arch).cubin[:4] == b"\x7fELF"
+
+
+@moye.kernel
+def votes_after_return(out, x, n):
+    t = moye.thread_idx.x
+    if t >= n:
+        return
+    big = x[t] > 0.5
+    out[t, 0] = moye.ballot(big)
+    out[t, 1] = moye.vote_any(big)
+    out[t, 2] = moye.vote_all(big)
+    out[t, 3] = moye.match_any(t % 3)
+
+
+def test_votes_after_returns_leave_the_returned_lanes_out():
+    """Exited lanes take no part in a vote, a ballot or a match (PTX: the
+    non-exited threads of the mask), as the lanes a partial warp lacks."""
+    x = np.zeros(32, np.float32)
+    x[[1, 4, 30]] = 1.0                         # lane 30 returns: it does not vote
+    out = np.full((32, 4), -1, np.int64)
+    votes_after_return[1, 32](out, x, 20)
+    live = out[:20]
+    assert (live[:, 0] == (1 << 1) | (1 << 4)).all()
+    assert (live[:, 1] == 1).all() and (live[:, 2] == 0).all()
+    for t in range(20):
+        assert live[t, 3] == sum(1 << u for u in range(20) if u % 3 == t % 3)
+    assert (out[20:] == -1).all()
+    x[:20] = 1.0
+    votes_after_return[1, 32](out, x, 20)
+    assert (out[:20, 2] == 1).all()             # every lane that did not return: all
