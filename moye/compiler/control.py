@@ -1139,8 +1139,35 @@ def len_(*args, **kw):
     return builtins.len(*args, **kw)
 
 
+def thread_print(*values, fmt=None):
+    """printf of `values` from every thread that runs it (moye.cushow):
+    kernel values as %f (floats, in Float64) or %lld (integers), anything
+    else as its str; `fmt` a printf format of its own."""
+    parts, args = [], []
+    for v in values:
+        if isinstance(v, Sym):
+            parts.append("%f" if v.type.is_float else "%lld")
+            args.append(coerce(v, T.Float64 if v.type.is_float else T.Int64))
+        else:
+            parts.append(str(v).replace("%", "%%"))
+    current().instr("print", tuple(args), fmt=(fmt or " ".join(parts)) + "\n")
+
+
+def print_(*args, **kw):
+    """Python's print() in a kernel: of values known while tracing, Python's
+    (once, as the kernel is traced); with a kernel value among them, every
+    thread that runs it prints (thread_print, CUDA's printf), as Triton's
+    print does. Only the default `sep` and `end` then."""
+    if not any(isinstance(a, Sym) for a in args):
+        return builtins.print(*args, **kw)
+    if set(kw) - {"sep", "end"} or kw.get("sep", " ") != " " or kw.get("end", "\n") != "\n":
+        raise KernelError("print() of kernel values prints from every thread (CUDA's printf) "
+                          f"with the default sep and end; got {', '.join(sorted(kw))}")
+    return thread_print(*args)
+
+
 CONVERSIONS = {"int": "int_", "float": "float_", "bool": "bool_", "min": "min_", "max": "max_",
-               "len": "len_"}
+               "len": "len_", "print": "print_"}
 """Python builtins whose calls the rewrite sends here: name -> this module's function."""
 
 

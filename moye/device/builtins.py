@@ -12,6 +12,7 @@ from ..array import MoYeArray
 from ..errors import MoyeTypeError
 from ..layout import Layout, cosize, size
 from .. import ir
+from ..compiler.control import thread_print
 from ..compiler.memory import PointerEngine, copy_elements, index_operand, vector_split
 from ..compiler.tracer import (MATH_FUNCTIONS, UFUNCS, KernelError, Sym, coerce, current,
                                special, sym_minmax, sym_select, tracing, user_location)
@@ -323,15 +324,9 @@ def cast(x, dtype):
 
 def cushow(*values, fmt=None):
     """Print from every thread of the kernel (MoYe's @cushow): numbers and
-    dynamic values; arrays print their layout."""
-    parts, args = [], []
-    for v in values:
-        if isinstance(v, Sym):
-            parts.append("%f" if v.type.is_float else "%lld")
-            args.append(coerce(v, T.Float64 if v.type.is_float else T.Int64))
-        else:
-            parts.append(str(v).replace("%", "%%"))
-    current().instr("print", tuple(args), fmt=(fmt or " ".join(parts)) + "\n")
+    dynamic values; arrays print their layout. Python's print() of a kernel
+    value in a kernel body does the same."""
+    thread_print(*values, fmt=fmt)
 
 
 def _bits(fn, cuda, meaning, example):

@@ -229,3 +229,34 @@ def test_iterating_an_array_with_run_time_extents():
     assert out.tolist() == [sum(v * (k + 1) for k, v in enumerate([0, 3, 1, 4, 2, 5]))]
     text = weighted_sum.ir(out, np.zeros(3, np.float32))
     assert "for " in text                       # one loop, not unrolled
+
+
+@moye.kernel
+def printing(out, x):
+    i = moye.thread_idx.x
+    print("thread", i, "holds", x[i])           # a kernel value: every thread prints
+    print("tracing printing")                   # static: printed once, while tracing
+    out[i] = x[i]
+
+
+def test_print_of_kernel_values_prints_from_every_thread(capsys):
+    printing._traces.clear()
+    printing._compiled.clear()
+    out = np.zeros(3, np.float32)
+    printing[1, 3](out, np.array([0.5, 1.5, 2.5], np.float32))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["tracing printing", "thread 0 holds 0.500000", "thread 1 holds 1.500000",
+                     "thread 2 holds 2.500000"]
+    source = printing.cuda_source(out, out, block=3)
+    assert 'printf("thread %lld holds %f\\n"' in source
+
+
+@moye.kernel
+def printing_with_sep(out, x):
+    print(x[0], x[1], sep=", ")
+
+
+def test_print_of_kernel_values_takes_the_default_sep_and_end():
+    with pytest.raises(KernelError, match=r"print\(x\[0\], x\[1\], sep=\", \"\)\n.*prints from "
+                                          r"every thread .* default sep and end; got sep"):
+        printing_with_sep[1, 1](np.zeros(1, np.float32), np.ones(2, np.float32))
