@@ -803,6 +803,23 @@ def ends_in_jump(body):
                ends_in_jump(s.then) and ends_in_jump(s.orelse) for s in body)
 
 
+def _open_side(body, cond, polarity):
+    """Trace into `body`, the side of a run-time `if` on the IR Bool `cond`
+    where it is `polarity` (until _close_side)."""
+    b = current()
+    b.push(body)
+    b.dynamic_ifs += 1
+    b.guards.append((cond, polarity))
+
+
+def _close_side():
+    """Leave the side _open_side opened last."""
+    b = current()
+    b.dynamic_ifs -= 1
+    b.guards.pop()
+    b.pop()
+
+
 class if_:
     def __init__(self, cond, names, values):
         self.names, self.before = names, list(values)
@@ -821,27 +838,18 @@ class if_:
     def then(self):
         if not self.dynamic:
             return self.cond
-        b = current()
-        b.push(self.stmt.then)
-        b.dynamic_ifs += 1
-        b.guards.append((self.stmt.cond, True))
+        _open_side(self.stmt.then, self.stmt.cond, True)
         return True
 
     def then_done(self, values):
         self.then_values = list(values)
         if self.dynamic:
-            b = current()
-            b.dynamic_ifs -= 1
-            b.guards.pop()
-            b.pop()
+            _close_side()
 
     def orelse(self):
         if not self.dynamic:
             return not self.cond
-        b = current()
-        b.push(self.stmt.orelse)
-        b.dynamic_ifs += 1
-        b.guards.append((self.stmt.cond, False))
+        _open_side(self.stmt.orelse, self.stmt.cond, False)
         return True
 
     def restore(self):
@@ -853,10 +861,7 @@ class if_:
     def else_done(self, values):
         self.else_values = list(values)
         if self.dynamic:
-            b = current()
-            b.dynamic_ifs -= 1
-            b.guards.pop()
-            b.pop()
+            _close_side()
 
     def result(self):
         if not self.dynamic:
@@ -1012,18 +1017,13 @@ class _Side:
 def _traced_apart(cond, polarity, thunk):
     """thunk() traced into a body of its own (a _Side), as the side of a
     run-time `if` on the Bool `cond` where it is `polarity`."""
-    b = current()
     body = []
-    b.push(body)
-    b.dynamic_ifs += 1
-    b.guards.append((cond.value, polarity))
+    _open_side(body, cond.value, polarity)
     try:
         value = thunk()
-        memo = b.memo[-1]
+        memo = current().memo[-1]
     finally:
-        b.guards.pop()
-        b.dynamic_ifs -= 1
-        b.pop()
+        _close_side()
     return _Side(body, value, memo)
 
 
