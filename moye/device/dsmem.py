@@ -24,8 +24,10 @@ accesses as accesses by this thread to the other block's shared memory.
 from .. import types as T
 from ..array import MoYeArray
 from ..errors import MoyeTypeError
+from ..layout.layout import norm_coord
 from ..compiler.memory import Loaded, PointerEngine
 from ..compiler.tracer import KernelError, Sym, coerce, current
+from .hopper import _bar
 
 SPACE = "shared::cluster"
 
@@ -72,6 +74,17 @@ class PeerEngine:
                                 f"{self.dtype}; store a number")
         current().instr("dsmem_store", (self.base, idx, self.cta, coerce(value, self.dtype)),
                         elem=self.dtype)
+
+    def store_async(self, i, value, bar, what):
+        if self.dtype.bits not in (32, 64):
+            raise MoyeTypeError(f"{what}: st.async moves 32- or 64-bit elements; the peer's "
+                                f"array holds {self.dtype} (recast it to a 32-bit type)")
+        if not isinstance(value, (Sym, int, float)) or isinstance(value, bool):
+            raise MoyeTypeError(f"{what}: value must be a number, got {value!r}")
+        idx = self.local._index(i)
+        idx = coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
+        current().instr("dsmem_store_async", (self.base, idx, self.cta, coerce(value, self.dtype),
+                                              *_bar(bar, what)), elem=self.dtype)
 
     def read(self, layout):
         return Loaded(self, layout)
@@ -136,4 +149,38 @@ def peer_shared(array, rank):
     return MoYeArray.view_of(PeerEngine(array.engine, cta), array.layout)
 
 
-__all__ = ["peer_shared"]
+def store_async(dst, index, value, bar):
+    """`dst[index] = value` in a peer block's shared memory, its arrival
+    signalled on that block's copy of the mbarrier `bar` (the mbarrier at
+    bar's offset there) as 4 or 8 transaction bytes: the peer's waiter on
+    `bar` sees the value once the phase completes, with no fence and no
+    cluster barrier. `dst` is a peer_shared view of 32- or 64-bit elements;
+    the receiving block arms `bar` with mbarrier_arrive_expect_tx for every
+    byte its peers send it. sm_90. PTX: st.async.shared::cluster.mbarrier::
+    complete_tx::bytes (QuACK's store_shared_remote).
+        >>> import moye, numpy as np
+        >>> @moye.kernel
+        ... def pass_on(out):
+        ...     r, n = moye.block_rank_in_cluster(), moye.cluster_size()
+        ...     got = moye.shared_array(moye.Float32, 1)
+        ...     bar = moye.mbarrier()
+        ...     moye.mbarrier_init(bar, 1)
+        ...     moye.fence_barrier_init()
+        ...     moye.cluster_sync()
+        ...     moye.mbarrier_arrive_expect_tx(bar, 4)
+        ...     moye.store_async(moye.peer_shared(got, (r + 1) % n), 0, 1.5 * r, bar)
+        ...     moye.mbarrier_wait(bar, 0)
+        ...     out[r] = got[0]
+        >>> out = np.zeros(3, np.float32)
+        >>> pass_on[3, 1, 3](out)
+        >>> out.tolist()
+        [3.0, 0.0, 1.5]
+    """
+    what = "store_async"
+    if not isinstance(dst, MoYeArray) or not isinstance(dst.engine, PeerEngine):
+        raise MoyeTypeError(f"{what}: dst must be a peer block's shared array (peer_shared(smem, "
+                            f"rank)), got {type(dst).__name__} {dst!r}")
+    dst.engine.store_async(dst._offset(norm_coord(index)), value, bar, what)
+
+
+__all__ = ["peer_shared", "store_async"]

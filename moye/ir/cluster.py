@@ -213,6 +213,38 @@ def _emit_dsmem_store(w, s, ind, decl):
     w.emit(ind, "}")
 
 
+class DsmemStoreAsync(Instr):
+    """st.async: `ptr[index] = value` (one 32- or 64-bit `elem`) in the shared
+    memory of the cluster's block of rank `cta`, completing its bytes on
+    the mbarrier at (bar, bar_idx)'s offset in that block (mapa, then
+    st.async.shared::cluster.mbarrier::complete_tx::bytes): the waiter on
+    that mbarrier sees the value once the phase completes, with no fence."""
+    op = "dsmem_store_async"
+    operands = ("ptr", "index", "cta", "value", "bar", "bar_idx")
+    attributes = {"elem": None}
+    arch = "sm_90"
+
+    check = _dsmem_check
+
+
+@lowering("cuda", DsmemStoreAsync)
+def _emit_dsmem_store_async(w, s, ind, decl):
+    ptx, con, reg = _dsmem_bits(s.elem)
+    convert = _TO_BITS.get(s.elem.name, "{}")
+    value = convert.format(w.arg(s.value, s.elem))
+    w.emit(ind, 'asm volatile("{ .reg .b32 ra, rb; mapa.shared::cluster.u32 ra, %0, %2; '
+                'mapa.shared::cluster.u32 rb, %1, %2; '
+                f'st.async.shared::cluster.mbarrier::complete_tx::bytes.{ptx} [ra], %3, [rb]; }}\\n" '
+                f':: "r"({w.smem_addr(s.ptr, s.index)}), "r"({w.smem_addr(s.bar, s.bar_idx)}), '
+                f'"r"(static_cast<uint32_t>({w.operand(s.cta)})), '
+                f'"{con}"(static_cast<{reg}>({value})) : "memory");')
+
+
+@lowering("cpu", DsmemStoreAsync)
+def _run_dsmem_store_async(b, s, mask):
+    b.cluster.store_async(s, mask)
+
+
 @lowering("cpu", DsmemLoad)
 def _run_dsmem_load(b, s, mask):
     b.cluster.peer_access(s, mask)

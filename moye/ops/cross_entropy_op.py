@@ -48,16 +48,16 @@ HALF_ELEMENTS_SCALE = 2
 def cross_entropy_registers(loss, lse, x, target, ignore_index, WORK: Constexpr,
                             STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
-    slot = 0
+    nth = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, -float("inf"), WORK)
         tgt, xt = target_logit(x, target, row, r.dtype)
-        m, l = row_logsumexp(r, slot, TPR, CLUSTER, THREADS)
+        m, l = row_logsumexp(r, nth, TPR, CLUSTER, THREADS, bars)
         if t == 0 and mine:
             write_loss(loss, lse, tgt, xt, ignore_index, row, size(x, 1), m, l)
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
 
 
@@ -102,7 +102,7 @@ def cross_entropy_backward_registers(dx, x, target, lse, dloss, ignore_index, WO
                                      STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED, False)
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED, False)
     r = fragment(WORK, math_type(x.dtype))
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)

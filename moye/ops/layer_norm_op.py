@@ -20,12 +20,14 @@ slab).
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, func, kernel
-from ..device import block_idx, block_reduce, cast, grid_dim, maximum, rsqrt, thread_idx
+from ..device import (block_idx, block_reduce, cast, grid_dim, maximum, minimum, rsqrt,
+                      thread_idx)
 from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group, math_type,
+from .row_kernels import (end_groups, fragment, group_place, group_start, load_chunk, load_group,
+                          math_type,
                           row_groups, row_merge, slab_fragment, slab_place, slab_total,
                           store_chunk, store_normalized, store_partial, store_row, store_slab,
                           sums, zeros)
@@ -37,6 +39,7 @@ FRAGMENTS = 5
 # thread) it ran slower (H100, bfloat16 rows of 16,384: 2,066 GB/s with 1,024 threads,
 # 2,844-2,912 with 512; after row_merge, 2,314 and 2,904; float32: 2,947 and 2,916-2,946)
 FORWARD_THREADS = 512
+PREFETCH_SHIFT = True
 
 
 def _forward_plan(x, name, n):
@@ -106,14 +109,21 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
                          HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
-    slot = 0
+    m = size(x, 0)
+    # r is shifted by its row's first element, loaded a group ahead: at the group's start
+    # its latency (from memory: the rest of the row comes from the ring) stood alone
+    c = cast(x[group_place(ROWS, TPR, CLUSTER, THREADS, m, first)[0], 0], r.dtype)
+    nth = 0
     for g in range(first, count, step):
+        ahead = cast(x[group_place(ROWS, TPR, CLUSTER, THREADS, m,
+                                   minimum(g + step, count - 1))[0], 0], r.dtype)
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
-        c = cast(x[row, 0], r.dtype)        # r shifted by the row's first element
-        _, centre, q = row_merge(thread_moments(r, c, t, nt, n), moments, slot, TPR, CLUSTER,
-                                 THREADS)
+        if not PREFETCH_SHIFT:
+            c = cast(x[row, 0], r.dtype)
+        _, centre, q = row_merge(thread_moments(r, c, t, nt, n), moments, nth, TPR, CLUSTER,
+                                 THREADS, bars)
         mu = c + centre
         for k in range(CHUNKS):
             for e in range(VEC):
@@ -124,7 +134,8 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
                 mean[row] = mu
                 rstd[row] = inv
             store_normalized(y[row, None], r, inv, w, b, HAS_W, HAS_B, t, nt, n)
-        slot = 1 - slot
+        c = ahead
+        nth = nth + 1
     end_groups(CLUSTER)
 
 
@@ -172,13 +183,13 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                                   HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, rw, ring = group_start(x, dy, w, HAS_W, WORK, STAGED)
+    first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED)
     mt = math_type(x.dtype)
     rx = fragment(WORK, mt)
     rdy = fragment(WORK, mt)
     accw = zeros(WORK, mt)
     accb = zeros(WORK, mt)
-    slot = 0
+    nth = 0
     for g in range(first, count, step):
         row, mine = load_group((rx, rdy), ring, (x, dy), g, count, step, t, nt, 0.0, WORK)
         mu = cast(mean[row], mt)
@@ -190,7 +201,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                 rx[e, k] = (rx[e, k] - mu) * rs       # xhat (the fill's is never used)
                 sg = sg + rdy[e, k] * rw[e, k]
                 sgx = sgx + rdy[e, k] * rw[e, k] * rx[e, k]
-        sg, sgx = row_merge((sg, sgx), sums, slot, TPR, CLUSTER, THREADS)
+        sg, sgx = row_merge((sg, sgx), sums, nth, TPR, CLUSTER, THREADS, bars)
         sg = sg * rn
         sgx = sgx * rn
         if mine:
@@ -202,7 +213,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                         accb[e, k] = accb[e, k] + rdy[e, k]
                     rx[e, k] = rs * (rdy[e, k] * rw[e, k] - sg - rx[e, k] * sgx)
             store_row(dx[row, None], rx, t, nt, n)
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
     if HAS_W:
         store_partial(pw[first, None], accw, t, nt, n, ROWS, THREADS)

@@ -27,18 +27,18 @@ from .row_kernels import (LOG2E, end_groups, fragment, load_chunk, load_group, l
 @kernel(fast_math=True)
 def log_softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
-    slot = 0
+    nth = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, -float("inf"), WORK)
-        m, l = row_logsumexp(r, slot, TPR, CLUSTER, THREADS)
+        m, l = row_logsumexp(r, nth, TPR, CLUSTER, THREADS, bars)
         for k in range(CHUNKS):
             for e in range(VEC):
                 r[e, k] = r[e, k] - m - l
         if mine:
             store_row(y[row, None], r, t, nt, size(x, 1))
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
 
 
@@ -59,23 +59,23 @@ def log_softmax_loop(y, x, VEC: Constexpr, THREADS: Constexpr):
 @kernel(fast_math=True)
 def log_softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    first, count, step, t, nt, ring = row_groups((y, dy), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((y, dy), WORK, STAGED, STAGED)
     ry = fragment(WORK, math_type(y.dtype))
     rdy = fragment(WORK, ry.dtype)
-    slot = 0
+    nth = 0
     for g in range(first, count, step):
         row, mine = load_group((ry, rdy), ring, (y, dy), g, count, step, t, nt, 0.0, WORK)
         s = cast(0.0, ry.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
                 s = s + rdy[e, k]
-        s = row_merge((s,), sums, slot, TPR, CLUSTER, THREADS)[0]
+        s = row_merge((s,), sums, nth, TPR, CLUSTER, THREADS, bars)[0]
         for k in range(CHUNKS):
             for e in range(VEC):
                 ry[e, k] = rdy[e, k] - exp2(ry[e, k] * LOG2E) * s
         if mine:
             store_row(dx[row, None], ry, t, nt, size(y, 1))
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
 
 

@@ -41,21 +41,21 @@ def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr
                        STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
-    slot = 0
+    nth = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
         s = cast(0.0, r.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
                 s = s + r[e, k] * r[e, k]
-        inv = rsqrt(row_merge((s,), sums, slot, TPR, CLUSTER, THREADS)[0] * rn + eps)
+        inv = rsqrt(row_merge((s,), sums, nth, TPR, CLUSTER, THREADS, bars)[0] * rn + eps)
         if mine:
             if t == 0:
                 rstd[row] = inv
             store_normalized(y[row, None], r, inv, w, w, HAS_W, False, t, nt, n)
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
 
 
@@ -91,12 +91,12 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
                                 WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, rw, ring = group_start(x, dy, w, HAS_W, WORK, STAGED)
+    first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED)
     mt = math_type(x.dtype)
     rx = fragment(WORK, mt)
     rdy = fragment(WORK, mt)
     acc = zeros(WORK, mt)
-    slot = 0
+    nth = 0
     for g in range(first, count, step):
         row, mine = load_group((rx, rdy), ring, (x, dy), g, count, step, t, nt, 0.0, WORK)
         rs = cast(rstd[row], mt)
@@ -105,7 +105,7 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
             for e in range(VEC):
                 d = d + rdy[e, k] * rw[e, k] * rx[e, k]
         # d = rstd^2 * mean(g * xhat), so that dx = rstd * g - x * d
-        d = row_merge((d,), sums, slot, TPR, CLUSTER, THREADS)[0] * rs * rs * rs * rn
+        d = row_merge((d,), sums, nth, TPR, CLUSTER, THREADS, bars)[0] * rs * rs * rs * rn
         if mine:
             for k in range(CHUNKS):
                 for e in range(VEC):
@@ -113,7 +113,7 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
                         acc[e, k] = acc[e, k] + rdy[e, k] * rx[e, k] * rs
                     rx[e, k] = rs * rdy[e, k] * rw[e, k] - rx[e, k] * d
             store_row(dx[row, None], rx, t, nt, n)
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
     if HAS_W:
         store_partial(part[first, None], acc, t, nt, n, ROWS, THREADS)

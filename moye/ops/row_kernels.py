@@ -34,8 +34,10 @@ from ..compiler import func, kernel, range_constexpr
 from ..compiler import range as unrolled_range
 from ..device import (atomic_add, block_idx, block_rank_in_cluster, cast, cluster_arrive,
                       cluster_grid_dim, cluster_idx, cluster_sync, cluster_wait, cp_async_commit,
-                      cp_async_wait, cucopyto, exp2, grid_dim, ifelse, log2, maximum, minimum,
-                      peer_shared, shared_array, sync_threads, thread_idx, warp_reduce)
+                      cp_async_wait, cucopyto, exp2, fence_barrier_init, grid_dim, ifelse, log2,
+                      maximum, mbarrier_array, mbarrier_arrive_expect_tx, mbarrier_init,
+                      mbarrier_wait, minimum, peer_shared, shared_array, store_async,
+                      sync_threads, thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
 from ..types import Float32, Float64
@@ -90,29 +92,37 @@ def max_sumexp(group):
 max_sumexp.identity = lambda values: (lowest(values[0].type), 0.0)
 
 
+# how row_merge's cluster level exchanges the blocks' tuples: True, each block pushes its
+# tuple into every peer's shared memory (st.async, completing on the peer's mbarrier) and
+# waits on its own; False, a cluster barrier, then each block reads its peers' (DSMEM)
+PUSHED_MERGE = False
+
+
 @func
-def row_merge(values, level, slot, TPR, CLUSTER, THREADS):
+def row_merge(values, level, nth, TPR, CLUSTER, THREADS, bars=None):
     """The tuple `values` of each of this row's threads merged over the row,
     returned to each of them, bitwise the same in each (CuTe DSL's and
     QuACK's row reductions). `level(group)` merges the tuples of a group of
     lanes (Lanes) with its reduce(); `level.identity(values)` is a tuple of
     floats that it ignores (f of it is op's identity: 0 for sums, lowest for
-    max). Three levels, each a butterfly over lanes (few registers, short
-    chains):
+    max). `nth` counts the kernel's earlier calls (0, 1, 2, ...): its
+    shared arrays have two slots, nth % 2, and a slot is written again only
+    after every thread has read it. Three levels, each a butterfly over
+    lanes (few registers, short chains):
     - the lanes of a warp (min(TPR, 32) of them);
     - a row of more than a warp: the warps' tuples, lane w reading warp w's
-      from shared memory after one block barrier. The array has two slots,
-      `slot` alternating 0 and 1 from call to call: a slot is written again
-      only after every thread has passed the next call's barrier;
-    - a row in a cluster (CLUSTER a power of two): the blocks' tuples, lane
-      r of each group of CLUSTER lanes reading block r's through DSMEM after
-      one cluster barrier. The barrier that keeps them until all have read
-      them is split: arrived at after the reads, waited for before the next
-      call writes them (the first's opened by row_groups, the last's closed
-      by end_groups).
-        big, total = row_merge((m, s), max_sumexp, slot, TPR, CLUSTER, THREADS)
+      from shared memory after one block barrier;
+    - a row in a cluster (CLUSTER a power of two; `bars`, row_groups'
+      mbarrier pair): lanes r < CLUSTER of the first warp send the block's
+      tuple into block r's slot (store_async, completing on r's mbarrier of
+      the slot); every thread waits on its block's, then lane-group rank r
+      reads block r's tuple there. No cluster barrier: a block sends the
+      next tuple to a slot only after its own wait for the previous call's,
+      which follows every peer's reads of that slot (QuACK's exchange).
+        big, total = row_merge((m, s), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
     """
     NV = len(values)
+    slot = nth % 2
     values = level(Lanes(values, min(TPR, 32)))
     if TPR > 32:
         WARPS = THREADS // 32
@@ -128,7 +138,21 @@ def row_merge(values, level, slot, TPR, CLUSTER, THREADS):
         values = level(Lanes(tuple(
             ifelse(w < WARPS, warps[minimum(w, WARPS - 1), i, slot],
                    cast(identity[i], values[i].type)) for i in range_constexpr(NV)), WIDTH))
-    if CLUSTER > 1:
+    if CLUSTER > 1 and PUSHED_MERGE:
+        blocks = shared_array(values[0].type, Layout((CLUSTER, NV, 2)), align=16)
+        if nth == 0:
+            cluster_wait()              # every block's mbarriers are ready (row_groups)
+        if thread_idx.x < CLUSTER:
+            if thread_idx.x == 0:
+                mbarrier_arrive_expect_tx(bars[slot], CLUSTER * NV * (values[0].type.bits // 8))
+            peer = peer_shared(blocks, thread_idx.x)
+            me = block_rank_in_cluster()
+            for i in range_constexpr(NV):
+                store_async(peer, (me, i, slot), values[i], bars[slot])
+        mbarrier_wait(bars[slot], (nth // 2) % 2)
+        r = thread_idx.x % CLUSTER      # lane-group rank r: block r's
+        values = level(Lanes(tuple(blocks[r, i, slot] for i in range_constexpr(NV)), CLUSTER))
+    elif CLUSTER > 1:
         blocks = shared_array(values[0].type, Layout(NV), align=16)
         cluster_wait()                  # every block has read the last call's tuples
         if thread_idx.x == 0:
@@ -149,7 +173,7 @@ def end_groups(CLUSTER):
     Every thread arrived there long ago, right after its reads: waiting
     here, after the row's stores, costs nothing, where a whole barrier here
     made each block wait for the slowest of its cluster."""
-    if CLUSTER > 1:
+    if CLUSTER > 1 and not PUSHED_MERGE:
         cluster_wait()
 
 
@@ -277,7 +301,7 @@ def row_groups(arrays, WORK, STAGED, LOOPS, MERGES=True):
     reads them and starts the next group's); else None. With MERGES (the
     kernel calls row_merge), in a cluster, it arrives at the cluster barrier
     that the first row_merge waits for; the kernel ends with end_groups().
-        first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, True)
+        first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, True)
         r = fragment(WORK, math_type(x.dtype))
         for g in range(first, count, step):
             row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
@@ -289,13 +313,20 @@ def row_groups(arrays, WORK, STAGED, LOOPS, MERGES=True):
         count = first + 1
         step = 1
     _, t, nt, _ = group_place(ROWS, TPR, CLUSTER, THREADS, m, first)
+    bars = None
+    if MERGES and CLUSTER > 1 and PUSHED_MERGE:
+        bars = mbarrier_array(2)
+        if thread_idx.x == 0:
+            mbarrier_init(bars[0], 1)
+            mbarrier_init(bars[1], 1)
+            fence_barrier_init()
     ring = None
     if STAGED:
         ring = tuple(shared_array(a.dtype, Layout((VEC, THREADS, CHUNKS))) for a in arrays)
         stage_group(ring, arrays, first, count, WORK, m)
     if MERGES and CLUSTER > 1:
         cluster_arrive(relaxed=True)
-    return first, count, step, t, nt, ring
+    return first, count, step, t, nt, ring, bars
 
 
 @func
@@ -304,14 +335,14 @@ def group_start(x, dy, w, HAS_W, WORK, STAGED):
     weight's chunks in a (VEC, CHUNKS) fragment of the math type (loaded
     once, the same for every row; ones without HAS_W):
     (first, count, step, t, nt, rw, ring)."""
-    first, count, step, t, nt, ring = row_groups((x, dy), WORK, STAGED, True)
+    first, count, step, t, nt, ring, bars = row_groups((x, dy), WORK, STAGED, True)
     rw = fragment(WORK, math_type(x.dtype))
     for k in range(size(rw, 1)):
         for e in range(size(rw, 0)):
             rw[e, k] = cast(1.0, rw.dtype)
     if HAS_W:
         load_row(rw, w, t, nt, size(x, 1), 1.0)
-    return first, count, step, t, nt, rw, ring
+    return first, count, step, t, nt, rw, ring, bars
 
 
 @func
@@ -366,19 +397,19 @@ def fragment_max(r):
 
 
 @func
-def row_logsumexp(r, slot, TPR, CLUSTER, THREADS):
+def row_logsumexp(r, nth, TPR, CLUSTER, THREADS, bars):
     """(m, l): the max of this thread's row, held in the fragments `r` of its
     threads (-inf past the row's end), and l = log(sum(exp(x - m))), returned
     to each of them in r's type; the log-sum-exp is m + l, kept apart so
     that x - m - l loses nothing to a large m. One pass over the registers
     for each thread's max, one for its sum of exp2((x - max) log2(e)), then
-    one row_merge of the threads' (max, sum) pairs (`slot`: row_merge's)."""
+    one row_merge of the threads' (max, sum) pairs (`nth`, `bars`: row_merge's)."""
     m = fragment_max(r)
     s = cast(0.0, r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
             s = s + exp2((r[e, k] - m) * LOG2E)
-    big, total = row_merge((m, s), max_sumexp, slot, TPR, CLUSTER, THREADS)
+    big, total = row_merge((m, s), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
     return big, log2(total) * LN2
 
 

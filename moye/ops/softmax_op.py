@@ -27,9 +27,9 @@ from .row_kernels import (LOG2E, end_groups, fragment, fragment_max, load_chunk,
 @kernel(fast_math=True)
 def softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    first, count, step, t, nt, ring = row_groups((x,), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED)
     r = fragment(WORK, math_type(x.dtype))
-    slot = 0
+    nth = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, -float("inf"), WORK)
         m = fragment_max(r)
@@ -39,14 +39,14 @@ def softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
                 p = exp2((r[e, k] - m) * LOG2E)
                 r[e, k] = p
                 s = s + p
-        big, total = row_merge((m, s), max_sumexp, slot, TPR, CLUSTER, THREADS)
+        big, total = row_merge((m, s), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
         scale = exp2((m - big) * LOG2E) / total        # this thread's exp(x - m) to y
         for k in range(CHUNKS):
             for e in range(VEC):
                 r[e, k] = r[e, k] * scale
         if mine:
             store_row(y[row, None], r, t, nt, size(x, 1))
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
 
 
@@ -66,23 +66,23 @@ def softmax_loop(y, x, VEC: Constexpr, THREADS: Constexpr):
 @kernel(fast_math=True)
 def softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    first, count, step, t, nt, ring = row_groups((y, dy), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((y, dy), WORK, STAGED, STAGED)
     ry = fragment(WORK, math_type(y.dtype))
     rdy = fragment(WORK, ry.dtype)
-    slot = 0
+    nth = 0
     for g in range(first, count, step):
         row, mine = load_group((ry, rdy), ring, (y, dy), g, count, step, t, nt, 0.0, WORK)
         d = cast(0.0, ry.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
                 d = d + ry[e, k] * rdy[e, k]
-        d = row_merge((d,), sums, slot, TPR, CLUSTER, THREADS)[0]
+        d = row_merge((d,), sums, nth, TPR, CLUSTER, THREADS, bars)[0]
         for k in range(CHUNKS):
             for e in range(VEC):
                 ry[e, k] = ry[e, k] * (rdy[e, k] - d)
         if mine:
             store_row(dx[row, None], ry, t, nt, size(y, 1))
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
 
 

@@ -76,3 +76,16 @@ def test_cluster_reduce_2x2_and_in_a_loop(torch):
     reduce_twice_and_in_a_loop[8, 64, 4](want, x, steps)
     torch.cuda.synchronize()
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cluster", [2, 8, 16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_store_async_exchange(torch, cluster, dtype):
+    from tests.kernel.test_dsmem_cpu import exchange_async, exchanged
+    grid, rounds = 4 * cluster, 9
+    x = rng.standard_normal(grid * rounds).astype(dtype)
+    out = torch.full((grid * rounds * 16,), -1.0, dtype=getattr(torch, np.dtype(dtype).name),
+                     device="cuda")
+    exchange_async[grid, 32, cluster](out, torch.from_numpy(x).cuda(), rounds)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), exchanged(x, grid, cluster, rounds))

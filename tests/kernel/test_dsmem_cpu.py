@@ -350,3 +350,129 @@ def test_a_peer_view_cannot_be_carried_through_a_dynamic_loop():
     with pytest.raises(MoyeError, match="'p' is reassigned to an array in shared::cluster "
                                         "memory inside dynamic control flow"):
         peer_view_carried[2, 32, 2](np.zeros(64, np.int32), np.ones(1, np.int32))
+
+
+# -- store_async: st.async with the peer's mbarrier --------------------------------------
+@moye.kernel
+def exchange_async(out, x, rounds):
+    """Each round, thread k < n of every block sends the block's value of the
+    round to block k (store_async into slot (rank, round % 2) of k's array,
+    completing on k's mbarrier of that slot); each block waits on its own
+    mbarrier, then writes what its n peers sent. Two slots and two
+    mbarriers: a block reaches round i + 2 only after every peer has read
+    round i's slot (it sent round i + 1 after that)."""
+    t = moye.thread_idx.x
+    r, n = moye.block_rank_in_cluster(), moye.cluster_size()
+    got = moye.shared_array(x.dtype, moye.Layout((16, 2)))
+    bars = moye.mbarrier_array(2)
+    if t == 0:
+        moye.mbarrier_init(bars[0], 1)
+        moye.mbarrier_init(bars[1], 1)
+        moye.fence_barrier_init()
+    moye.cluster_sync()
+    for i in range(rounds):
+        s = i % 2
+        if t == 0:
+            moye.mbarrier_arrive_expect_tx(bars[s], n * (x.dtype.bits // 8))
+        if t < n:
+            moye.store_async(moye.peer_shared(got, t), (r, s),
+                             x[moye.block_idx.x * rounds + i], bars[s])
+        moye.mbarrier_wait(bars[s], (i // 2) % 2)
+        if t < n:
+            out[(moye.block_idx.x * rounds + i) * 16 + t] = got[t, s]
+
+
+def exchanged(x, grid, cluster, rounds):
+    """What exchange_async writes: block b's round i holds its cluster's blocks' values."""
+    want = np.full(grid * rounds * 16, -1.0, x.dtype).reshape(grid, rounds, 16)
+    v = x.reshape(grid // cluster, cluster, rounds)
+    for b in range(grid):
+        want[b, :, :cluster] = v[b // cluster].T
+    return want.reshape(-1)
+
+
+@pytest.mark.parametrize("cluster", [1, 2, 4, 16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_store_async_exchanges_values_round_after_round(mode, cluster, dtype):
+    grid, rounds = 2 * cluster, 5
+    x = rng.standard_normal(grid * rounds).astype(dtype)
+    out = np.full(grid * rounds * 16, -1.0, dtype)
+    exchange_async[grid, 32, cluster](out, x, rounds)
+    np.testing.assert_array_equal(out, exchanged(x, grid, cluster, rounds))
+
+
+@moye.kernel
+def send_without_arming(out, x):
+    t = moye.thread_idx.x
+    got = moye.shared_array(moye.Float32, 2)
+    bar = moye.mbarrier()
+    if t == 0:
+        moye.mbarrier_init(bar, 1)
+        moye.fence_barrier_init()
+    moye.cluster_sync()
+    if t == 0:
+        moye.store_async(moye.peer_shared(got, 1 - moye.block_rank_in_cluster()), 0, x[0], bar)
+    moye.mbarrier_wait(bar, 0)
+    out[moye.block_idx.x] = got[0]
+
+
+@moye.kernel
+def read_before_waiting(out, x):
+    t = moye.thread_idx.x
+    got = moye.shared_array(moye.Float32, 2)
+    bar = moye.mbarrier()
+    if t == 0:
+        moye.mbarrier_init(bar, 1)
+        moye.fence_barrier_init()
+    moye.cluster_sync()
+    if t == 0:
+        moye.mbarrier_arrive_expect_tx(bar, 4)
+        moye.store_async(moye.peer_shared(got, 1 - moye.block_rank_in_cluster()), 0, x[0], bar)
+    out[moye.block_idx.x] = got[0]
+    moye.mbarrier_wait(bar, 0)
+
+
+def test_store_async_errors():
+    out, x = np.zeros(2, np.float32), np.ones(1, np.float32)
+    # a phase with no arrival never completes: the wait is a deadlock, named
+    with pytest.raises(KernelRuntimeError, match="deadlock"):
+        send_without_arming[2, 32, 2](out, x)
+    with race_checking(), pytest.raises(KernelRuntimeError, match="race"):
+        read_before_waiting[2, 32, 2](out, x)
+
+    @moye.kernel
+    def local_dst(out):
+        got = moye.shared_array(moye.Float32, 2)
+        moye.store_async(got, 0, 1.0, moye.mbarrier())
+
+    with pytest.raises(MoyeError, match=r"store_async: dst must be a peer block's shared array"):
+        local_dst[2, 32, 2](out)
+
+    @moye.kernel
+    def halves(out):
+        got = moye.shared_array(moye.Float16, 2)
+        moye.store_async(moye.peer_shared(got, 0), 0, 1.0, moye.mbarrier())
+
+    with pytest.raises(MoyeError, match="st.async moves 32- or 64-bit elements; the peer's "
+                                        "array holds Float16"):
+        halves[2, 32, 2](out)
+
+    @moye.kernel
+    def no_barrier(out):
+        got = moye.shared_array(moye.Float32, 2)
+        moye.store_async(moye.peer_shared(got, 0), 0, 1.0, got)
+
+    with pytest.raises(MoyeError, match="store_async: expected an mbarrier"):
+        no_barrier[2, 32, 2](out)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float64])
+def test_store_async_compiles_for_sm_90a(dtype):
+    x = np.zeros(64, dtype)
+    kernel = exchange_async.trace(np.zeros(64 * 16, dtype), x, 3, block=32)[0]
+    src = BACKENDS["cuda"].source(kernel, (32, 1, 1))
+    bits = 8 * np.dtype(dtype).itemsize
+    assert f"st.async.shared::cluster.mbarrier::complete_tx::bytes.b{bits}" in src
+    BACKENDS["cuda"].compile_only(kernel, (32, 1, 1), "sm_90a")
+    with pytest.raises(MoyeError, match="a Hopper instruction, but compiles for sm_80"):
+        BACKENDS["cuda"].compile_only(kernel, (32, 1, 1), "sm_80")

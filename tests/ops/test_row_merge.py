@@ -22,22 +22,22 @@ def merged(out, x, WORK: Constexpr, WHAT: Constexpr):
     exp(x - max)), "moments" (count, mean, squared deviations)."""
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     m = size(x, 0)
-    first, count, step, t, nt, ring = row_groups((x,), WORK, False, True)
-    slot = 0
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, False, True)
+    nth = 0
     for g in range(first, count, step):
         row, t, nt, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m, g)
         v = x[row, t]
         one, zero = cast(1.0, v.type), cast(0.0, v.type)
         if WHAT == "sums":
-            r = row_merge((v, v * v), sums, slot, TPR, CLUSTER, THREADS)
+            r = row_merge((v, v * v), sums, nth, TPR, CLUSTER, THREADS, bars)
         elif WHAT == "max_sumexp":
-            r = row_merge((v, one), max_sumexp, slot, TPR, CLUSTER, THREADS)
+            r = row_merge((v, one), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
         else:
-            r = row_merge((one, v, zero), moments, slot, TPR, CLUSTER, THREADS)
+            r = row_merge((one, v, zero), moments, nth, TPR, CLUSTER, THREADS, bars)
         if mine:
             for i in range_constexpr(len(r)):
                 out[row, t, i] = r[i]
-        slot = 1 - slot
+        nth = nth + 1
     end_groups(CLUSTER)
 
 

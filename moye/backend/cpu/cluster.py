@@ -86,7 +86,8 @@ class Cluster:
         multicast_load(self.block.hopper, s, mask)
 
     def peer_access(self, s, mask):
-        """dsmem_load(ptr, index, cta) / dsmem_store(ptr, index, cta, value):
+        """dsmem_load(ptr, index, cta) / dsmem_store(ptr, index, cta, value)
+        (and dsmem_store_async's store):
         the element at the same offset in the shared memory of the block of
         rank cta, bounds-checked and seen by the race check as an access to
         that block's row by this thread."""
@@ -100,7 +101,7 @@ class Cluster:
                 f"names block rank {int(cta[lane])} of a cluster of {self.size} blocks (a peer's "
                 f"shared memory needs a rank 0..{self.size - 1})")
         rows = np.where(mask, self.first_row[b.block_of_lane] + np.where(bad, 0, cta), 0)
-        store = s.op == "dsmem_store"
+        store = s.op != "dsmem_load"
         kind, buf, index, rows = b.index(s.args[0], s.args[1], s, mask, 1, rows=rows, write=store)
         lanes = np.nonzero(mask)[0]
         if store:
@@ -108,6 +109,24 @@ class Cluster:
             buf[rows[lanes], index[lanes]] = v[lanes].astype(buf.dtype)
         else:
             b.set_result(s, buf[rows, index], mask)
+
+    def store_async(self, s, mask):
+        """dsmem_store_async(ptr, index, cta, value, bar, bar_idx): the store
+        of peer_access, then its bytes completed on the mbarrier at bar's
+        offset in that block, which releases the store to that mbarrier's
+        waiters (st.async ... mbarrier::complete_tx::bytes)."""
+        self.peer_access(s, mask)
+        b, h = self.block, self.block.hopper
+        keys, lanes = h._bars(s, mask, 4)
+        cta = b.vec(s.args[2]).astype(np.int64)
+        nbytes = s.attrs["elem"].bits // 8
+        for key, lane in zip(keys, lanes):
+            target = (key[0], self.row_of_rank(s, key[1], int(cta[lane]), lane), key[2])
+            st = self.remote_state(h, s, target, lane)
+            if b.race is not None:
+                b.race.release(target, [lane])
+            st[2] -= nbytes
+            h._complete(target, st)
 
     def row_of_rank(self, s, row, rank, lane):
         """The batch row of the block of `rank` in the cluster of `row`."""
