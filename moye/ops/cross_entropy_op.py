@@ -32,7 +32,7 @@ from ..errors import BoundsError, MoyeTypeError, ShapeError
 from ..layout import Layout, size
 
 from . import replay, rows
-from .row_kernels import (LOG2E, end_groups, fragment, load_chunk, load_group, loop_logsumexp,
+from .row_kernels import (LOG2E, fragment, load_chunk, load_group, loop_logsumexp,
                           math_type, row_groups, row_logsumexp, store_chunk, store_row)
 
 REDUCTIONS = ("none", "sum", "mean")
@@ -58,7 +58,6 @@ def cross_entropy_registers(loss, lse, x, target, ignore_index, WORK: Constexpr,
         if t == 0 and mine:
             write_loss(loss, lse, tgt, xt, ignore_index, row, size(x, 1), m, l)
         nth = nth + 1
-    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)

@@ -26,7 +26,7 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, fragment, group_place, group_start, load_chunk, load_group,
+from .row_kernels import (fragment, group_place, group_start, load_chunk, load_group,
                           math_type,
                           row_groups, row_merge, slab_fragment, slab_place, slab_total,
                           store_chunk, store_normalized, store_partial, store_row, store_slab,
@@ -39,7 +39,6 @@ FRAGMENTS = 5
 # thread) it ran slower (H100, bfloat16 rows of 16,384: 2,066 GB/s with 1,024 threads,
 # 2,844-2,912 with 512; after row_merge, 2,314 and 2,904; float32: 2,947 and 2,916-2,946)
 FORWARD_THREADS = 512
-PREFETCH_SHIFT = True
 
 
 def _forward_plan(x, name, n):
@@ -120,8 +119,6 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
         ahead = cast(x[group_place(ROWS, TPR, CLUSTER, THREADS, m,
                                    minimum(g + step, count - 1))[0], 0], r.dtype)
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
-        if not PREFETCH_SHIFT:
-            c = cast(x[row, 0], r.dtype)
         _, centre, q = row_merge(thread_moments(r, c, t, nt, n), moments, nth, TPR, CLUSTER,
                                  THREADS, bars)
         mu = c + centre
@@ -136,7 +133,6 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
             store_normalized(y[row, None], r, inv, w, b, HAS_W, HAS_B, t, nt, n)
         c = ahead
         nth = nth + 1
-    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -214,7 +210,6 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                     rx[e, k] = rs * (rdy[e, k] * rw[e, k] - sg - rx[e, k] * sgx)
             store_row(dx[row, None], rx, t, nt, n)
         nth = nth + 1
-    end_groups(CLUSTER)
     if HAS_W:
         store_partial(pw[first, None], accw, t, nt, n, ROWS, THREADS)
     if HAS_B:

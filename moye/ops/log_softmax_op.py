@@ -17,7 +17,7 @@ from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
 from . import replay, rows
-from .row_kernels import (LOG2E, end_groups, fragment, load_chunk, load_group, loop_logsumexp,
+from .row_kernels import (LOG2E, fragment, load_chunk, load_group, loop_logsumexp,
                           math_type, row_groups, row_logsumexp, row_merge, store_chunk, store_row,
                           sums)
 
@@ -39,7 +39,6 @@ def log_softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
         if mine:
             store_row(y[row, None], r, t, nt, size(x, 1))
         nth = nth + 1
-    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -76,7 +75,6 @@ def log_softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr
         if mine:
             store_row(dx[row, None], ry, t, nt, size(y, 1))
         nth = nth + 1
-    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)

@@ -24,7 +24,7 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (end_groups, fragment, group_start, load_chunk, load_group, math_type,
+from .row_kernels import (fragment, group_start, load_chunk, load_group, math_type,
                           row_groups, row_merge, slab_fragment, slab_place, slab_total,
                           store_chunk, store_normalized, store_partial, store_row, store_slab,
                           sums, zeros)
@@ -56,7 +56,6 @@ def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr
                 rstd[row] = inv
             store_normalized(y[row, None], r, inv, w, w, HAS_W, False, t, nt, n)
         nth = nth + 1
-    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -114,7 +113,6 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
                     rx[e, k] = rs * rdy[e, k] * rw[e, k] - rx[e, k] * d
             store_row(dx[row, None], rx, t, nt, n)
         nth = nth + 1
-    end_groups(CLUSTER)
     if HAS_W:
         store_partial(part[first, None], acc, t, nt, n, ROWS, THREADS)
 

@@ -26,14 +26,15 @@ Three shapes of work, all static (kernel Constexprs):
   threads are the cluster's.
 Each row's reductions are one row_merge of a tuple (softmax's max and sum,
 layer_norm's moments, a backward's sums): warp shuffles, then the warps'
-tuples through shared memory, then the blocks' through DSMEM, with one
-barrier of each kind.
+tuples through shared memory after a block barrier, then the blocks',
+each pushed into every peer's shared memory (st.async) and waited for on
+the block's own mbarrier, with no cluster barrier.
 """
 from ..array import make_fragment_like, tile
 from ..compiler import func, kernel, range_constexpr
 from ..compiler import range as unrolled_range
 from ..device import (atomic_add, block_idx, block_rank_in_cluster, cast, cluster_arrive,
-                      cluster_grid_dim, cluster_idx, cluster_sync, cluster_wait, cp_async_commit,
+                      cluster_grid_dim, cluster_idx, cluster_wait, cp_async_commit,
                       cp_async_wait, cucopyto, exp2, fence_barrier_init, grid_dim, ifelse, log2,
                       maximum, mbarrier_array, mbarrier_arrive_expect_tx, mbarrier_init,
                       mbarrier_wait, minimum, peer_shared, shared_array, store_async,
@@ -92,12 +93,6 @@ def max_sumexp(group):
 max_sumexp.identity = lambda values: (lowest(values[0].type), 0.0)
 
 
-# how row_merge's cluster level exchanges the blocks' tuples: True, each block pushes its
-# tuple into every peer's shared memory (st.async, completing on the peer's mbarrier) and
-# waits on its own; False, a cluster barrier, then each block reads its peers' (DSMEM)
-PUSHED_MERGE = False
-
-
 @func
 def row_merge(values, level, nth, TPR, CLUSTER, THREADS, bars=None):
     """The tuple `values` of each of this row's threads merged over the row,
@@ -138,7 +133,7 @@ def row_merge(values, level, nth, TPR, CLUSTER, THREADS, bars=None):
         values = level(Lanes(tuple(
             ifelse(w < WARPS, warps[minimum(w, WARPS - 1), i, slot],
                    cast(identity[i], values[i].type)) for i in range_constexpr(NV)), WIDTH))
-    if CLUSTER > 1 and PUSHED_MERGE:
+    if CLUSTER > 1:
         blocks = shared_array(values[0].type, Layout((CLUSTER, NV, 2)), align=16)
         if nth == 0:
             cluster_wait()              # every block's mbarriers are ready (row_groups)
@@ -152,29 +147,7 @@ def row_merge(values, level, nth, TPR, CLUSTER, THREADS, bars=None):
         mbarrier_wait(bars[slot], (nth // 2) % 2)
         r = thread_idx.x % CLUSTER      # lane-group rank r: block r's
         values = level(Lanes(tuple(blocks[r, i, slot] for i in range_constexpr(NV)), CLUSTER))
-    elif CLUSTER > 1:
-        blocks = shared_array(values[0].type, Layout(NV), align=16)
-        cluster_wait()                  # every block has read the last call's tuples
-        if thread_idx.x == 0:
-            for i in range_constexpr(NV):
-                blocks[i] = values[i]
-        cluster_sync()
-        peer = peer_shared(blocks, thread_idx.x % CLUSTER)     # lane-group rank r: block r's
-        values = level(Lanes(tuple(peer[i] for i in range_constexpr(NV)), CLUSTER))
-        cluster_arrive(relaxed=True)    # read: the next call's (or end_groups') wait
     return values
-
-
-@func
-def end_groups(CLUSTER):
-    """The end of a kernel that took row_groups: in a cluster, the wait of
-    the barrier that the last row_merge (or row_groups) arrived at, so that
-    no block exits (its shared memory gone) while another still reads it.
-    Every thread arrived there long ago, right after its reads: waiting
-    here, after the row's stores, costs nothing, where a whole barrier here
-    made each block wait for the slowest of its cluster."""
-    if CLUSTER > 1 and not PUSHED_MERGE:
-        cluster_wait()
 
 
 @func
@@ -298,9 +271,10 @@ def row_groups(arrays, WORK, STAGED, LOOPS, MERGES=True):
     first + 1), this thread's index t among its row's nt threads, and the
     ring: with STAGED, a (VEC, THREADS, CHUNKS) shared array of each
     array's type, the first group's rows in flight into it (load_group
-    reads them and starts the next group's); else None. With MERGES (the
-    kernel calls row_merge), in a cluster, it arrives at the cluster barrier
-    that the first row_merge waits for; the kernel ends with end_groups().
+    reads them and starts the next group's); else None; and `bars`: with
+    MERGES (the kernel calls row_merge), in a cluster, row_merge's two
+    mbarriers, initialized here, with an arrival at the cluster barrier that
+    the first row_merge waits for before it reaches a peer's; else None.
         first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, True)
         r = fragment(WORK, math_type(x.dtype))
         for g in range(first, count, step):
@@ -314,7 +288,7 @@ def row_groups(arrays, WORK, STAGED, LOOPS, MERGES=True):
         step = 1
     _, t, nt, _ = group_place(ROWS, TPR, CLUSTER, THREADS, m, first)
     bars = None
-    if MERGES and CLUSTER > 1 and PUSHED_MERGE:
+    if MERGES and CLUSTER > 1:
         bars = mbarrier_array(2)
         if thread_idx.x == 0:
             mbarrier_init(bars[0], 1)

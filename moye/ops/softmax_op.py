@@ -18,7 +18,7 @@ from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
 from . import replay, rows
-from .row_kernels import (LOG2E, end_groups, fragment, fragment_max, load_chunk, load_group,
+from .row_kernels import (LOG2E, fragment, fragment_max, load_chunk, load_group,
                           loop_logsumexp, math_type, max_sumexp, row_groups, row_merge,
                           store_chunk, store_row, sums)
 
@@ -47,7 +47,6 @@ def softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
         if mine:
             store_row(y[row, None], r, t, nt, size(x, 1))
         nth = nth + 1
-    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)
@@ -83,7 +82,6 @@ def softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr):
         if mine:
             store_row(dx[row, None], ry, t, nt, size(y, 1))
         nth = nth + 1
-    end_groups(CLUSTER)
 
 
 @kernel(fast_math=True)

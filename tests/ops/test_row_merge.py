@@ -12,7 +12,7 @@ from moye.compiler import Constexpr, kernel, range_constexpr
 from moye.device import cast
 from moye.layout import size
 from moye.ops.layer_norm_op import moments
-from moye.ops.row_kernels import (end_groups, group_place, max_sumexp, row_groups, row_merge, sums)
+from moye.ops.row_kernels import (group_place, max_sumexp, row_groups, row_merge, sums)
 
 
 @kernel
@@ -38,7 +38,6 @@ def merged(out, x, WORK: Constexpr, WHAT: Constexpr):
             for i in range_constexpr(len(r)):
                 out[row, t, i] = r[i]
         nth = nth + 1
-    end_groups(CLUSTER)
 
 
 def reference(x, what):
