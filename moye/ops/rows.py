@@ -517,8 +517,8 @@ def persists(p, x, inputs, reduces):
     as fit at once, each looping over groups with its next rows staged:
     where staged() allows, for a kernel that reduces rows of one input, or
     of more in a cluster beyond the portable size, in blocks that take an
-    SM alone (no other block's loads hide its wait at the cluster
-    barriers), or as plan_options(staged=) says. On an H100, the forwards
+    SM alone (no other block's loads hide its wait at the row
+    reductions), or as plan_options(staged=) says. On an H100, the forwards
     at 262,144 elements, blocks of 1,024: softmax float32 2,176 to 2,745
     GB/s, bfloat16 1,718 to 2,087, cross_entropy 1,791 to 2,069; softmax's
     backward in clusters of 16, float32 2,685 to 2,944, bfloat16 2,083 to
