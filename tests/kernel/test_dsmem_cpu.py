@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import moye
+from moye.compiler import Constexpr
 from moye import MoyeError
 from moye.backend.cpu import KernelRuntimeError, race_checking
 from moye.compiler.frontend import BACKENDS
@@ -402,7 +403,10 @@ def test_store_async_exchanges_values_round_after_round(mode, cluster, dtype):
 
 
 @moye.kernel
-def send_without_arming(out, x):
+def send_to_the_other(out, x, ARM: Constexpr, READ_EARLY: Constexpr):
+    """Thread 0 of each of two blocks sends x[0] to the other; ARM: each
+    arms its mbarrier for the 4 bytes first; READ_EARLY: it reads what it
+    got before waiting on its mbarrier."""
     t = moye.thread_idx.x
     got = moye.shared_array(moye.Float32, 2)
     bar = moye.mbarrier()
@@ -411,34 +415,24 @@ def send_without_arming(out, x):
         moye.fence_barrier_init()
     moye.cluster_sync()
     if t == 0:
+        if ARM:
+            moye.mbarrier_arrive_expect_tx(bar, 4)
         moye.store_async(moye.peer_shared(got, 1 - moye.block_rank_in_cluster()), 0, x[0], bar)
+    if READ_EARLY:
+        out[moye.block_idx.x] = got[0]
     moye.mbarrier_wait(bar, 0)
     out[moye.block_idx.x] = got[0]
-
-
-@moye.kernel
-def read_before_waiting(out, x):
-    t = moye.thread_idx.x
-    got = moye.shared_array(moye.Float32, 2)
-    bar = moye.mbarrier()
-    if t == 0:
-        moye.mbarrier_init(bar, 1)
-        moye.fence_barrier_init()
-    moye.cluster_sync()
-    if t == 0:
-        moye.mbarrier_arrive_expect_tx(bar, 4)
-        moye.store_async(moye.peer_shared(got, 1 - moye.block_rank_in_cluster()), 0, x[0], bar)
-    out[moye.block_idx.x] = got[0]
-    moye.mbarrier_wait(bar, 0)
 
 
 def test_store_async_errors():
     out, x = np.zeros(2, np.float32), np.ones(1, np.float32)
     # a phase with no arrival never completes: the wait is a deadlock, named
+    send_to_the_other[2, 32, 2](out, x, True, False)
+    assert out.tolist() == [1.0, 1.0]
     with pytest.raises(KernelRuntimeError, match="deadlock"):
-        send_without_arming[2, 32, 2](out, x)
+        send_to_the_other[2, 32, 2](out, x, False, False)
     with race_checking(), pytest.raises(KernelRuntimeError, match="race"):
-        read_before_waiting[2, 32, 2](out, x)
+        send_to_the_other[2, 32, 2](out, x, True, True)
 
     @moye.kernel
     def local_dst(out):
