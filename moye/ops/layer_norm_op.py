@@ -27,10 +27,9 @@ from ..layout import Layout, size
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
 from .row_kernels import (fragment, group_place, group_start, load_chunk, load_group,
-                          math_type,
-                          row_groups, row_merge, slab_fragment, slab_place, slab_total,
-                          store_chunk, store_normalized, store_partial, store_row, store_slab,
-                          sums, zeros)
+                          math_type, row_groups, row_merge, slab_fragment, slab_place,
+                          slab_total, store_chunk, store_normalized, store_partial, store_row,
+                          store_slab, sums, zeros)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
