@@ -31,7 +31,7 @@ each pushed into every peer's shared memory (st.async) and waited for on
 the block's own mbarrier, with no cluster barrier.
 """
 from ..array import make_fragment_like, tile
-from ..compiler import func, kernel, range_constexpr
+from ..compiler import KernelError, func, kernel, range_constexpr
 from ..compiler import range as unrolled_range
 from ..device import (atomic_add, block_idx, block_rank_in_cluster, cast, cluster_arrive,
                       cluster_grid_dim, cluster_idx, cluster_wait, cp_async_commit,
@@ -134,6 +134,9 @@ def row_merge(values, level, nth, TPR, CLUSTER, THREADS, bars=None):
             ifelse(w < WARPS, warps[minimum(w, WARPS - 1), i, slot],
                    cast(identity[i], values[i].type)) for i in range_constexpr(NV)), WIDTH))
     if CLUSTER > 1:
+        if bars is None:
+            raise KernelError("row_merge: a row in a cluster of blocks needs the mbarrier pair "
+                              "that row_groups returns (bars)")
         blocks = shared_array(values[0].type, Layout((CLUSTER, NV, 2)), align=16)
         if nth == 0:
             cluster_wait()              # every block's mbarriers are ready (row_groups)

@@ -87,3 +87,20 @@ def test_row_merge_compiles_with_nvrtc():
         k = merged.trace(np.ones((9, 768, 3), np.float32), x, work, "moments",
                          block=work[5])[0]
         BACKENDS["cuda"].compile_only(k, (work[5], 1, 1), arch)
+
+
+@kernel
+def merged_without_bars(out, x, WORK: Constexpr):
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, False, True, False)
+    for g in range(first, count, step):
+        row, t, nt, mine = group_place(ROWS, TPR, CLUSTER, THREADS, size(x, 0), g)
+        out[row, t, 0] = row_merge((x[row, t],), sums, 0, TPR, CLUSTER, THREADS, bars)[0]
+
+
+def test_row_merge_in_a_cluster_needs_row_groups_mbarriers():
+    from moye import MoyeError
+    x = np.ones((2, 128), np.float32)
+    with pytest.raises(MoyeError, match="row_merge: a row in a cluster of blocks needs the "
+                                        "mbarrier pair that row_groups returns"):
+        merged_without_bars[4, 64, 2](np.zeros((2, 128, 1), np.float32), x, (1, 1, 1, 128, 2, 64))
