@@ -116,15 +116,9 @@ class Cluster:
         offset in that block, which releases the store to that mbarrier's
         waiters (st.async ... mbarrier::complete_tx::bytes)."""
         self.peer_access(s, mask)
-        b, h = self.block, self.block.hopper
-        keys, lanes = h._bars(s, mask, 4)
-        cta = b.vec(s.args[2]).astype(np.int64)
+        h = self.block.hopper
         nbytes = s.attrs["elem"].bits // 8
-        for key, lane in zip(keys, lanes):
-            target = (key[0], self.row_of_rank(s, key[1], int(cta[lane]), lane), key[2])
-            st = self.remote_state(h, s, target, lane)
-            if b.race is not None:
-                b.race.release(target, [lane])
+        for lane, target, st in _released_remote_bars(h, s, mask, 4):
             st[2] -= nbytes
             h._complete(target, st)
 
@@ -205,23 +199,32 @@ def wait(h, s, mask):
         b.race.barrier()
 
 
-def remote_arrive(h, s, mask):
-    """mbarrier_arrive_cluster(bar, bar_idx, cta)"""
+def _released_remote_bars(h, s, mask, at):
+    """(lane, target key, state) for each active lane of the mbarrier
+    operand at `at` of `s` as held by the cluster's block of rank s.args[2],
+    the lane's earlier accesses released to it (what a remote arrival and a
+    st.async's completion share)."""
     cl, b = _cluster(h), h.block
-    keys, lanes = h._bars(s, mask)
+    keys, lanes = h._bars(s, mask, at)
     cta = b.vec(s.args[2]).astype(np.int64)
     for key, lane in zip(keys, lanes):
-        row = cl.row_of_rank(s, key[1], int(cta[lane]), lane)
-        target = (key[0], row, key[2])
+        target = (key[0], cl.row_of_rank(s, key[1], int(cta[lane]), lane), key[2])
         st = cl.remote_state(h, s, target, lane)
         if b.race is not None:
             b.race.release(target, [lane])
+        yield lane, target, st
+
+
+def remote_arrive(h, s, mask):
+    """mbarrier_arrive_cluster(bar, bar_idx, cta)"""
+    b = h.block
+    for lane, target, st in _released_remote_bars(h, s, mask, 0):
         st[1] -= 1
         if st[1] < 0:
             raise KernelRuntimeError(
                 f"{where(s.loc)}\n  thread {b._tid(lane)} of block {b._bid(lane)} arrives on "
-                f"mbarrier {key[2]} of block {tuple(b.block_ids[row])} whose phase already has "
-                f"all its {st[0]} arrivals")
+                f"mbarrier {target[2]} of block {tuple(b.block_ids[target[1]])} whose phase "
+                f"already has all its {st[0]} arrivals")
         h._complete(target, st)
 
 
