@@ -57,17 +57,20 @@ class PeerEngine:
     def recast(self, dtype):
         return PeerEngine(self.local.recast(dtype), self.cta)
 
+    def _index(self, i):
+        """Element i's index operand (an Int32 where it is dynamic)."""
+        idx = self.local._index(i)
+        return coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
+
     def load(self, i, width=1):
         assert width == 1, "a peer's shared memory is read element by element"
-        idx = self.local._index(i)
-        idx = coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
+        idx = self._index(i)
         v = current().instr("dsmem_load", (self.base, idx, self.cta), self.dtype, elem=self.dtype)
         return Sym(v, self.dtype)
 
     def store(self, i, value, width=1):
         assert width == 1, "a peer's shared memory is written element by element"
-        idx = self.local._index(i)
-        idx = coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
+        idx = self._index(i)
         if not isinstance(value, (Sym, int, float)) or isinstance(value, bool) and \
                 self.dtype is not T.Bool:
             raise MoyeTypeError(f"cannot store {value!r} in a peer's shared array of "
@@ -81,8 +84,7 @@ class PeerEngine:
                                 f"array holds {self.dtype} (recast it to a 32-bit type)")
         if not isinstance(value, (Sym, int, float)) or isinstance(value, bool):
             raise MoyeTypeError(f"{what}: value must be a number, got {value!r}")
-        idx = self.local._index(i)
-        idx = coerce(idx, T.Int32) if isinstance(idx, Sym) else idx
+        idx = self._index(i)
         current().instr("dsmem_store_async", (self.base, idx, self.cta, coerce(value, self.dtype),
                                               *_bar(bar, what)), elem=self.dtype)
 
