@@ -26,8 +26,8 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (fragment, group_place, group_start, load_chunk, load_group,
-                          math_type, row_groups, row_merge, slab_fragment, slab_place,
+from .row_kernels import (fragment, group_place, group_start, kept_param, load_chunk,
+                          load_group, math_type, row_groups, row_merge, slab_fragment, slab_place,
                           slab_total, store_chunk, store_normalized, store_partial, store_row,
                           store_slab, sums, zeros)
 
@@ -104,10 +104,15 @@ moments.identity = lambda values: (0.0, 0.0, 0.0)
 
 @kernel(fast_math=True)
 def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
-                         HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
+                         HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr,
+                         KEEP: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED or KEEP)
+    if HAS_W:
+        w = kept_param(w, KEEP, WORK, t, nt, n)
+    if HAS_B:
+        b = kept_param(b, KEEP, WORK, t, nt, n)
     r = fragment(WORK, math_type(x.dtype))
     m = size(x, 0)
     # r is shifted by its row's first element, loaded a group ahead: at the group's start
@@ -129,7 +134,7 @@ def layer_norm_registers(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr,
             if t == 0:
                 mean[row] = mu
                 rstd[row] = inv
-            store_normalized(y[row, None], r, inv, w, b, HAS_W, HAS_B, t, nt, n)
+            store_normalized(y[row, None], r, inv, w, b, HAS_W, HAS_B, KEEP, t, nt, n)
         c = ahead
         nth = nth + 1
 
@@ -184,11 +189,18 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
     rdy = fragment(WORK, mt)
     accw = zeros(WORK, mt)
     accb = zeros(WORK, mt)
+    # the row's mean and rstd, loaded a group ahead: xhat needs them before the reductions,
+    # and at the group's start their latency stood alone
+    m = size(x, 0)
+    here = group_place(ROWS, TPR, CLUSTER, THREADS, m, first)[0]
+    mu = cast(mean[here], mt)
+    rs = cast(rstd[here], mt)
     nth = 0
     for g in range(first, count, step):
+        ahead = group_place(ROWS, TPR, CLUSTER, THREADS, m, minimum(g + step, count - 1))[0]
+        mu_ahead = cast(mean[ahead], mt)
+        rs_ahead = cast(rstd[ahead], mt)
         row, mine = load_group((rx, rdy), ring, (x, dy), g, count, step, t, nt, 0.0, WORK)
-        mu = cast(mean[row], mt)
-        rs = cast(rstd[row], mt)
         sg = cast(0.0, mt)
         sgx = cast(0.0, mt)
         for k in range(CHUNKS):
@@ -208,6 +220,8 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                         accb[e, k] = accb[e, k] + rdy[e, k]
                     rx[e, k] = rs * (rdy[e, k] * rw[e, k] - sg - rx[e, k] * sgx)
             store_row(dx[row, None], rx, t, nt, n)
+        mu = mu_ahead
+        rs = rs_ahead
         nth = nth + 1
     if HAS_W:
         store_partial(pw[first, None], accw, t, nt, n, ROWS, THREADS)
@@ -310,7 +324,8 @@ def layer_norm_forward(x, weight, bias, eps):
         rows.launch(p, layer_norm_registers, layer_norm_loop, y.reshape(m, n), mean.reshape(m),
                     rstd.reshape(m), x2, x2 if weight is None else weight,
                     x2 if bias is None else bias, as_scalar(eps, name), as_scalar(1 / n, name),
-                    weight is not None, bias is not None)
+                    weight is not None, bias is not None,
+                    params=tuple(v for v in (weight, bias) if v is not None))
     return y, mean, rstd
 
 

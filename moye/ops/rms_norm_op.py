@@ -24,8 +24,8 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (fragment, group_start, load_chunk, load_group, math_type,
-                          row_groups, row_merge, slab_fragment, slab_place, slab_total,
+from .row_kernels import (fragment, group_start, kept_param, load_chunk, load_group,
+                          math_type, row_groups, row_merge, slab_fragment, slab_place, slab_total,
                           store_chunk, store_normalized, store_partial, store_row, store_slab,
                           sums, zeros)
 
@@ -38,10 +38,12 @@ FRAGMENTS = 4
 
 @kernel(fast_math=True)
 def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr,
-                       STAGED: Constexpr):
+                       STAGED: Constexpr, KEEP: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED)
+    first, count, step, t, nt, ring, bars = row_groups((x,), WORK, STAGED, STAGED or KEEP)
+    if HAS_W:
+        w = kept_param(w, KEEP, WORK, t, nt, n)
     r = fragment(WORK, math_type(x.dtype))
     nth = 0
     for g in range(first, count, step):
@@ -54,7 +56,7 @@ def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr
         if mine:
             if t == 0:
                 rstd[row] = inv
-            store_normalized(y[row, None], r, inv, w, w, HAS_W, False, t, nt, n)
+            store_normalized(y[row, None], r, inv, w, w, HAS_W, False, KEEP, t, nt, n)
         nth = nth + 1
 
 
@@ -189,7 +191,8 @@ def rms_norm_forward(x, weight, eps):
     elif m:
         rows.launch(rows.plan_for(x, name, n), rms_norm_registers, rms_norm_loop,
                     y.reshape(m, n), rstd.reshape(m), x2, x2 if weight is None else weight,
-                    as_scalar(eps, name), as_scalar(1 / n, name), weight is not None)
+                    as_scalar(eps, name), as_scalar(1 / n, name), weight is not None,
+                    params=() if weight is None else (weight,))
     return y, rstd
 
 

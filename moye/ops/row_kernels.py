@@ -199,12 +199,13 @@ def store_row(g, r, t, nt, n):
 
 
 @func
-def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, t, nt, n):
+def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, KEEP, t, nt, n):
     """The norms' write: this thread's chunks of the fragment `r` times
     `scale`, times the weight `w`'s chunk (HAS_W), plus the bias `b`'s
     (HAS_B), stored into the row `g` (n elements) in g's type; chunks past
-    the end are skipped. w and b are read chunk by chunk (cache hits after
-    the first row)."""
+    the end are skipped. w and b are read chunk by chunk (param_chunk: from
+    kept_param's shared arrays with KEEP, else from global memory, cache
+    hits after the first row)."""
     vec = size(r, 0)
     wk = make_fragment_like(Layout((vec, 1)), r.dtype)
     bk = make_fragment_like(Layout((vec, 1)), r.dtype)
@@ -212,9 +213,9 @@ def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, t, nt, n):
         c = k * nt + t
         if c * vec < n:
             if HAS_W:
-                load_chunk(wk, 0, w, c)
+                param_chunk(wk, w, k, c, KEEP)
             if HAS_B:
-                load_chunk(bk, 0, b, c)
+                param_chunk(bk, b, k, c, KEEP)
             for e in range(vec):
                 r[e, k] = r[e, k] * scale
                 if HAS_W:
@@ -222,6 +223,35 @@ def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, t, nt, n):
                 if HAS_B:
                     r[e, k] = r[e, k] + bk[e, 0]
             store_chunk(g, c, r, k)
+
+
+@func
+def kept_param(w, KEEP, WORK, t, nt, n):
+    """With KEEP, this thread's chunks of the (N,) parameter `w` (a norm's
+    weight or bias) copied into its places of a new (VEC, THREADS, CHUNKS)
+    shared array of w's type and waited for (stage_row; only this thread
+    reads them), returned: a looping kernel reads its rows' parameters there,
+    not from L2 at every row. Else `w` itself.
+        rw = kept_param(w, KEEP, WORK, t, nt, size(x, 1))
+    """
+    if not KEEP:
+        return w
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    s = shared_array(w.dtype, Layout((VEC, THREADS, CHUNKS)))
+    stage_row(s, w, t, nt, n)
+    cp_async_commit()
+    cp_async_wait(0)
+    return s
+
+
+@func
+def param_chunk(dst, w, k, c, KEEP):
+    """dst[:, 0] = this thread's chunk k (chunk c of the row) of a parameter:
+    from its kept_param shared array with KEEP, else chunk c of the (N,) w."""
+    if KEEP:
+        load_chunk(dst, 0, w[None, thread_idx.x, k], 0)
+    else:
+        load_chunk(dst, 0, w, c)
 
 
 @func

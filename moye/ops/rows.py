@@ -319,21 +319,22 @@ _OPTIONS = {}
 @contextlib.contextmanager
 def plan_options(**knobs):
     """Within the block, plans use these of plan()'s knobs (max_cluster,
-    elements, max_threads, cluster_threads) instead of the defaults, and
-    staged() says `staged`: to take each kernel on small rows (tests) or to
-    tune.
+    elements, max_threads, cluster_threads) instead of the defaults,
+    staged() says `staged` and keeps() `keep`: to take each kernel on small
+    rows (tests) or to tune.
         >>> with plan_options(elements=4, max_threads=256):
         ...     plan_for(np.zeros((1, 4096), np.float32), "float32", 4096).kernel
         'loop'
     """
     unknown = set(knobs) - {"max_cluster", "elements", "max_threads", "cluster_threads",
-                            "staged"}
+                            "staged", "keep"}
     if unknown:
         raise MoyeTypeError(f"plan_options: unknown knobs {sorted(unknown)}; expected "
-                            "max_cluster, elements, max_threads, cluster_threads or staged")
-    if not isinstance(knobs.get("staged", False), bool):
-        raise MoyeTypeError(f"plan_options: staged must be True or False, got "
-                            f"{knobs['staged']!r}")
+                            "max_cluster, elements, max_threads, cluster_threads, staged or keep")
+    for name in ("staged", "keep"):
+        if not isinstance(knobs.get(name, False), bool):
+            raise MoyeTypeError(f"plan_options: {name} must be True or False, got "
+                                f"{knobs[name]!r}")
     for name, ok, want in (
             ("max_threads", lambda v: v % 32 == 0 and 32 <= v <= MAX_THREADS,
              f"a multiple of 32 from 32 to {MAX_THREADS}"),
@@ -358,7 +359,7 @@ def plan_options(**knobs):
 
 def _plan_knobs():
     """The plan_options that are plan()'s knobs."""
-    return {k: v for k, v in _OPTIONS.items() if k != "staged"}
+    return {k: v for k, v in _OPTIONS.items() if k not in ("staged", "keep")}
 
 
 def plan_for(x, dtype, n, **defaults):
@@ -491,25 +492,56 @@ def map_rows(op, registers, loop, dim, **arrays):
         launch(p, registers, loop, out.reshape(m, n), *(f[0] for f in flat), inputs=len(flat))
     return from_last(out, d, nd)
 
-def launch(p, registers, loop, out, *args, inputs=1, reduces=True):
+def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
     """Run plan `p`'s kernel over the (M, N) `out` and the other arguments:
     for a "registers" plan, registers over the row groups, a group per
-    block (or cluster), or where persists() says, as many as run at once,
-    each looping over its groups with the next group's rows staged
-    (launch_groups); else loop[M, threads](out, *args, p.vec, p.threads).
-    The registers kernel reads rows of `inputs` arrays and, if `reduces`,
-    reduces over them."""
+    block (or cluster), or where persists() or keeps() says, as many as run
+    at once, each looping over its groups (launch_groups) with the next
+    group's rows staged where staged() allows; else loop[M, threads](out,
+    *args, p.vec, p.threads). The registers kernel reads rows of `inputs`
+    arrays and, if `reduces`, reduces over them; `params`, for a norm's
+    forward: its (N,) parameters given (weight, bias), and the kernel takes
+    keeps()'s KEEP after STAGED."""
     m = out.shape[0]
     if m == 0:
         return
-    if p.kernel == "registers" and persists(p, out, inputs, reduces):
-        launch_groups(p, registers, group_count(p, out, m, inputs, inputs), out, *args,
-                      staged=True)
+    keep = () if params is None else (keeps(p, out, params, inputs),)
+    if p.kernel == "registers" and (any(keep) or persists(p, out, inputs, reduces)):
+        ring = inputs if staged(p, out, inputs) else 0
+        count = group_count(p, out, m, inputs, ring, kept_bytes(p, params) if any(keep) else 0)
+        launch_groups(p, registers, count, out, *args, staged=bool(ring), tail=keep)
     elif p.kernel == "registers":
         run(p, registers, -(-m // p.rows) * p.cluster, p.threads, out, *args, p.work, False,
-            cluster=p.cluster)
+            *keep, cluster=p.cluster)
     else:
         run(p, loop, m, p.threads, out, *args, p.vec, p.threads)
+
+
+def keeps(p, x, params, inputs):
+    """Whether the looping kernel of a norm's forward of plan `p` keeps its
+    (N,) `params` (weight and bias, those given) in shared memory
+    (row_kernels.kept_param) rather than reading them from L2 at every
+    row: for a row in a cluster whose parameters take more bytes an element
+    than its row, where they fit beside the ring of staged rows (ring_bytes),
+    or as plan_options(keep=) says."""
+    if "keep" in _OPTIONS:
+        return p.kernel == "registers" and bool(params) and _OPTIONS["keep"]
+    if (p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda"
+            or sum(param_size(w) for w in params) <= _SIZES[p.dtype]):
+        return False
+    ring = ring_bytes(p, inputs) if staged(p, x, inputs) else 0
+    return ring + kept_bytes(p, params) <= _cuda_device(x.device.index)[2]
+
+
+def param_size(w):
+    """The bytes of an element of parameter `w` (a NumPy array or torch tensor)."""
+    return w.element_size() if is_torch(w) else w.itemsize
+
+
+def kept_bytes(p, params):
+    """The shared memory of a block of plan `p` keeping `params` (kept_param):
+    its threads' chunks of each."""
+    return sum(param_size(w) for w in params) * p.vec * p.chunks * p.threads
 
 
 def persists(p, x, inputs, reduces):
@@ -678,14 +710,15 @@ def fits(p, fragments):
     return registers_of(p, fragments) * p.threads <= SM_REGISTERS
 
 
-def group_count(p, x, m, fragments=0, staged=0):
+def group_count(p, x, m, fragments=0, staged=0, kept=0):
     """How many row groups (blocks, or clusters of p.cluster blocks) a
     looping kernel of plan `p` runs over `m` rows of `x`: enough to fill the
     device (parallel_blocks), no more than there are groups of p.rows rows.
     `fragments`: how many (vec, chunks) fragments a thread keeps
     (registers_of estimates its registers); `staged`: how many arrays its
-    blocks stage in a shared ring (ring_bytes), 0 for none."""
-    shared = ring_bytes(p, staged)
+    blocks stage in a shared ring (ring_bytes), 0 for none; `kept`: the
+    shared bytes of its kept parameters (kept_bytes)."""
+    shared = ring_bytes(p, staged) + kept
     fill = parallel_blocks(x, p.threads, registers_of(p, fragments), shared) // p.cluster
     return max(1, min(max(1, fill), -(-m // p.rows)))
 
@@ -715,15 +748,15 @@ def ring_bytes(p, arrays):
     return arrays * p.vec * p.chunks * p.threads * _SIZES[p.dtype]
 
 
-def launch_groups(p, registers, count, out, *args, staged=False):
+def launch_groups(p, registers, count, out, *args, staged=False, tail=()):
     """Run plan `p`'s looping "registers" kernel with up to `count` row
     groups (group_count): registers[groups * cluster, threads, cluster](out,
-    *args, p.work, staged); each group loops over rows first, first +
+    *args, p.work, staged, *tail); each group loops over rows first, first +
     groups, ... Returns `groups`: `count`, or on a CUDA device the clusters
     that run at once if fewer (not every SM can join a cluster: 15 of 8
     blocks on an H100's 132 SMs, where a 16th would run after the others,
     doubling the time)."""
-    more = (*args, p.work, staged)
+    more = (*args, p.work, staged, *tail)
     if p.cluster > 1 and p.backend == "cuda":
         count = min(count, resident_clusters(registers, p, out, *more))
     run(p, registers, count * p.cluster, p.threads, out, *more, cluster=p.cluster)

@@ -9,13 +9,15 @@ from moye.ops import rows
 # row); a small register budget, so that rows of a few thousand take the loop
 # kernel; clusters of small blocks, so that they take the cluster path; and
 # the registers kernels again, staging their rows in shared memory (in clusters
-# of up to 16 blocks, the H100's non-portable size)
+# of up to 16 blocks, the H100's non-portable size, where the norms' forwards
+# also keep their weight and bias in shared memory)
 PATHS = {
     "registers": {},
     "loop": {"elements": 4, "max_threads": 32},
     "cluster": {"elements": 8, "max_threads": 32, "max_cluster": 8},
     "staged": {"staged": True},
-    "cluster_staged": {"elements": 4, "max_threads": 32, "max_cluster": 16, "staged": True},
+    "cluster_staged": {"elements": 4, "max_threads": 32, "max_cluster": 16, "staged": True,
+                       "keep": True},
 }
 
 

@@ -235,7 +235,7 @@ def _variants():
             for has_w, has_b in flags[(i + j) % 3:(i + j) % 3 + 1]:    # each on some paths
                 if p.kernel == "registers":
                     yield m.layer_norm_registers, (a, s, s, a, w, w, 1e-5, 1e-3, has_w, has_b,
-                                                   p.work, p.cluster > 1), p
+                                                   p.work, p.cluster > 1, j % 2 == 1), p
                     yield m.layer_norm_backward_registers, (a, part, part, a, a, w, s, s,
                                                             1e-3, has_w, has_b, p.work,
                                                             j % 2 == 0), p
@@ -257,6 +257,9 @@ def test_variants_cover_every_path():
     staged = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
               if k is layer_norm_op.layer_norm_backward_registers}
     assert staged == {(False, False), (False, True), (True, False), (True, True)}
+    kept = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
+            if k is layer_norm_op.layer_norm_registers}
+    assert kept == {(False, False), (False, True), (True, False), (True, True)}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])

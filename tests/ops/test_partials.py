@@ -1,6 +1,7 @@
 """The shared pieces of backwards that sum over rows: rows.parallel_blocks,
 group_count, sum_columns and its kernel row_kernels.column_sum, the fitting
-and slab plans, and plan_options' staged knob."""
+and slab plans, plan_options' staged and keep knobs, and the norms' forwards
+keeping their parameters in shared memory."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import pytest
 import moye
 from moye.compiler.frontend import BACKENDS
 from moye.ops import rows
+from moye.ops.layer_norm_op import layer_norm_forward
 from moye.ops.row_kernels import COLUMN_LANES, COLUMNS, column_sum
 from moye.ops.softmax_op import softmax
 
@@ -140,18 +142,20 @@ def test_slab_plan():
 
 
 def test_plan_options_refuse_bad_knobs():
-    """An unknown knob, a staged that is not a bool, or a size the kernels'
-    reductions cannot take (blocks of whole warps, clusters of a power of
-    two) is named; the options in force are left as they were."""
+    """An unknown knob, a staged or keep that is not a bool, or a size the
+    kernels' reductions cannot take (blocks of whole warps, clusters of a
+    power of two) is named; the options in force are left as they were."""
     x = np.ones((1, 4096), np.float32)
     before = rows.plan_for(x, "float32", 4096)
     with pytest.raises(moye.MoyeTypeError, match=r"unknown knobs \['stages'\]"):
         with rows.plan_options(stages=2):
             pass
-    for bad in (1, "yes", None):
-        with pytest.raises(moye.MoyeTypeError, match="staged must be True or False"):
-            with rows.plan_options(staged=bad):
-                pass
+    for knob in ("staged", "keep"):
+        for bad in (1, "yes", None):
+            with pytest.raises(moye.MoyeTypeError, match=f"{knob} must be True or False, got "
+                                                         f"{bad!r}"):
+                with rows.plan_options(**{knob: bad}):
+                    pass
     for knob, bad in (("max_threads", 48), ("max_threads", 2048), ("max_threads", 64.0),
                       ("cluster_threads", 0), ("max_cluster", 3), ("max_cluster", 32),
                       ("max_cluster", True), ("elements", 0)):
@@ -162,6 +166,36 @@ def test_plan_options_refuse_bad_knobs():
     assert not rows.staged(before, x, 1)
     with rows.plan_options(staged=True):
         assert rows.staged(before, x, 1) and not rows.staged(rows.plan("float32", 262144, "cpu"), x, 1)
+
+
+def test_kept_parameters_only_where_asked_off_the_gpu():
+    """On the CPU backend a norm's forward reads its weight and bias from
+    global memory unless plan_options(keep=True): then a registers plan
+    keeps the parameters given in shared memory (kept_bytes: each thread's
+    chunks of each), and its launch loops over group_count's groups, staged
+    or not, writing every row; a loop plan, or no parameters, keeps
+    nothing."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((23, 700)).astype(np.float32)
+    w, b = rng.standard_normal((2, 700)).astype(np.float32)
+    p = rows.plan_for(x, "float32", 700)
+    assert not rows.keeps(p, x, (w, b), 1)
+    assert rows.kept_bytes(p, (w, b.astype(ml_dtypes.bfloat16))) == 6 * p.vec * p.chunks * p.threads
+    want = torch_free_layer_norm(x, w, b)
+    for staged in (False, True):
+        with rows.plan_options(keep=True, staged=staged):
+            assert rows.keeps(p, x, (w, b), 1) and rows.keeps(p, x, (w,), 1)
+            assert not rows.keeps(p, x, (), 1)
+            assert not rows.keeps(rows._loop_plan("float32", 700, "cpu", 4), x, (w,), 1)
+            y, _, _ = layer_norm_forward(x, w, b, 1e-5)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def torch_free_layer_norm(x, w, b):
+    """LayerNorm of float32 rows in float64 (eps 1e-5)."""
+    x = x.astype(np.float64)
+    xhat = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    return xhat * w + b
 
 
 def test_only_staged_launches_persist_off_the_gpu():

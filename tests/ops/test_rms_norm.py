@@ -251,7 +251,7 @@ def _variants():
             for has_w in (True, False)[(i + j) % 2:(i + j) % 2 + 1]:   # each on half
                 if p.kernel == "registers":
                     yield m.rms_norm_registers, (a, s, a, w, 1e-6, 1e-3, has_w, p.work,
-                                                   p.cluster > 1), p
+                                                 p.cluster > 1, j % 2 == 1), p
                     yield m.rms_norm_backward_registers, (a, part, a, a, w, s, 1e-3, has_w,
                                                           p.work, j % 2 == 0), p
                 else:
@@ -271,6 +271,9 @@ def test_variants_cover_every_path():
     staged = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
               if k is rms_norm_op.rms_norm_backward_registers}
     assert staged == {(False, False), (False, True), (True, False), (True, True)}
+    kept = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
+            if k is rms_norm_op.rms_norm_registers}
+    assert kept == {(False, False), (False, True), (True, False), (True, True)}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
