@@ -180,10 +180,11 @@ def layer_norm_loop(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr, HAS_B: Co
 
 @kernel(fast_math=True)
 def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: Constexpr,
-                                  HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr):
+                                  HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr,
+                                  KEEP: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED)
+    first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED, KEEP)
     mt = math_type(x.dtype)
     rx = fragment(WORK, mt)
     rdy = fragment(WORK, mt)
@@ -366,7 +367,7 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
                 s[...] = 0
             sums.append(s)
         return dx, sums[0], sums[1]
-    p = rows.plan_fitting(x, name, n, FRAGMENTS)
+    p, keep = rows.backward_plan(x, name, n, FRAGMENTS, weight)
     dx2, w = dx.reshape(m, n), x2 if weight is None else weight
     stats = rows.stats_dtype(name)
     if p.kernel == "loop":              # rows too long for registers: two kernels over slabs
@@ -381,12 +382,13 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
                  True, work)
     else:
         staged = rows.staged(p, x, 2)
-        count = rows.group_count(p, x, m, FRAGMENTS, 2 if staged else 0)
+        count = rows.group_count(p, x, m, FRAGMENTS - keep, 2 if staged else 0,
+                                 rows.kept_bytes(p, (weight,)) if keep else 0)
         pw = dx2 if weight is None else rows.empty(x, (count, n), stats)
         pb = rows.empty(x, (count, n), stats)
         used = rows.launch_groups(p, layer_norm_backward_registers, count, dx2, pw, pb, dy2,
                                   x2, w, mean1, rstd1, as_scalar(1 / n, name),
-                                  weight is not None, True, staged=staged)
+                                  weight is not None, True, staged=staged, tail=(keep,))
     dw = None if weight is None else rows.sum_columns(pw[:used], pname)
     return dx, dw, rows.sum_columns(pb[:used], pname)
 

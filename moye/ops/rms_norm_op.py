@@ -89,10 +89,10 @@ def rms_norm_loop(y, rstd, x, w, eps, rn, HAS_W: Constexpr, VEC: Constexpr,
 
 @kernel(fast_math=True)
 def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
-                                WORK: Constexpr, STAGED: Constexpr):
+                                WORK: Constexpr, STAGED: Constexpr, KEEP: Constexpr):
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED)
+    first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED, KEEP)
     mt = math_type(x.dtype)
     rx = fragment(WORK, mt)
     rdy = fragment(WORK, mt)
@@ -226,7 +226,7 @@ def rms_norm_backward(dy, x, weight, rstd):
             replay.host_work()
             dw[...] = 0
         return dx, dw
-    p = rows.plan_fitting(x, name, n, FRAGMENTS)
+    p, keep = rows.backward_plan(x, name, n, FRAGMENTS, weight)
     dx2, w = dx.reshape(m, n), x2 if weight is None else weight
     if p.kernel == "loop":              # rows too long for registers: two kernels over slabs
         work, slabs, used = rows.slab_plan(p, x, m, n, FRAGMENTS)
@@ -238,11 +238,12 @@ def rms_norm_backward(dy, x, weight, rstd):
                  sums, as_scalar(1 / n, name), weight is not None, work)
     else:
         staged = rows.staged(p, x, 2)
-        count = rows.group_count(p, x, m, FRAGMENTS, 2 if staged else 0)
+        count = rows.group_count(p, x, m, FRAGMENTS - keep, 2 if staged else 0,
+                                 rows.kept_bytes(p, (weight,)) if keep else 0)
         part = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
         used = rows.launch_groups(p, rms_norm_backward_registers, count, dx2, part, dy2, x2, w,
                                   rstd1, as_scalar(1 / n, name), weight is not None,
-                                  staged=staged)
+                                  staged=staged, tail=(keep,))
     if weight is None:
         return dx, None
     return dx, rows.sum_columns(part[:used], rows.dtype_name(weight, "weight", op))

@@ -229,27 +229,34 @@ def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, KEEP, t, nt, n):
 def kept_param(w, KEEP, WORK, t, nt, n):
     """With KEEP, this thread's chunks of the (N,) parameter `w` (a norm's
     weight or bias) copied into its places of a new (VEC, THREADS, CHUNKS)
-    shared array of w's type and waited for (stage_row; only this thread
-    reads them), returned: a looping kernel reads its rows' parameters there,
-    not from L2 at every row. Else `w` itself.
+    shared array of w's type (1 past the row's end) and waited for (only
+    this thread reads them), returned as its (VEC, CHUNKS) view, indexed as
+    a fragment is: a looping kernel reads its rows' parameters there, not
+    from L2 at every row nor from registers. Else `w` itself.
         rw = kept_param(w, KEEP, WORK, t, nt, size(x, 1))
     """
     if not KEEP:
         return w
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     s = shared_array(w.dtype, Layout((VEC, THREADS, CHUNKS)))
-    stage_row(s, w, t, nt, n)
+    for k in range(CHUNKS):
+        c = k * nt + t
+        if c * VEC < n:
+            cucopyto(s[None, thread_idx.x, k], tile(w, (VEC,), (c,)))
+        else:
+            for e in range(VEC):
+                s[e, thread_idx.x, k] = cast(1.0, w.dtype)
     cp_async_commit()
     cp_async_wait(0)
-    return s
+    return s[None, thread_idx.x, None]
 
 
 @func
 def param_chunk(dst, w, k, c, KEEP):
     """dst[:, 0] = this thread's chunk k (chunk c of the row) of a parameter:
-    from its kept_param shared array with KEEP, else chunk c of the (N,) w."""
+    from its kept_param view with KEEP, else chunk c of the (N,) w."""
     if KEEP:
-        load_chunk(dst, 0, w[None, thread_idx.x, k], 0)
+        load_chunk(dst, 0, w[None, k], 0)
     else:
         load_chunk(dst, 0, w, c)
 
@@ -337,18 +344,22 @@ def row_groups(arrays, WORK, STAGED, LOOPS, MERGES=True):
 
 
 @func
-def group_start(x, dy, w, HAS_W, WORK, STAGED):
+def group_start(x, dy, w, HAS_W, WORK, STAGED, KEEP=False):
     """A norm backward's start: row_groups((x, dy), WORK, STAGED, True) and the
-    weight's chunks in a (VEC, CHUNKS) fragment of the math type (loaded
-    once, the same for every row; ones without HAS_W):
-    (first, count, step, t, nt, rw, ring)."""
+    weight's chunks rw, read as a (VEC, CHUNKS) fragment is, the same for
+    every row: kept_param's shared view with KEEP and HAS_W, else a fragment
+    of the math type (ones without HAS_W):
+    (first, count, step, t, nt, rw, ring, bars)."""
     first, count, step, t, nt, ring, bars = row_groups((x, dy), WORK, STAGED, True)
-    rw = fragment(WORK, math_type(x.dtype))
-    for k in range(size(rw, 1)):
-        for e in range(size(rw, 0)):
-            rw[e, k] = cast(1.0, rw.dtype)
-    if HAS_W:
-        load_row(rw, w, t, nt, size(x, 1), 1.0)
+    if KEEP and HAS_W:
+        rw = kept_param(w, KEEP, WORK, t, nt, size(x, 1))
+    else:
+        rw = fragment(WORK, math_type(x.dtype))
+        for k in range(size(rw, 1)):
+            for e in range(size(rw, 0)):
+                rw[e, k] = cast(1.0, rw.dtype)
+        if HAS_W:
+            load_row(rw, w, t, nt, size(x, 1), 1.0)
     return first, count, step, t, nt, rw, ring, bars
 
 

@@ -505,7 +505,7 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
     m = out.shape[0]
     if m == 0:
         return
-    keep = () if params is None else (keeps(p, out, params, inputs),)
+    keep = () if params is None else (keeps(p, out, params, inputs, wider=True),)
     if p.kernel == "registers" and (any(keep) or persists(p, out, inputs, reduces)):
         ring = inputs if staged(p, out, inputs) else 0
         count = group_count(p, out, m, inputs, ring, kept_bytes(p, params) if any(keep) else 0)
@@ -517,20 +517,33 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
         run(p, loop, m, p.threads, out, *args, p.vec, p.threads)
 
 
-def keeps(p, x, params, inputs):
-    """Whether the looping kernel of a norm's forward of plan `p` keeps its
-    (N,) `params` (weight and bias, those given) in shared memory
-    (row_kernels.kept_param) rather than reading them from L2 at every
-    row: for a row in a cluster whose parameters take more bytes an element
-    than its row, where they fit beside the ring of staged rows (ring_bytes),
+def keeps(p, x, params, inputs, wider=False):
+    """Whether the looping kernel of a norm of plan `p` keeps its (N,)
+    `params` (weight and bias, those given) in shared memory
+    (row_kernels.kept_param): in a cluster, where they fit beside the ring
+    of its `inputs` staged rows (ring_bytes), and with `wider` (a forward,
+    which would read them from L2 at every row; a backward would hold them
+    in registers) only where they take more bytes an element than the row;
     or as plan_options(keep=) says."""
     if "keep" in _OPTIONS:
         return p.kernel == "registers" and bool(params) and _OPTIONS["keep"]
-    if (p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda"
-            or sum(param_size(w) for w in params) <= _SIZES[p.dtype]):
+    if (p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda" or not params
+            or (wider and sum(param_size(w) for w in params) <= _SIZES[p.dtype])):
         return False
     ring = ring_bytes(p, inputs) if staged(p, x, inputs) else 0
     return ring + kept_bytes(p, params) <= _cuda_device(x.device.index)[2]
+
+
+def backward_plan(x, dtype, n, fragments, weight):
+    """(plan, keep) of a norm's backward whose threads keep `fragments`
+    fragments, one of them the weight's: plan_fitting's, or, where keeps()
+    the `weight` (not None) in shared memory, plan_fitting's for one
+    fragment fewer."""
+    if weight is not None:
+        q = plan_fitting(x, dtype, n, fragments - 1)
+        if keeps(q, x, (weight,), 2):
+            return q, True
+    return plan_fitting(x, dtype, n, fragments), False
 
 
 def param_size(w):

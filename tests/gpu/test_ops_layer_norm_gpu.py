@@ -56,15 +56,20 @@ def test_forward_and_backward(torch, dtype, n, affine):
     check(torch, x, w, b)
 
 
-def test_float32_parameters_with_bfloat16_input(torch):
-    x = torch.randn(77, 4096, device="cuda").bfloat16()
-    check(torch, x, torch.randn(4096, device="cuda") + 1, torch.randn(4096, device="cuda"))
+@pytest.mark.parametrize("n", [4096, 65536])
+def test_float32_parameters_with_bfloat16_input(torch, n):
+    """At 65,536 on sm_90, a cluster's looping forward keeps the float32
+    parameters in shared memory (rows.keeps)."""
+    x = torch.randn(77, n, device="cuda").bfloat16()
+    check(torch, x, torch.randn(n, device="cuda") + 1, torch.randn(n, device="cuda"))
 
 
 @pytest.mark.parametrize("options,kernel,clustered", [
     ({"elements": 8, "max_threads": 32, "max_cluster": 8}, "registers", True),
     ({"elements": 8, "max_threads": 32, "max_cluster": 8, "staged": False}, "registers", True),
+    ({"elements": 8, "max_threads": 32, "max_cluster": 8, "keep": True}, "registers", True),
     ({"staged": True}, "registers", False),
+    ({"keep": True}, "registers", False),
     ({"elements": 4, "max_threads": 32, "max_cluster": 1}, "loop", False),
     ({}, "registers", False)])
 @pytest.mark.parametrize("n", [700, 2000])

@@ -56,15 +56,20 @@ def test_forward_and_backward(torch, dtype, n, weighted):
     check(torch, x, w)
 
 
-def test_float32_weight_with_bfloat16_input(torch):
-    x = torch.randn(77, 4096, device="cuda").bfloat16()
-    check(torch, x, torch.randn(4096, device="cuda") + 1)
+@pytest.mark.parametrize("n", [4096, 65536])
+def test_float32_weight_with_bfloat16_input(torch, n):
+    """At 65,536 on sm_90, a cluster's looping forward keeps the float32
+    parameters in shared memory (rows.keeps)."""
+    x = torch.randn(77, n, device="cuda").bfloat16()
+    check(torch, x, torch.randn(n, device="cuda") + 1)
 
 
 @pytest.mark.parametrize("options,kernel,clustered", [
     ({"elements": 8, "max_threads": 32, "max_cluster": 8}, "registers", True),
     ({"elements": 8, "max_threads": 32, "max_cluster": 8, "staged": False}, "registers", True),
+    ({"elements": 8, "max_threads": 32, "max_cluster": 8, "keep": True}, "registers", True),
     ({"staged": True}, "registers", False),
+    ({"keep": True}, "registers", False),
     ({"elements": 4, "max_threads": 32, "max_cluster": 1}, "loop", False),
     ({}, "registers", False)])
 @pytest.mark.parametrize("n", [700, 2000])
@@ -106,10 +111,10 @@ def test_cluster_groups_are_the_clusters_that_fit(torch):
     dx, part = torch.full_like(x, float("nan")), torch.zeros(m, n, device="cuda")
     args = (part, dy, x, w, rstd, np.float32(1 / n), True)
     used = rows.launch_groups(p, rms_norm_op.rms_norm_backward_registers, m, dx, *args,
-                              staged=True)
+                              staged=True, tail=(False,))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert used <= sms // p.cluster and used == rows.resident_clusters(
-        rms_norm_op.rms_norm_backward_registers, p, dx, *args, p.work, True)
+        rms_norm_op.rms_norm_backward_registers, p, dx, *args, p.work, True, False)
     want, want_dw = rms_norm_backward(dy, x, w, rstd)
     torch.testing.assert_close(dx, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(part[:used].sum(0), want_dw, atol=1e-3, rtol=1e-4)
