@@ -26,10 +26,10 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (fragment, group_place, group_start, kept_param, load_chunk,
-                          load_group, math_type, row_groups, row_merge, slab_fragment, slab_place,
-                          slab_total, store_chunk, store_normalized, store_partial, store_row,
-                          store_slab, sums, zeros)
+from .row_kernels import (fragment, group_place, group_start, kept_param, kept_zeros,
+                          load_chunk, load_group, math_type, row_groups, row_merge, slab_fragment,
+                          slab_place, slab_total, store_chunk, store_normalized, store_partial,
+                          store_row, store_slab, sums, zeros)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -189,7 +189,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
     rx = fragment(WORK, mt)
     rdy = fragment(WORK, mt)
     accw = zeros(WORK, mt)
-    accb = zeros(WORK, mt)
+    accb = kept_zeros(WORK, mt, KEEP)
     # the row's mean and rstd, loaded a group ahead: xhat needs them before the reductions,
     # and at the group's start their latency stood alone
     m = size(x, 0)
@@ -367,7 +367,7 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
                 s[...] = 0
             sums.append(s)
         return dx, sums[0], sums[1]
-    p, keep = rows.backward_plan(x, name, n, FRAGMENTS, weight)
+    p, keep = rows.backward_plan(x, name, n, FRAGMENTS, weight, sums=1)
     dx2, w = dx.reshape(m, n), x2 if weight is None else weight
     stats = rows.stats_dtype(name)
     if p.kernel == "loop":              # rows too long for registers: two kernels over slabs
@@ -382,8 +382,8 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
                  True, work)
     else:
         staged = rows.staged(p, x, 2)
-        count = rows.group_count(p, x, m, FRAGMENTS - keep, 2 if staged else 0,
-                                 rows.kept_bytes(p, (weight,)) if keep else 0)
+        count = rows.group_count(p, x, m, FRAGMENTS - 2 * keep, 2 if staged else 0,
+                                 rows.kept_bytes(p, (weight,), sums=1) if keep else 0)
         pw = dx2 if weight is None else rows.empty(x, (count, n), stats)
         pb = rows.empty(x, (count, n), stats)
         used = rows.launch_groups(p, layer_norm_backward_registers, count, dx2, pw, pb, dy2,

@@ -489,6 +489,23 @@ def group_place(ROWS, TPR, CLUSTER, THREADS, m, g):
 
 
 @func
+def kept_zeros(WORK, dtype, KEEP):
+    """zeros(WORK, dtype), or with KEEP in shared memory: this thread's
+    (VEC, CHUNKS) view of a new (VEC, THREADS, CHUNKS) shared array, all 0,
+    read as a fragment is (a backward's column sums out of its registers).
+        accb = kept_zeros(WORK, Float32, KEEP)
+    """
+    if not KEEP:
+        return zeros(WORK, dtype)
+    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
+    r = shared_array(dtype, Layout((VEC, THREADS, CHUNKS)))[None, thread_idx.x, None]
+    for k in range(CHUNKS):
+        for e in range(VEC):
+            r[e, k] = cast(0.0, dtype)
+    return r
+
+
+@func
 def store_partial(p, acc, t, nt, n, ROWS, THREADS):
     """Write the block's column sums into the partial row `p` (n elements):
     each thread's (VEC, CHUNKS) fragment `acc` holds its chunks of the sum

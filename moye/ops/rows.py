@@ -517,31 +517,33 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
         run(p, loop, m, p.threads, out, *args, p.vec, p.threads)
 
 
-def keeps(p, x, params, inputs, wider=False):
+def keeps(p, x, params, inputs, wider=False, sums=0):
     """Whether the looping kernel of a norm of plan `p` keeps its (N,)
-    `params` (weight and bias, those given) in shared memory
-    (row_kernels.kept_param): in a cluster, where they fit beside the ring
-    of its `inputs` staged rows (ring_bytes), and with `wider` (a forward,
-    which would read them from L2 at every row; a backward would hold them
-    in registers) only where they take more bytes an element than the row;
-    or as plan_options(keep=) says."""
+    `params` (weight and bias, those given), and `sums` fragments of column
+    sums, in shared memory (row_kernels.kept_param, kept_zeros): in a
+    cluster, where they fit beside the ring of its `inputs` staged rows
+    (ring_bytes), and with `wider` (a forward, which would read them from L2
+    at every row; a backward would hold them in registers) only where they
+    take more bytes an element than the row; or as plan_options(keep=)
+    says."""
     if "keep" in _OPTIONS:
         return p.kernel == "registers" and bool(params) and _OPTIONS["keep"]
     if (p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda" or not params
             or (wider and sum(param_size(w) for w in params) <= _SIZES[p.dtype])):
         return False
     ring = ring_bytes(p, inputs) if staged(p, x, inputs) else 0
-    return ring + kept_bytes(p, params) <= _cuda_device(x.device.index)[2]
+    return ring + kept_bytes(p, params, sums) <= _cuda_device(x.device.index)[2]
 
 
-def backward_plan(x, dtype, n, fragments, weight):
+def backward_plan(x, dtype, n, fragments, weight, sums=0):
     """(plan, keep) of a norm's backward whose threads keep `fragments`
-    fragments, one of them the weight's: plan_fitting's, or, where keeps()
-    the `weight` (not None) in shared memory, plan_fitting's for one
-    fragment fewer."""
+    fragments, one of them the weight's and `sums` of them column sums that
+    may move too: plan_fitting's, or, where keeps() the `weight` (not None)
+    and those sums in shared memory, plan_fitting's for the fragments left
+    in registers."""
     if weight is not None:
-        q = plan_fitting(x, dtype, n, fragments - 1)
-        if keeps(q, x, (weight,), 2):
+        q = plan_fitting(x, dtype, n, fragments - 1 - sums)
+        if keeps(q, x, (weight,), 2, sums=sums):
             return q, True
     return plan_fitting(x, dtype, n, fragments), False
 
@@ -551,10 +553,12 @@ def param_size(w):
     return w.element_size() if is_torch(w) else w.itemsize
 
 
-def kept_bytes(p, params):
-    """The shared memory of a block of plan `p` keeping `params` (kept_param):
-    its threads' chunks of each."""
-    return sum(param_size(w) for w in params) * p.vec * p.chunks * p.threads
+def kept_bytes(p, params, sums=0):
+    """The shared memory of a block of plan `p` keeping `params` (kept_param)
+    and `sums` fragments of the math type (kept_zeros): its threads' chunks
+    of each."""
+    size = sum(param_size(w) for w in params) + sums * (8 if p.dtype == "float64" else 4)
+    return size * p.vec * p.chunks * p.threads
 
 
 def persists(p, x, inputs, reduces):
@@ -730,9 +734,17 @@ def group_count(p, x, m, fragments=0, staged=0, kept=0):
     `fragments`: how many (vec, chunks) fragments a thread keeps
     (registers_of estimates its registers); `staged`: how many arrays its
     blocks stage in a shared ring (ring_bytes), 0 for none; `kept`: the
-    shared bytes of its kept parameters (kept_bytes)."""
+    shared bytes of its kept parameters (kept_bytes). On a CUDA device a
+    cluster plan's registers are not estimated: launch_groups takes no more
+    clusters than the driver runs at once (from the compiled kernel), where
+    registers_of's estimate can be a block an SM off (NVRTC's sm_90a cubins
+    of the norms' backwards at bfloat16 65,536 with the weight kept: 127-128
+    registers a thread, the estimate 136: one block of 256 threads an SM
+    where two run)."""
     shared = ring_bytes(p, staged) + kept
-    fill = parallel_blocks(x, p.threads, registers_of(p, fragments), shared) // p.cluster
+    exact = p.cluster > 1 and p.backend == "cuda"
+    fill = parallel_blocks(x, p.threads, 0 if exact else registers_of(p, fragments),
+                           shared) // p.cluster
     return max(1, min(max(1, fill), -(-m // p.rows)))
 
 
