@@ -11,12 +11,14 @@ dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dweight = the sum over
 rows of dy * xhat, dbias = the sum over rows of dy.
 
 The kernels are rms_norm_op's, with the mean: a "registers" forward (the
-row read once), a "loop" forward (three passes: mean, variance, write), and
-backwards that loop over row groups, keeping dweight and dbias columns in
-registers for row_kernels.column_sum (in a cluster, staging the next
-group's x and dy in shared memory), or, for rows the loop plan takes, two
-slab kernels (the slabs' sums of g and g * xhat, then dx per row group and
-slab).
+row read once; a cluster's looping launch keeps float32 weight and bias of
+16-bit rows in shared memory), a "loop" forward (three passes: mean,
+variance, write), and backwards that loop over row groups, keeping dweight
+and dbias columns in registers for row_kernels.column_sum (in a cluster,
+staging the next group's x and dy in shared memory, and where they fit
+keeping the weight and the dbias columns there too), or, for rows the loop
+plan takes, two slab kernels (the slabs' sums of g and g * xhat, then dx
+per row group and slab).
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, func, kernel

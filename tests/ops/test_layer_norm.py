@@ -238,7 +238,7 @@ def _variants():
                                                    p.work, p.cluster > 1, j % 2 == 1), p
                     yield m.layer_norm_backward_registers, (a, part, part, a, a, w, s, s,
                                                             1e-3, has_w, has_b, p.work,
-                                                            j % 2 == 0, i % 2 == 1), p
+                                                            j % 2 == 0, (i + j) % 2 == 1), p
                 else:
                     yield m.layer_norm_loop, (a, s, s, a, w, w, 1e-5, 1e-3, has_w, has_b, p.vec,
                                               p.threads), p
@@ -257,9 +257,10 @@ def test_variants_cover_every_path():
     staged = {(p.cluster > 1, args[-2]) for k, args, p in _variants()
               if k is layer_norm_op.layer_norm_backward_registers}
     assert staged == {(False, False), (False, True), (True, False), (True, True)}
-    kept = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
-            if k is layer_norm_op.layer_norm_registers}
-    assert kept == {(False, False), (False, True), (True, False), (True, True)}
+    for kernel in (layer_norm_op.layer_norm_registers,
+                   layer_norm_op.layer_norm_backward_registers):
+        kept = {(p.cluster > 1, args[-1]) for k, args, p in _variants() if k is kernel}
+        assert kept == {(False, False), (False, True), (True, False), (True, True)}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])

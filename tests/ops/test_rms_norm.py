@@ -253,7 +253,7 @@ def _variants():
                     yield m.rms_norm_registers, (a, s, a, w, 1e-6, 1e-3, has_w, p.work,
                                                  p.cluster > 1, j % 2 == 1), p
                     yield m.rms_norm_backward_registers, (a, part, a, a, w, s, 1e-3, has_w,
-                                                          p.work, j % 2 == 0, i % 2 == 1), p
+                                                          p.work, j % 2 == 0, (i + j) % 2 == 1), p
                 else:
                     yield m.rms_norm_loop, (a, s, a, w, 1e-6, 1e-3, has_w, p.vec, p.threads), p
                     work, slabs, _ = rows.slab_plan(p, a, 4, 65536, rms_norm_op.FRAGMENTS)
@@ -271,9 +271,9 @@ def test_variants_cover_every_path():
     staged = {(p.cluster > 1, args[-2]) for k, args, p in _variants()
               if k is rms_norm_op.rms_norm_backward_registers}
     assert staged == {(False, False), (False, True), (True, False), (True, True)}
-    kept = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
-            if k is rms_norm_op.rms_norm_registers}
-    assert kept == {(False, False), (False, True), (True, False), (True, True)}
+    for kernel in (rms_norm_op.rms_norm_registers, rms_norm_op.rms_norm_backward_registers):
+        kept = {(p.cluster > 1, args[-1]) for k, args, p in _variants() if k is kernel}
+        assert kept == {(False, False), (False, True), (True, False), (True, True)}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
