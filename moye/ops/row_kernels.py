@@ -229,7 +229,7 @@ def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, KEEP, t, nt, n):
 def kept_param(w, KEEP, WORK, t, nt, n):
     """With KEEP, this thread's chunks of the (N,) parameter `w` (a norm's
     weight or bias) copied into its places of a new (VEC, THREADS, CHUNKS)
-    shared array of w's type (1 past the row's end) and waited for (only
+    shared array of w's type (ones past the row's end) and waited for (only
     this thread reads them), returned as its (VEC, CHUNKS) view, indexed as
     a fragment is: a looping kernel reads its rows' parameters there, not
     from L2 at every row nor from registers. Else `w` itself.
