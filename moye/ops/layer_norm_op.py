@@ -11,8 +11,8 @@ dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dweight = the sum over
 rows of dy * xhat, dbias = the sum over rows of dy.
 
 The kernels are rms_norm_op's, with the mean: a "registers" forward (the
-row read once; a cluster's looping launch keeps float32 weight and bias of
-16-bit rows in shared memory), a "loop" forward (three passes: mean,
+row read once; under plan_options(keep=True) a looping launch keeps weight
+and bias in shared memory), a "loop" forward (three passes: mean,
 variance, write), and backwards that loop over row groups, keeping dweight
 and dbias columns in registers for row_kernels.column_sum (in a cluster,
 staging the next group's x and dy in shared memory, and where they fit

@@ -9,9 +9,8 @@ On row_kernels' skeleton (rows.Plan picks the kernel):
 - forward "registers": the row is read once into registers, its sum of
   squares reduced over the row's threads, then scaled and written; "loop":
   one block per row, a pass for the sum of squares, a second to write.
-  A looping launch of a cluster plan whose weight is wider than x (float32
-  for bfloat16 rows) keeps the weight in shared memory (rows.keeps), not
-  read from L2 at every row.
+  Under plan_options(keep=True) a looping launch keeps the weight in
+  shared memory (rows.keeps), not read from L2 at every row.
 - backward: a block (or cluster) loops over row groups (rows.group_count of
   them), keeping weight in registers (in a cluster, where it fits, in
   shared memory: rows.backward_plan) and its threads' dweight columns in

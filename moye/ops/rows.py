@@ -505,7 +505,7 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
     m = out.shape[0]
     if m == 0:
         return
-    keep = () if params is None else (keeps(p, out, params, inputs, wider=True),)
+    keep = () if params is None else (keeps(p, out, params, inputs, forward=True),)
     if p.kernel == "registers" and (any(keep) or persists(p, out, inputs, reduces)):
         ring = inputs if staged(p, out, inputs) else 0
         count = group_count(p, out, m, inputs, ring, kept_bytes(p, params) if any(keep) else 0)
@@ -517,19 +517,25 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
         run(p, loop, m, p.threads, out, *args, p.vec, p.threads)
 
 
-def keeps(p, x, params, inputs, wider=False, sums=0):
+def keeps(p, x, params, inputs, forward=False, sums=0):
     """Whether the looping kernel of a norm of plan `p` keeps its (N,)
     `params` (weight and bias, those given), and `sums` fragments of column
-    sums, in shared memory (row_kernels.kept_param, kept_zeros): in a
-    cluster, where they fit beside the ring of its `inputs` staged rows
-    (ring_bytes), and with `wider` (a forward, which would read them from L2
-    at every row; a backward would hold them in registers) only where they
-    take more bytes an element than the row; or as plan_options(keep=)
-    says."""
+    sums, in shared memory (row_kernels.kept_param, kept_zeros), as
+    plan_options(keep=) says, or else: a backward, in a cluster, where they
+    fit beside the ring of its `inputs` staged rows (ring_bytes); it would
+    hold them in registers (NVRTC's sm_90a cubins at bfloat16 65,536:
+    layer_norm's 250 registers a thread, 128 keeping weight and dbias sums;
+    at 262,144 in clusters of 16 blocks of 1,024, 308 bytes of spills a
+    thread, 4 keeping them).
+    A forward keeps them only as plan_options says: it would read them from
+    L2 at every row (float32 weight and bias: 8 bytes an element beside a
+    bfloat16 row's 4 read and written), but keeping makes its launch
+    persistent, which lost up to 25% for other kernels in clusters of 8
+    blocks of 256 (persists), and the trade is not measured yet."""
     if "keep" in _OPTIONS:
         return p.kernel == "registers" and bool(params) and _OPTIONS["keep"]
-    if (p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda" or not params
-            or (wider and sum(param_size(w) for w in params) <= _SIZES[p.dtype])):
+    if (forward or p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda"
+            or not params):
         return False
     ring = ring_bytes(p, inputs) if staged(p, x, inputs) else 0
     return ring + kept_bytes(p, params, sums) <= _cuda_device(x.device.index)[2]

@@ -58,8 +58,8 @@ def test_forward_and_backward(torch, dtype, n, weighted):
 
 @pytest.mark.parametrize("n", [4096, 65536])
 def test_float32_weight_with_bfloat16_input(torch, n):
-    """At 65,536 on sm_90, a cluster's looping forward keeps the float32
-    parameters in shared memory (rows.keeps)."""
+    """At 65,536 on sm_90 in a cluster, whose backward keeps the float32
+    weight in shared memory (rows.backward_plan)."""
     x = torch.randn(77, n, device="cuda").bfloat16()
     check(torch, x, torch.randn(n, device="cuda") + 1)
 
