@@ -520,23 +520,24 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
 def keeps(p, x, params, inputs, forward=False, sums=0):
     """Whether the looping kernel of a norm of plan `p` keeps its (N,)
     `params` (weight and bias, those given), and `sums` fragments of column
-    sums, in shared memory (row_kernels.kept_param, kept_zeros), as
-    plan_options(keep=) says, or else: a backward, in a cluster, where they
-    fit beside the ring of its `inputs` staged rows (ring_bytes); it would
-    hold them in registers (NVRTC's sm_90a cubins at bfloat16 65,536:
-    layer_norm's 250 registers a thread, 128 keeping weight and dbias sums;
-    at 262,144 in clusters of 16 blocks of 1,024, 308 bytes of spills a
-    thread, 4 keeping them).
-    A forward keeps them only as plan_options says: it would read them from
-    L2 at every row (float32 weight and bias: 8 bytes an element beside a
-    bfloat16 row's 4 read and written), but keeping makes its launch
-    persistent, which lost up to 25% for other kernels in clusters of 8
-    blocks of 256 (persists), and the trade is not measured yet."""
-    if "keep" in _OPTIONS:
-        return p.kernel == "registers" and bool(params) and _OPTIONS["keep"]
-    if (forward or p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda"
-            or not params):
+    sums, in shared memory (row_kernels.kept_param, kept_zeros): as
+    plan_options(keep=) says, or a backward's in a cluster; on a CUDA
+    device only where they fit beside the ring of its `inputs` staged rows
+    (ring_bytes). A backward would hold them in registers (NVRTC's sm_90a
+    cubins at bfloat16 65,536: layer_norm's 250 registers a thread, 128
+    keeping weight and dbias sums; at 262,144 in clusters of 16 blocks of
+    1,024, 308 bytes of spills a thread, 4 keeping them). A forward would
+    read them from L2 at every row (float32 weight and bias: 8 bytes an
+    element beside a bfloat16 row's 4 read and written), but keeping makes
+    its launch persistent, which lost up to 25% for other kernels in
+    clusters of 8 blocks of 256 (persists): not measured yet, so only as
+    plan_options says."""
+    if p.kernel != "registers" or not params or not _OPTIONS.get("keep", True):
         return False
+    if "keep" not in _OPTIONS and (forward or p.cluster == 1 or backend_of(x) != "cuda"):
+        return False
+    if backend_of(x) != "cuda":
+        return True
     ring = ring_bytes(p, inputs) if staged(p, x, inputs) else 0
     return ring + kept_bytes(p, params, sums) <= _cuda_device(x.device.index)[2]
 
