@@ -539,7 +539,12 @@ def keeps(p, x, params, inputs, forward=False, sums=0):
     if backend_of(x) != "cuda":
         return True
     ring = ring_bytes(p, inputs) if staged(p, x, inputs) else 0
-    return ring + kept_bytes(p, params, sums) <= _cuda_device(x.device.index)[2]
+    return ring + kept_bytes(p, params, sums) + MERGE_SHARED <= _cuda_device(x.device.index)[2]
+
+
+# the most shared memory a row kernel takes besides its ring and kept arrays (row_merge's
+# warps' and blocks' tuples, its mbarriers)
+MERGE_SHARED = 1024
 
 
 def backward_plan(x, dtype, n, fragments, weight, sums=0):
