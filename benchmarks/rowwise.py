@@ -141,6 +141,17 @@ def _count(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer (e.g. 268435456 or 2**28)")
 
 
+def _knob(text):
+    """('keep', True) from 'keep=True': a knob of moye.ops.rows.plan_options and
+    its value (True, False, or an integer)."""
+    name, eq, value = text.partition("=")
+    if not eq or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KNOB=VALUE (e.g. keep=True)")
+    if value in ("True", "False"):
+        return name, value == "True"
+    return name, _count(value)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()),
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -160,6 +171,9 @@ def parse_args(argv=None):
     p.add_argument("--contenders", nargs="+", choices=CONTENDERS[1:],
                    help="which to run beside the copy (default: all)")
     p.add_argument("--weight-dtype", choices=("auto", "input", "float32"), default="auto")
+    p.add_argument("--plan", nargs="+", type=_knob, default=[], metavar="KNOB=VALUE",
+                   help="run moye's ops under moye.ops.rows.plan_options(KNOB=VALUE, ...), "
+                        "e.g. keep=True max_cluster=16: to A/B a plan in one run")
     p.add_argument("--no-host", action="store_true", help="skip the host-time measurement")
     p.add_argument("--host-only", action="store_true",
                    help="measure the host times alone (no GB/s cases)")
@@ -757,6 +771,21 @@ def main(argv=None):
     cases = [] if args.host_only else [(op, d, t, n) for op in args.ops
                                          for d in args.directions for t in args.dtypes
                                          for n in args.ns]
+    from moye.ops import rows
+    with rows.plan_options(**dict(args.plan)):
+        failed = run_cases(torch, args, cases, quack, results)
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    if failed:
+        raise SystemExit("rowwise: a moye op gave a wrong result or raised (see n/a above)")
+    return results
+
+
+def run_cases(torch, args, cases, quack, results):
+    """Run `cases` into results["rows"] (and the host times, unless
+    args.no_host); whether a moye op gave a wrong result or raised."""
+    copy_buffers = None
     if cases:
         biggest = max(traffic(op, d, rows_for(args.elements, n), n, t,
                               weight_dtype(op, t, args.weight_dtype)) for op, d, t, n in cases)
@@ -780,12 +809,7 @@ def main(argv=None):
     if not args.no_host:
         results["host"] = host_times(torch, args)
     results["seconds"] = time.perf_counter() - t0
-    report(results)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    if failed:
-        raise SystemExit("rowwise: a moye op gave a wrong result or raised (see n/a above)")
-    return results
+    return failed
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import moye
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import plot_rowwise  # noqa: E402
@@ -71,6 +73,8 @@ def test_arguments_default_quick_and_explicit():
     (["--dtypes", "float64"], "invalid choice"),
     (["--rounds", "0"], "at least 1"),
     (["--host-only", "--no-host"], "exclude each other"),
+    (["--plan", "keep"], "'keep' is not KNOB=VALUE"),
+    (["--plan", "max_cluster=two"], "'two' is not an integer"),
 ])
 def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -134,6 +138,27 @@ def test_a_tiny_run_on_cpu_tensors(tmp_path, capsys):
         assert r["GB/s"]["copy"] > 0 and r["GB/s"]["moye"] > 0
         assert r["n/a"]["quack"] == "not on the CPU"
     assert "| softmax | bwd | float32 | 256 | 8 |" in capsys.readouterr().out
+
+
+def test_a_run_under_plan_options(tmp_path, capsys):
+    """--plan runs moye's ops under those plan_options (here layer_norm
+    keeping its weight and bias in shared memory, its launch looping over
+    staged row groups), checked against the reference as ever; the options
+    are recorded and gone afterwards."""
+    pytest.importorskip("torch")
+    from moye.ops import rows
+    out = tmp_path / "rowwise.json"
+    rw.main(["--device", "cpu", "--elements", "4096", "--ns", "512", "--ops", "layer_norm",
+             "--dtypes", "float32", "--rounds", "1", "--no-host", "--contenders", "moye", "eager",
+             "--plan", "keep=True", "staged=True", "max_threads=64", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["args"]["plan"] == [["keep", True], ["staged", True], ["max_threads", 64]]
+    for r in data["rows"]:
+        assert set(r["error"]) == {"eager", "moye"}, r["n/a"]
+    assert not rows._OPTIONS
+    with pytest.raises(moye.MoyeTypeError, match="unknown knobs"):
+        rw.main(["--device", "cpu", "--elements", "4096", "--ns", "512", "--ops", "softmax",
+                 "--rounds", "1", "--no-host", "--plan", "kept=1"])
 
 
 def test_host_only_measures_each_op_alone(tmp_path, capsys, monkeypatch):
