@@ -1,12 +1,14 @@
 """benchmarks/rowwise.py without a GPU: its byte counts, its arguments, its
 check that refuses a wrong result, what it hands to torch.compile (traced
 whole, right), and a tiny run on CPU tensors (torch eager and moye on the
-CPU backend); plot_rowwise's grouping."""
+CPU backend); plot_rowwise's grouping; norm_registers' reading of ptxas."""
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import moye
@@ -209,3 +211,16 @@ def test_plot_groups_rows_by_op_direction_and_dtype():
     data, ops, columns = plot_rowwise.panels(rows)
     assert ops == ["softmax"] and columns == [("fwd", "float32"), ("bwd", "float32")]
     assert data["softmax", "fwd", "float32"]["moye"] == [(256, 128.0), (4096, 2048.0)]
+
+
+def test_norm_registers_reads_ptxas():
+    """benchmarks/norm_registers.py's ptxas(): registers and spills of one
+    kernel, from NVRTC's log."""
+    import norm_registers
+    from moye.ops import rms_norm_op, rows
+    p = rows.plan("float32", 4096, "cuda")
+    a, w, s = (np.ones((4, 4096), np.float32), np.ones(4096, np.float32),
+               np.ones(4, np.float32))
+    report = norm_registers.ptxas(rms_norm_op.rms_norm_backward_registers,
+                                  (a, a, a, a, w, s, 1e-3, True, p.work, False, False), p.threads)
+    assert re.fullmatch(r"\d+ registers, \d+ bytes spilled", report), report
