@@ -747,15 +747,15 @@ def group_count(p, x, m, fragments=0, staged=0, kept=0):
     `fragments`: how many (vec, chunks) fragments a thread keeps
     (registers_of estimates its registers); `staged`: how many arrays its
     blocks stage in a shared ring (ring_bytes), 0 for none; `kept`: the
-    shared bytes of its kept parameters (kept_bytes). On a CUDA device a
-    cluster plan's registers are not estimated: launch_groups takes no more
-    clusters than the driver runs at once (from the compiled kernel), where
-    registers_of's estimate can be a block an SM off (NVRTC's sm_90a cubins
-    of the norms' backwards at bfloat16 65,536 with the weight kept: 127-128
-    registers a thread, the estimate 136: one block of 256 threads an SM
-    where two run)."""
+    shared bytes of its kept parameters (kept_bytes). A cluster plan that
+    keeps some on a CUDA device is counted by threads and shared memory
+    alone: launch_groups takes no more clusters than the driver runs at once
+    (from the compiled kernel), and registers_of misses by a block an SM
+    there (NVRTC's sm_90a cubins of the norms' backwards at bfloat16 65,536,
+    kept: 127-128 registers a thread, the estimate 136: one block of 256
+    threads an SM where two run)."""
     shared = ring_bytes(p, staged) + kept
-    exact = p.cluster > 1 and p.backend == "cuda"
+    exact = kept and p.cluster > 1 and p.backend == "cuda"
     fill = parallel_blocks(x, p.threads, 0 if exact else registers_of(p, fragments),
                            shared) // p.cluster
     return max(1, min(max(1, fill), -(-m // p.rows)))

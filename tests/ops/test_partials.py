@@ -215,3 +215,38 @@ def test_only_staged_launches_persist_off_the_gpu():
         y = softmax(x)
     e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
+    """A backward keeps its weight (layer_norm also its dbias sums) in a
+    cluster where they fit beside its ring: at bfloat16 262,144 that takes
+    the row off the slab kernels (16 blocks of 256, the kept bytes and the
+    ring within the 227 KB a block may take); float32 there stays on them;
+    no weight, nothing kept. A forward keeps its parameters only under
+    plan_options(keep=True), and then only where they fit. A cluster's
+    looping launch that keeps them is counted by threads and shared memory,
+    not registers."""
+    x = h100(monkeypatch)
+    w16, w32 = np.ones(4, ml_dtypes.bfloat16), np.ones(4, np.float32)
+    p, keep = rows.backward_plan(x, "bfloat16", 262144, 4, w16)
+    assert keep and (p.kernel, p.cluster, p.threads, p.vec * p.chunks) == (
+        "registers", 16, 256, 64)
+    q, keep = rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)
+    assert keep and q is p
+    assert rows.ring_bytes(p, 2) + rows.kept_bytes(p, (w32,), 1) == 192 * 1024
+    assert rows.backward_plan(x, "float32", 262144, 4, w32)[0].kernel == "loop"
+    assert rows.backward_plan(x, "bfloat16", 262144, 4, None) == (
+        rows.plan_fitting(x, "bfloat16", 262144, 4), False)
+    p, keep = rows.backward_plan(x, "bfloat16", 65536, 5, w32, sums=1)
+    assert keep and (p.cluster, p.threads, p.vec * p.chunks) == (8, 256, 32)
+    assert rows.group_count(p, x, 10 ** 6, 3, 2, rows.kept_bytes(p, (w32,), 1)) == 33
+    assert rows.group_count(p, x, 10 ** 6, 5, 2) == 16    # not kept: registers, 1 an SM
+    with rows.plan_options(keep=False):
+        assert rows.backward_plan(x, "bfloat16", 65536, 5, w32, sums=1)[1] is False
+    small = rows.plan_for(x, "bfloat16", 65536)
+    big = rows.plan_for(x, "bfloat16", 262144)
+    assert not rows.keeps(small, x, (w32, w32), 1, forward=True)
+    with rows.plan_options(keep=True):
+        assert rows.keeps(small, x, (w32, w32), 1, forward=True)
+        assert rows.kept_bytes(big, (w32, w32)) == 256 * 1024
+        assert not rows.keeps(big, x, (w32, w32), 1, forward=True)      # 256 KB
