@@ -28,10 +28,10 @@ from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (fragment, group_place, group_start, kept_param, kept_zeros,
-                          load_chunk, load_group, math_type, row_groups, row_merge, slab_fragment,
-                          slab_place, slab_total, store_chunk, store_normalized, store_partial,
-                          store_row, store_slab, sums, zeros)
+from .row_kernels import (fragment, group_place, group_start, kept_param, load_chunk,
+                          load_group, math_type, row_groups, row_merge, slab_fragment, slab_place,
+                          slab_total, store_chunk, store_normalized, store_partial, store_row,
+                          store_slab, sums, zeros)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -191,7 +191,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
     rx = fragment(WORK, mt)
     rdy = fragment(WORK, mt)
     accw = zeros(WORK, mt)
-    accb = kept_zeros(WORK, mt, KEEP)
+    accb = zeros(WORK, mt, KEEP)
     # the row's mean and rstd, loaded a group ahead: xhat needs them before the reductions,
     # and at the group's start their latency stood alone
     m = size(x, 0)

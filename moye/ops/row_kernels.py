@@ -239,13 +239,7 @@ def kept_param(w, KEEP, WORK, t, nt, n):
         return w
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     s = shared_array(w.dtype, Layout((VEC, THREADS, CHUNKS)))
-    for k in range(CHUNKS):
-        c = k * nt + t
-        if c * VEC < n:
-            cucopyto(s[None, thread_idx.x, k], tile(w, (VEC,), (c,)))
-        else:
-            for e in range(VEC):
-                s[e, thread_idx.x, k] = cast(1.0, w.dtype)
+    stage_row(s, w, t, nt, n, 1.0)
     cp_async_commit()
     cp_async_wait(0)
     return s[None, thread_idx.x, None]
@@ -262,17 +256,21 @@ def param_chunk(dst, w, k, c, KEEP):
 
 
 @func
-def stage_row(s, g, t, nt, n):
+def stage_row(s, g, t, nt, n, fill=None):
     """Start copying (cp.async, not waited for) this thread's chunks of the
     row `g` (n elements) into its places in the shared array `s`, a
     (VEC, THREADS, CHUNKS) array of g's type: the chunks load_row would
-    read, read later by unstage_row. Only this thread reads them, so its
+    read, read later by unstage_row; `fill` (stored) in the places past the
+    row's end, where given. Only this thread reads them, so its
     cp_async_wait is all the waiting they need."""
     vec = size(s, 0)
     for k in range(size(s, 2)):
         c = k * nt + t
         if c * vec < n:
             cucopyto(s[None, thread_idx.x, k], tile(g, (vec,), (c,)))
+        elif fill is not None:
+            for e in range(vec):
+                s[e, thread_idx.x, k] = cast(fill, s.dtype)
 
 
 @func
@@ -364,10 +362,17 @@ def group_start(x, dy, w, HAS_W, WORK, STAGED, KEEP=False):
 
 
 @func
-def zeros(WORK, dtype):
+def zeros(WORK, dtype, KEEP=False):
     """A new (VEC, CHUNKS) fragment of `dtype` (the first two of WORK or
-    SLAB), all 0: a thread's column sums."""
-    r = fragment(WORK, dtype)
+    SLAB), all 0: a thread's column sums; with KEEP in shared memory
+    instead, this thread's (VEC, CHUNKS) view of a new (VEC, THREADS,
+    CHUNKS) shared array, read as a fragment is (out of its registers).
+        accb = zeros(WORK, Float32, KEEP)
+    """
+    if KEEP:
+        r = shared_array(dtype, Layout((WORK[0], WORK[-1], WORK[1])))[None, thread_idx.x, None]
+    else:
+        r = fragment(WORK, dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
             r[e, k] = cast(0.0, dtype)
@@ -486,23 +491,6 @@ def group_place(ROWS, TPR, CLUSTER, THREADS, m, g):
         t = thread_idx.x % TPR
         nt = TPR
     return row, t, nt, mine
-
-
-@func
-def kept_zeros(WORK, dtype, KEEP):
-    """zeros(WORK, dtype), or with KEEP in shared memory: this thread's
-    (VEC, CHUNKS) view of a new (VEC, THREADS, CHUNKS) shared array, all 0,
-    read as a fragment is (a backward's column sums out of its registers).
-        accb = kept_zeros(WORK, Float32, KEEP)
-    """
-    if not KEEP:
-        return zeros(WORK, dtype)
-    VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    r = shared_array(dtype, Layout((VEC, THREADS, CHUNKS)))[None, thread_idx.x, None]
-    for k in range(CHUNKS):
-        for e in range(VEC):
-            r[e, k] = cast(0.0, dtype)
-    return r
 
 
 @func

@@ -520,7 +520,7 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
 def keeps(p, x, params, inputs, forward=False, sums=0):
     """Whether the looping kernel of a norm of plan `p` keeps its (N,)
     `params` (weight and bias, those given), and `sums` fragments of column
-    sums, in shared memory (row_kernels.kept_param, kept_zeros): as
+    sums, in shared memory (row_kernels.kept_param, zeros(KEEP=True)): as
     plan_options(keep=) says, or a backward's in a cluster; on a CUDA
     device only where they fit beside the ring of its `inputs` staged rows
     (ring_bytes). A backward would hold them in registers (NVRTC's sm_90a
@@ -568,7 +568,7 @@ def param_size(w):
 
 def kept_bytes(p, params, sums=0):
     """The shared memory of a block of plan `p` keeping `params` (kept_param)
-    and `sums` fragments of the math type (kept_zeros): its threads' chunks
+    and `sums` fragments of the math type (zeros with KEEP): its threads' chunks
     of each."""
     size = sum(param_size(w) for w in params) + sums * (8 if p.dtype == "float64" else 4)
     return size * p.vec * p.chunks * p.threads
