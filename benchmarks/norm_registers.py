@@ -45,7 +45,8 @@ def main():
             rms = ptxas(rms_norm_op.rms_norm_backward_registers,
                         (a, part, a, a, w, s, 1e-3, True, p.work, True, keep), p.threads)
             ln = ptxas(layer_norm_op.layer_norm_backward_registers,
-                       (a, part, part, a, a, w, s, s, 1e-3, True, True, p.work, True, keep),
+                       (a, part, part, a, a, w, s, s, 1e-3, True, True, p.work, True, keep,
+                        keep),
                        p.threads)
             print(f"  {'kept' if keep else 'not kept':8}  rms_norm {rms}; layer_norm {ln}")
 

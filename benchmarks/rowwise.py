@@ -143,12 +143,14 @@ def _count(text):
 
 def _knob(text):
     """('keep', True) from 'keep=True': a knob of moye.ops.rows.plan_options and
-    its value (True, False, or an integer)."""
+    its value (True, False, an integer, or a word: keep=sums)."""
     name, eq, value = text.partition("=")
     if not eq or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"{text!r} is not KNOB=VALUE (e.g. keep=True)")
     if value in ("True", "False"):
         return name, value == "True"
+    if value.isidentifier():
+        return name, value
     return name, _count(value)
 
 

@@ -76,7 +76,7 @@ def test_arguments_default_quick_and_explicit():
     (["--rounds", "0"], "at least 1"),
     (["--host-only", "--no-host"], "exclude each other"),
     (["--plan", "keep"], "'keep' is not KNOB=VALUE"),
-    (["--plan", "max_cluster=two"], "'two' is not an integer"),
+    (["--plan", "max_cluster=2.5"], "'2.5' is not an integer"),
 ])
 def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -144,17 +144,17 @@ def test_a_tiny_run_on_cpu_tensors(tmp_path, capsys):
 
 def test_a_run_under_plan_options(tmp_path, capsys):
     """--plan runs moye's ops under those plan_options (here layer_norm
-    keeping its weight and bias in shared memory, its launch looping over
-    staged row groups), checked against the reference as ever; the options
+    keeping its weight and bias in shared memory, and its backward the
+    dbias sums, its launches looping over staged row groups), checked against the reference as ever; the options
     are recorded and gone afterwards."""
     pytest.importorskip("torch")
     from moye.ops import rows
     out = tmp_path / "rowwise.json"
     rw.main(["--device", "cpu", "--elements", "4096", "--ns", "512", "--ops", "layer_norm",
              "--dtypes", "float32", "--rounds", "1", "--no-host", "--contenders", "moye", "eager",
-             "--plan", "keep=True", "staged=True", "max_threads=64", "--json", str(out)])
+             "--plan", "keep=sums", "staged=True", "max_threads=64", "--json", str(out)])
     data = json.loads(out.read_text())
-    assert data["args"]["plan"] == [["keep", True], ["staged", True], ["max_threads", 64]]
+    assert data["args"]["plan"] == [["keep", "sums"], ["staged", True], ["max_threads", 64]]
     for r in data["rows"]:
         assert set(r["error"]) == {"eager", "moye"}, r["n/a"]
     assert not rows._OPTIONS

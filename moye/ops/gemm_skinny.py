@@ -42,8 +42,7 @@ from moye import Layout, gemm, make_fragment_like, make_layout, make_tiled_mma, 
 from ..compiler import range_constexpr
 from ..compiler.arguments import as_array_arg
 from ..errors import MoyeError
-from . import rows, workspace
-from .epilogue import epilogue_value
+from . import workspace
 from .gemm_sm90 import store_values
 
 MAX_ROWS = 16               # one mma.sync's M

@@ -11,12 +11,14 @@ dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dweight = the sum over
 rows of dy * xhat, dbias = the sum over rows of dy.
 
 The kernels are rms_norm_op's, with the mean: a "registers" forward (the
-row read once; under plan_options(keep=True) a looping launch keeps weight
-and bias in shared memory), a "loop" forward (three passes: mean,
+row read once; in a cluster, weight and bias are kept in shared memory
+where they take 64 or more elements a thread, the launch looping over row
+groups), a "loop" forward (three passes: mean,
 variance, write), and backwards that loop over row groups, keeping dweight
 and dbias columns in registers for row_kernels.column_sum (in a cluster,
-staging the next group's x and dy in shared memory, and where they fit
-keeping the weight and the dbias columns there too), or, for rows the loop
+staging the next group's x and dy in shared memory, and for 16-bit rows
+keeping the weight there too, the dbias columns as well where that alone
+leaves no registers plan: rows.backward_plan), or, for rows the loop
 plan takes, two slab kernels (the slabs' sums of g and g * xhat, then dx
 per row group and slab).
 """
@@ -183,27 +185,36 @@ def layer_norm_loop(y, mean, rstd, x, w, b, eps, rn, HAS_W: Constexpr, HAS_B: Co
 @kernel(fast_math=True)
 def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: Constexpr,
                                   HAS_B: Constexpr, WORK: Constexpr, STAGED: Constexpr,
-                                  KEEP: Constexpr):
+                                  KEEP: Constexpr, AHEAD: Constexpr):
+    """dx of row groups first, first + step, ... and each group's dweight and
+    dbias partial sums (pw[first], pb[first]); KEEP (rows.backward_plan): 0,
+    the weight and both sums in registers; 1, the weight in shared memory;
+    2, the dbias sums there too. With AHEAD, each row's mean and rstd are
+    loaded a group ahead (xhat needs them before the reductions)."""
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
-    first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED, KEEP)
+    first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED,
+                                                            KEEP > 0)
     mt = math_type(x.dtype)
     rx = fragment(WORK, mt)
     rdy = fragment(WORK, mt)
     accw = zeros(WORK, mt)
-    accb = zeros(WORK, mt, KEEP)
-    # the row's mean and rstd, loaded a group ahead: xhat needs them before the reductions,
-    # and at the group's start their latency stood alone
+    accb = zeros(WORK, mt, KEEP > 1)
     m = size(x, 0)
-    here = group_place(ROWS, TPR, CLUSTER, THREADS, m, first)[0]
-    mu = cast(mean[here], mt)
-    rs = cast(rstd[here], mt)
+    if AHEAD:
+        here = group_place(ROWS, TPR, CLUSTER, THREADS, m, first)[0]
+        mu = cast(mean[here], mt)
+        rs = cast(rstd[here], mt)
     nth = 0
     for g in range(first, count, step):
-        ahead = group_place(ROWS, TPR, CLUSTER, THREADS, m, minimum(g + step, count - 1))[0]
-        mu_ahead = cast(mean[ahead], mt)
-        rs_ahead = cast(rstd[ahead], mt)
+        if AHEAD:
+            ahead = group_place(ROWS, TPR, CLUSTER, THREADS, m, minimum(g + step, count - 1))[0]
+            mu_ahead = cast(mean[ahead], mt)
+            rs_ahead = cast(rstd[ahead], mt)
         row, mine = load_group((rx, rdy), ring, (x, dy), g, count, step, t, nt, 0.0, WORK)
+        if not AHEAD:
+            mu = cast(mean[row], mt)
+            rs = cast(rstd[row], mt)
         sg = cast(0.0, mt)
         sgx = cast(0.0, mt)
         for k in range(CHUNKS):
@@ -223,8 +234,9 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
                         accb[e, k] = accb[e, k] + rdy[e, k]
                     rx[e, k] = rs * (rdy[e, k] * rw[e, k] - sg - rx[e, k] * sgx)
             store_row(dx[row, None], rx, t, nt, n)
-        mu = mu_ahead
-        rs = rs_ahead
+        if AHEAD:
+            mu = mu_ahead
+            rs = rs_ahead
         nth = nth + 1
     if HAS_W:
         store_partial(pw[first, None], accw, t, nt, n, ROWS, THREADS)
@@ -383,14 +395,18 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
                  mean1, rstd1, sums_g, sums_gx, as_scalar(1 / n, name), weight is not None,
                  True, work)
     else:
+        # AHEAD only where the weight alone is kept: on an H100 at bfloat16 16,384 and
+        # 32,768, 0.77 and 0.73 of the copy's GB/s without, 0.93 and 0.92 with; nothing kept
+        # (float32 16,384 to 65,536) it lost 0.01 to 0.03, and 0.09 with the sums kept too
         staged = rows.staged(p, x, 2)
-        count = rows.group_count(p, x, m, FRAGMENTS - 2 * keep, 2 if staged else 0,
-                                 rows.kept_bytes(p, (weight,), sums=1) if keep else 0)
+        count = rows.group_count(p, x, m, FRAGMENTS - keep, 2 if staged else 0,
+                                 rows.kept_bytes(p, (weight,), sums=keep - 1) if keep else 0)
         pw = dx2 if weight is None else rows.empty(x, (count, n), stats)
         pb = rows.empty(x, (count, n), stats)
         used = rows.launch_groups(p, layer_norm_backward_registers, count, dx2, pw, pb, dy2,
                                   x2, w, mean1, rstd1, as_scalar(1 / n, name),
-                                  weight is not None, True, staged=staged, tail=(keep,))
+                                  weight is not None, True, staged=staged,
+                                  tail=(keep, keep == 1))
     dw = None if weight is None else rows.sum_columns(pw[:used], pname)
     return dx, dw, rows.sum_columns(pb[:used], pname)
 

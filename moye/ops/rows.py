@@ -320,8 +320,9 @@ _OPTIONS = {}
 def plan_options(**knobs):
     """Within the block, plans use these of plan()'s knobs (max_cluster,
     elements, max_threads, cluster_threads) instead of the defaults,
-    staged() says `staged` and keeps() `keep`: to take each kernel on small
-    rows (tests) or to tune.
+    staged() says `staged` and keeps() `keep` (with "sums", a backward
+    keeps its column sums too wherever they fit: backward_plan): to take
+    each kernel on small rows (tests) or to tune.
         >>> with plan_options(elements=4, max_threads=256):
         ...     plan_for(np.zeros((1, 4096), np.float32), "float32", 4096).kernel
         'loop'
@@ -331,10 +332,12 @@ def plan_options(**knobs):
     if unknown:
         raise MoyeTypeError(f"plan_options: unknown knobs {sorted(unknown)}; expected "
                             "max_cluster, elements, max_threads, cluster_threads, staged or keep")
-    for name in ("staged", "keep"):
-        if not isinstance(knobs.get(name, False), bool):
-            raise MoyeTypeError(f"plan_options: {name} must be True or False, got "
-                                f"{knobs[name]!r}")
+    if not isinstance(knobs.get("staged", False), bool):
+        raise MoyeTypeError(f"plan_options: staged must be True or False, got "
+                            f"{knobs['staged']!r}")
+    if not (isinstance(knobs.get("keep", False), bool) or knobs["keep"] == "sums"):
+        raise MoyeTypeError(f"plan_options: keep must be True, False or 'sums', got "
+                            f"{knobs['keep']!r}")
     for name, ok, want in (
             ("max_threads", lambda v: v % 32 == 0 and 32 <= v <= MAX_THREADS,
              f"a multiple of 32 from 32 to {MAX_THREADS}"),
@@ -520,27 +523,31 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
 def keeps(p, x, params, inputs, forward=False, sums=0):
     """Whether the looping kernel of a norm of plan `p` keeps its (N,)
     `params` (weight and bias, those given), and `sums` fragments of column
-    sums, in shared memory (row_kernels.kept_param, zeros(KEEP=True)): as
-    plan_options(keep=) says, or a backward's in a cluster; on a CUDA
-    device only where they fit beside the ring of its `inputs` staged rows
-    (ring_bytes). A backward would hold them in registers (NVRTC's sm_90a
-    cubins at bfloat16 65,536: layer_norm's 250 registers a thread, 128
-    keeping weight and dbias sums; at 262,144 in clusters of 16 blocks of
-    1,024, 308 bytes of spills a thread, 4 keeping them). A forward would
-    read them from L2 at every row (float32 weight and bias: 8 bytes an
-    element beside a bfloat16 row's 4 read and written), but keeping makes
-    its launch persistent, which lost up to 25% for other kernels in
-    clusters of 8 blocks of 256 (persists): not measured yet, so only as
-    plan_options says."""
+    sums, in shared memory (row_kernels.kept_param, zeros(KEEP=True)), not
+    in registers nor read from L2 at every row: as plan_options(keep=) says,
+    else for a cluster's row on a CUDA device, a backward's (backward_plan
+    says which) or a forward's whose parameters would take KEPT_REGISTERS
+    of a thread; on a CUDA device only where they fit beside the ring of its
+    `inputs` staged rows (ring_bytes). On an H100 (2**27 elements, GB/s as a
+    share of the copy's), rms_norm's forward at bfloat16 131,072 and
+    262,144 (64 elements a thread) went from 0.86 and 0.90 to 0.96 keeping;
+    at 65,536 (32) from 0.99 to 0.96; layer_norm's (weight and bias) at
+    65,536 from 0.79 to 0.84."""
     if p.kernel != "registers" or not params or not _OPTIONS.get("keep", True):
         return False
-    if "keep" not in _OPTIONS and (forward or p.cluster == 1 or backend_of(x) != "cuda"):
-        return False
+    if "keep" not in _OPTIONS:
+        if p.cluster == 1 or backend_of(x) != "cuda":
+            return False
+        if forward and len(params) * p.vec * p.chunks < KEPT_REGISTERS:
+            return False
     if backend_of(x) != "cuda":
         return True
     ring = ring_bytes(p, inputs) if staged(p, x, inputs) else 0
     return ring + kept_bytes(p, params, sums) + MERGE_SHARED <= _cuda_device(x.device.index)[2]
 
+
+# the registers (elements a thread) a forward's parameters take from which it keeps them
+KEPT_REGISTERS = 64
 
 # the most shared memory a row kernel takes besides its ring and kept arrays (row_merge's
 # warps' and blocks' tuples in two slots, its mbarriers: 2.3 KB for three float64 values
@@ -549,16 +556,29 @@ MERGE_SHARED = 4096
 
 
 def backward_plan(x, dtype, n, fragments, weight, sums=0):
-    """(plan, keep) of a norm's backward whose threads keep `fragments`
+    """(plan, kept) of a norm's backward whose threads keep `fragments`
     fragments, one of them the weight's and `sums` of them column sums that
-    may move too: plan_fitting's, or, where keeps() the `weight` (not None)
-    and those sums in shared memory, plan_fitting's for the fragments left
-    in registers."""
-    if weight is not None:
-        q = plan_fitting(x, dtype, n, fragments - 1 - sums)
-        if keeps(q, x, (weight,), 2, sums=sums):
-            return q, True
-    return plan_fitting(x, dtype, n, fragments), False
+    may move too: plan_fitting's and kept 0, or, where keeps() them, the
+    plan for the fragments left in registers with kept 1 (the weight in
+    shared memory) or 1 + sums (the sums too, only where the weight alone
+    leaves no registers plan, or plan_options(keep="sums")). By default
+    only for 16-bit rows, or where keeping is what leaves a registers plan. On an H100 (bfloat16, 2**27
+    elements, GB/s as a share of the copy's), rms_norm's backward went from
+    0.91, 0.90, 0.57 and 0.49 to 0.97, 0.94, 0.84 and 0.77 at 16,384,
+    65,536, 131,072 and 262,144; layer_norm's 0.39 to 0.46 at 262,144,
+    keeping its dbias sums too (0.68 where they were kept at 65,536, 0.85
+    not); in float32 keeping lost up to 0.02 (its column partials grow with
+    the groups that fit)."""
+    plain = plan_fitting(x, dtype, n, fragments)
+    if weight is None:
+        return plain, 0
+    most = _OPTIONS.get("keep") == "sums"
+    for kept in range(sums + 1, 0, -1) if most else range(1, sums + 2):
+        q = plan_fitting(x, dtype, n, fragments - kept)
+        wanted = "keep" in _OPTIONS or _SIZES[dtype] < 4 or plain.kernel != "registers"
+        if wanted and keeps(q, x, (weight,), 2, sums=kept - 1):
+            return q, kept
+    return plain, 0
 
 
 def param_size(w):

@@ -9,8 +9,9 @@ from moye.ops import rows
 # row); a small register budget, so that rows of a few thousand take the loop
 # kernel; clusters of small blocks, so that they take the cluster path; and
 # the registers kernels again, staging their rows in shared memory (in clusters
-# of up to 16 blocks, the H100's non-portable size, where the norms' forwards
-# also keep their weight and bias in shared memory)
+# of up to 16 blocks, the H100's non-portable size, where the norms keep their
+# weight and bias in shared memory, and again with layer_norm's backward
+# keeping its dbias sums there too)
 PATHS = {
     "registers": {},
     "loop": {"elements": 4, "max_threads": 32},
@@ -18,6 +19,8 @@ PATHS = {
     "staged": {"staged": True},
     "cluster_staged": {"elements": 4, "max_threads": 32, "max_cluster": 16, "staged": True,
                        "keep": True},
+    "cluster_sums_staged": {"elements": 4, "max_threads": 32, "max_cluster": 16,
+                            "staged": True, "keep": "sums"},
 }
 
 

@@ -106,6 +106,9 @@ def test_each_kernel_path(path, dtype, shape, affine):
         assert p.kernel == ("loop" if path == "loop" else "registers")
         assert (p.cluster > 1) == path.startswith("cluster")
         assert rows.staged(p, x, 2) == path.endswith("staged")
+        kept = rows.backward_plan(x, np.dtype(dtype).name, shape[-1], layer_norm_op.FRAGMENTS,
+                                  np.ones(1, np.float32), sums=1)[1]
+        assert kept == {"cluster_staged": 1, "cluster_sums_staged": 2}.get(path, 0)
     n = shape[-1]
     check(x, data(rng, (n,), dtype, 1.0, 1.0) if affine else None,
           data(rng, (n,), dtype) if affine else None)
@@ -238,7 +241,8 @@ def _variants():
                                                    p.work, p.cluster > 1, j % 2 == 1), p
                     yield m.layer_norm_backward_registers, (a, part, part, a, a, w, s, s,
                                                             1e-3, has_w, has_b, p.work,
-                                                            j % 2 == 0, (i + j) % 2 == 1), p
+                                                            j % 2 == 0, (i + j) % 3,
+                                                            (i + j) % 3 == 1), p
                 else:
                     yield m.layer_norm_loop, (a, s, s, a, w, w, 1e-5, 1e-3, has_w, has_b, p.vec,
                                               p.threads), p
@@ -254,13 +258,15 @@ def test_variants_cover_every_path():
     assert {(p.kernel, p.cluster > 1, p.rows > 1) for _, _, p in _variants()} == {
         ("registers", False, False), ("registers", True, False), ("loop", False, False),
         ("registers", False, True)}
-    staged = {(p.cluster > 1, args[-2]) for k, args, p in _variants()
+    staged = {(p.cluster > 1, args[-3]) for k, args, p in _variants()
               if k is layer_norm_op.layer_norm_backward_registers}
     assert staged == {(False, False), (False, True), (True, False), (True, True)}
-    for kernel in (layer_norm_op.layer_norm_registers,
-                   layer_norm_op.layer_norm_backward_registers):
-        kept = {(p.cluster > 1, args[-1]) for k, args, p in _variants() if k is kernel}
-        assert kept == {(False, False), (False, True), (True, False), (True, True)}
+    kept = {(p.cluster > 1, args[-1]) for k, args, p in _variants()
+            if k is layer_norm_op.layer_norm_registers}
+    assert kept == {(False, False), (False, True), (True, False), (True, True)}
+    kept = {(p.cluster > 1, args[-2], args[-1]) for k, args, p in _variants()
+            if k is layer_norm_op.layer_norm_backward_registers}
+    assert kept == {(c, k, k == 1) for c in (False, True) for k in (0, 1, 2)}   # the host's
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])

@@ -142,17 +142,17 @@ def test_slab_plan():
 
 
 def test_plan_options_refuse_bad_knobs():
-    """An unknown knob, a staged or keep that is not a bool, or a size the
-    kernels' reductions cannot take (blocks of whole warps, clusters of a
-    power of two) is named; the options in force are left as they were."""
+    """An unknown knob, a staged that is not a bool or a keep that is not one
+    nor "sums", or a size the kernels' reductions cannot take (blocks of
+    whole warps, clusters of a power of two) is named; the options in force are left as they were."""
     x = np.ones((1, 4096), np.float32)
     before = rows.plan_for(x, "float32", 4096)
     with pytest.raises(moye.MoyeTypeError, match=r"unknown knobs \['stages'\]"):
         with rows.plan_options(stages=2):
             pass
-    for knob in ("staged", "keep"):
-        for bad in (1, "yes", None):
-            with pytest.raises(moye.MoyeTypeError, match=f"{knob} must be True or False, got "
+    for knob, want in (("staged", "True or False"), ("keep", "True, False or 'sums'")):
+        for bad in (1, "yes", None, "sums" if knob == "staged" else "Sums"):
+            with pytest.raises(moye.MoyeTypeError, match=f"{knob} must be {want}, got "
                                                          f"{bad!r}"):
                 with rows.plan_options(**{knob: bad}):
                     pass
@@ -218,35 +218,59 @@ def test_only_staged_launches_persist_off_the_gpu():
 
 
 def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
-    """A backward keeps its weight (layer_norm also its dbias sums) in a
-    cluster where they fit beside its ring: at bfloat16 262,144 that takes
-    the row off the slab kernels (16 blocks of 256, the kept bytes and the
-    ring within the 227 KB a block may take); float32 there stays on them;
-    no weight, nothing kept. A forward keeps its parameters only under
-    plan_options(keep=True), and then only where they fit. A cluster's
-    looping launch that keeps them is counted by threads and shared memory,
-    not registers."""
+    """A backward of 16-bit rows keeps its weight in shared memory in a
+    cluster (kept 1); layer_norm's keeps its dbias sums there too (kept 2)
+    only where the weight alone leaves no registers plan: at bfloat16
+    131,072 and 262,144, off the slab kernels (16 blocks of 256 at 262,144,
+    the kept bytes and the ring within the 227 KB a block may take). A
+    float32 row keeps nothing unless plan_options(keep=True); no weight,
+    nothing kept. A forward keeps its parameters in a cluster where they
+    take 64 or more elements a thread, and fit. A cluster's looping launch
+    that keeps them is counted by threads and shared memory, not
+    registers."""
     x = h100(monkeypatch)
     w16, w32 = np.ones(4, ml_dtypes.bfloat16), np.ones(4, np.float32)
-    p, keep = rows.backward_plan(x, "bfloat16", 262144, 4, w16)
-    assert keep and (p.kernel, p.cluster, p.threads, p.vec * p.chunks) == (
+    p, kept = rows.backward_plan(x, "bfloat16", 262144, 4, w16)
+    assert kept == 1 and (p.kernel, p.cluster, p.threads, p.vec * p.chunks) == (
         "registers", 16, 256, 64)
-    q, keep = rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)
-    assert keep and q is p
+    q, kept = rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)
+    assert kept == 2 and q is p
     assert rows.ring_bytes(p, 2) + rows.kept_bytes(p, (w32,), 1) == 192 * 1024
-    assert rows.backward_plan(x, "float32", 262144, 4, w32)[0].kernel == "loop"
+    q, kept = rows.backward_plan(x, "bfloat16", 131072, 5, w32, sums=1)
+    assert kept == 2 and (q.kernel, q.cluster, q.threads, q.vec * q.chunks) == (
+        "registers", 8, 256, 64)
+    assert rows.plan_fitting(x, "bfloat16", 131072, 4).kernel == "loop"
+    assert rows.backward_plan(x, "float32", 262144, 4, w32) == (
+        rows.plan_fitting(x, "float32", 262144, 4), 0)
     assert rows.backward_plan(x, "bfloat16", 262144, 4, None) == (
-        rows.plan_fitting(x, "bfloat16", 262144, 4), False)
-    p, keep = rows.backward_plan(x, "bfloat16", 65536, 5, w32, sums=1)
-    assert keep and (p.cluster, p.threads, p.vec * p.chunks) == (8, 256, 32)
-    assert rows.group_count(p, x, 10 ** 6, 3, 2, rows.kept_bytes(p, (w32,), 1)) == 33
+        rows.plan_fitting(x, "bfloat16", 262144, 4), 0)
+    assert rows.backward_plan(x, "bfloat16", 8192, 4, w16)[1] == 0       # one block a row
+    p, kept = rows.backward_plan(x, "bfloat16", 65536, 5, w32, sums=1)
+    assert kept == 1 and (p.cluster, p.threads, p.vec * p.chunks) == (8, 256, 32)
+    assert rows.group_count(p, x, 10 ** 6, 4, 2, rows.kept_bytes(p, (w32,))) == 49
     assert rows.group_count(p, x, 10 ** 6, 5, 2) == 16    # not kept: registers, 1 an SM
-    with rows.plan_options(keep=False):
-        assert rows.backward_plan(x, "bfloat16", 65536, 5, w32, sums=1)[1] is False
-    small = rows.plan_for(x, "bfloat16", 65536)
-    big = rows.plan_for(x, "bfloat16", 262144)
-    assert not rows.keeps(small, x, (w32, w32), 1, forward=True)
+    assert rows.backward_plan(x, "float32", 65536, 5, w32, sums=1) == (
+        rows.plan_fitting(x, "float32", 65536, 5), 0)
     with rows.plan_options(keep=True):
-        assert rows.keeps(small, x, (w32, w32), 1, forward=True)
-        assert rows.kept_bytes(big, (w32, w32)) == 256 * 1024
-        assert not rows.keeps(big, x, (w32, w32), 1, forward=True)      # 256 KB
+        assert rows.backward_plan(x, "float32", 65536, 5, w32, sums=1)[1] == 1
+    with rows.plan_options(keep=False):
+        assert rows.backward_plan(x, "bfloat16", 65536, 5, w32, sums=1)[1] == 0
+        assert rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)[0].kernel == "loop"
+    one = rows.plan_for(x, "bfloat16", 16384)
+    small = rows.plan_for(x, "bfloat16", 65536)
+    mid = rows.plan_for(x, "bfloat16", 131072)
+    big = rows.plan_for(x, "bfloat16", 262144)
+    assert (one.cluster, small.vec * small.chunks, mid.vec * mid.chunks) == (1, 32, 64)
+    assert not rows.keeps(one, x, (w32, w32), 1, forward=True)           # no cluster
+    assert not rows.keeps(small, x, (w16,), 1, forward=True)              # 32 elements
+    assert rows.keeps(small, x, (w32, w32), 1, forward=True)              # 64
+    assert rows.keeps(mid, x, (w16,), 1, forward=True)
+    assert rows.keeps(big, x, (w16,), 1, forward=True)
+    assert rows.kept_bytes(big, (w32, w32)) == 256 * 1024
+    assert not rows.keeps(big, x, (w32, w32), 1, forward=True)            # 256 KB
+    with rows.plan_options(keep=True):
+        assert rows.keeps(one, x, (w16,), 1, forward=True)
+        assert rows.keeps(small, x, (w16,), 1, forward=True)
+        assert not rows.keeps(big, x, (w32, w32), 1, forward=True)
+    with rows.plan_options(keep=False):
+        assert not rows.keeps(big, x, (w16,), 1, forward=True)
