@@ -9,9 +9,9 @@ On row_kernels' skeleton (rows.Plan picks the kernel):
 - forward "registers": the row is read once into registers, its sum of
   squares reduced over the row's threads, then scaled and written; "loop":
   one block per row, a pass for the sum of squares, a second to write.
-  In a cluster, a weight of 64 or more elements a thread is kept in shared
-  memory (rows.keeps), not read from L2 at every row, and the launch loops
-  over row groups.
+  In a cluster, a weight of 64 or more elements a thread, or one whose
+  launch loops over row groups anyway, is kept in shared memory
+  (rows.keeps), not read from L2 at every row.
 - backward: a block (or cluster) loops over row groups (rows.group_count of
   them), keeping weight in registers (in a cluster, for 16-bit rows, in
   shared memory: rows.backward_plan) and its threads' dweight columns in

@@ -527,18 +527,20 @@ def keeps(p, x, params, inputs, forward=False, sums=0):
     in registers nor read from L2 at every row: as plan_options(keep=) says,
     else for a cluster's row on a CUDA device, a backward's (backward_plan
     says which) or a forward's whose parameters would take KEPT_REGISTERS
-    of a thread; on a CUDA device only where they fit beside the ring of its
-    `inputs` staged rows (ring_bytes). On an H100 (2**27 elements, GB/s as a
-    share of the copy's), rms_norm's forward at bfloat16 131,072 and
-    262,144 (64 elements a thread) went from 0.86 and 0.90 to 0.96 keeping;
-    at 65,536 (32) from 0.99 to 0.96; layer_norm's (weight and bias) at
-    65,536 from 0.79 to 0.84."""
+    of a thread or whose launch persists() anyway (keeping makes it loop);
+    on a CUDA device only where they fit beside the ring of its `inputs`
+    staged rows (ring_bytes). On an H100 (2**27 elements, GB/s as a share
+    of the copy's), rms_norm's forward at bfloat16 131,072 and 262,144 (64
+    elements a thread) went from 0.86 and 0.90 to 0.96 keeping, at float32
+    131,072 (32, persistent) from 0.90 to 0.97; at 65,536 (32) from 0.99 to
+    0.96; layer_norm's (weight and bias) at 65,536 from 0.79 to 0.84."""
     if p.kernel != "registers" or not params or not _OPTIONS.get("keep", True):
         return False
     if "keep" not in _OPTIONS:
         if p.cluster == 1 or backend_of(x) != "cuda":
             return False
-        if forward and len(params) * p.vec * p.chunks < KEPT_REGISTERS:
+        if forward and len(params) * p.vec * p.chunks < KEPT_REGISTERS and not persists(
+                p, x, inputs, True):
             return False
     if backend_of(x) != "cuda":
         return True

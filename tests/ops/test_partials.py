@@ -225,7 +225,8 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     the kept bytes and the ring within the 227 KB a block may take). A
     float32 row keeps nothing unless plan_options(keep=True); no weight,
     nothing kept. A forward keeps its parameters in a cluster where they
-    take 64 or more elements a thread, and fit. A cluster's looping launch
+    take 64 or more elements a thread or its launch persists anyway, and
+    fit. A cluster's looping launch
     that keeps them is counted by threads and shared memory, not
     registers."""
     x = h100(monkeypatch)
@@ -268,6 +269,9 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     assert rows.keeps(big, x, (w16,), 1, forward=True)
     assert rows.kept_bytes(big, (w32, w32)) == 256 * 1024
     assert not rows.keeps(big, x, (w32, w32), 1, forward=True)            # 256 KB
+    wide = rows.plan_for(x, "float32", 131072)                  # 32 elements, persistent
+    assert rows.persists(wide, x, 1, True) and rows.keeps(wide, x, (w32,), 1, forward=True)
+    assert not rows.keeps(rows.plan_for(x, "float32", 65536), x, (w32,), 1, forward=True)
     with rows.plan_options(keep=True):
         assert rows.keeps(one, x, (w16,), 1, forward=True)
         assert rows.keeps(small, x, (w16,), 1, forward=True)
