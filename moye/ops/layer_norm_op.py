@@ -13,8 +13,9 @@ rows of dy * xhat, dbias = the sum over rows of dy.
 The kernels are rms_norm_op's, with the mean: a "registers" forward (the
 row read once; in a cluster, weight and bias are kept in shared memory
 where they take 64 or more elements a thread or the launch loops over row
-groups anyway), a "loop" forward (three passes: mean, variance, write), and backwards that loop over row groups, keeping dweight
-and dbias columns in registers for row_kernels.column_sum (in a cluster,
+groups anyway), a "loop" forward (three passes: mean, variance, write),
+and backwards that loop over row groups, keeping dweight and dbias
+columns in registers for row_kernels.column_sum (in a cluster,
 staging the next group's x and dy in shared memory, and for 16-bit rows
 keeping the weight there too, the dbias columns as well where that alone
 leaves no registers plan: rows.backward_plan), or, for rows the loop

@@ -548,7 +548,8 @@ def keeps(p, x, params, inputs, forward=False, sums=0):
     return ring + kept_bytes(p, params, sums) + MERGE_SHARED <= _cuda_device(x.device.index)[2]
 
 
-# the registers (elements a thread) a forward's parameters take from which it keeps them
+# the elements a thread of a forward's parameters (the registers they would take) from which
+# it keeps them in shared memory
 KEPT_REGISTERS = 64
 
 # the most shared memory a row kernel takes besides its ring and kept arrays (row_merge's
@@ -564,21 +565,22 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
     plan for the fragments left in registers with kept 1 (the weight in
     shared memory) or 1 + sums (the sums too, only where the weight alone
     leaves no registers plan, or plan_options(keep="sums")). By default
-    only for 16-bit rows, or where keeping is what leaves a registers plan. On an H100 (bfloat16, 2**27
-    elements, GB/s as a share of the copy's), rms_norm's backward went from
-    0.91, 0.90, 0.57 and 0.49 to 0.97, 0.94, 0.84 and 0.77 at 16,384,
-    65,536, 131,072 and 262,144; layer_norm's 0.39 to 0.46 at 262,144,
-    keeping its dbias sums too (0.68 where they were kept at 65,536, 0.85
-    not); in float32 keeping lost up to 0.02 (its column partials grow with
-    the groups that fit)."""
+    only for 16-bit rows, or where keeping is what leaves a registers plan.
+    On an H100 (bfloat16, 2**27 elements, GB/s as a share of the copy's),
+    rms_norm's backward went from 0.91, 0.90, 0.57 and 0.49 to 0.96, 0.94,
+    0.84 and 0.78 at 16,384, 65,536, 131,072 and 262,144; layer_norm's from
+    0.48 and 0.39 to 0.62 and 0.55 at 131,072 and 262,144 keeping its dbias
+    sums too (at 65,536 0.47 with them kept, 0.84 without); in float32
+    keeping lost up to 0.03 (its column partials grow with the groups that
+    fit)."""
     plain = plan_fitting(x, dtype, n, fragments)
-    if weight is None:
+    wanted = "keep" in _OPTIONS or _SIZES[dtype] < 4 or plain.kernel != "registers"
+    if weight is None or not wanted:
         return plain, 0
     most = _OPTIONS.get("keep") == "sums"
     for kept in range(sums + 1, 0, -1) if most else range(1, sums + 2):
         q = plan_fitting(x, dtype, n, fragments - kept)
-        wanted = "keep" in _OPTIONS or _SIZES[dtype] < 4 or plain.kernel != "registers"
-        if wanted and keeps(q, x, (weight,), 2, sums=kept - 1):
+        if keeps(q, x, (weight,), 2, sums=kept - 1):
             return q, kept
     return plain, 0
 
