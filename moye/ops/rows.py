@@ -335,7 +335,8 @@ def plan_options(**knobs):
     if not isinstance(knobs.get("staged", False), bool):
         raise MoyeTypeError(f"plan_options: staged must be True or False, got "
                             f"{knobs['staged']!r}")
-    if not (isinstance(knobs.get("keep", False), bool) or knobs["keep"] == "sums"):
+    keep = knobs.get("keep", False)
+    if not (isinstance(keep, bool) or isinstance(keep, str) and keep == "sums"):
         raise MoyeTypeError(f"plan_options: keep must be True, False or 'sums', got "
                             f"{knobs['keep']!r}")
     for name, ok, want in (
