@@ -115,6 +115,24 @@ def test_each_kernel_path(path, dtype, shape, affine):
 
 
 
+def test_the_backward_loads_mean_and_rstd_ahead_only_with_the_weight_alone_kept(
+        path, monkeypatch):
+    """layer_norm_backward_registers's KEEP and AHEAD as backward_plan's kept
+    gives them on each path: AHEAD only where kept is 1 (the weight alone in
+    shared memory); dx and the sums right either way."""
+    tails = []
+    launch = rows.launch_groups
+    monkeypatch.setattr(rows, "launch_groups",
+                        lambda p, kernel, *a, tail=(), **k: tails.append((kernel, tail))
+                        or launch(p, kernel, *a, tail=tail, **k))
+    rng = np.random.default_rng(12)
+    x = data(rng, (9, 700), np.float32)
+    check(x, data(rng, (700,), np.float32, 1.0, 1.0), data(rng, (700,), np.float32))
+    kept = {"cluster_staged": 1, "cluster_sums_staged": 2}.get(path, 0)
+    backward = [t for kernel, t in tails if kernel is layer_norm_op.layer_norm_backward_registers]
+    assert backward == ([] if path == "loop" else [(kept, kept == 1)])
+
+
 def test_clusters_take_uneven_numbers_of_rows():
     """Two clusters over five rows: three trips for one, two for the other,
     around the cluster reductions."""
