@@ -146,7 +146,8 @@ def test_slab_plan():
 def test_plan_options_refuse_bad_knobs():
     """An unknown knob, a staged that is not a bool or a keep that is not one
     nor "sums", or a size the kernels' reductions cannot take (blocks of
-    whole warps, clusters of a power of two) is named; the options in force are left as they were."""
+    whole warps, clusters of a power of two) is named; the options in force
+    are left as they were."""
     x = np.ones((1, 4096), np.float32)
     before = rows.plan_for(x, "float32", 4096)
     with pytest.raises(moye.MoyeTypeError, match=r"unknown knobs \['stages'\]"):
@@ -228,9 +229,8 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     float32 row keeps nothing unless plan_options(keep=True); no weight,
     nothing kept. A forward keeps its parameters in a cluster where they
     take 64 or more elements a thread or its launch persists anyway, and
-    fit. A cluster's looping launch
-    that keeps them is counted by threads and shared memory, not
-    registers."""
+    fit. A cluster's looping launch that keeps them is counted by threads
+    and shared memory, not registers."""
     x = h100(monkeypatch)
     w16, w32 = np.ones(4, ml_dtypes.bfloat16), np.ones(4, np.float32)
     p, kept = rows.backward_plan(x, "bfloat16", 262144, 4, w16)
