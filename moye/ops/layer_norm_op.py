@@ -200,8 +200,8 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
     rdy = fragment(WORK, mt)
     accw = zeros(WORK, mt)
     accb = zeros(WORK, mt, KEEP > 1)
-    m = size(x, 0)
     if AHEAD:
+        m = size(x, 0)
         here = group_place(ROWS, TPR, CLUSTER, THREADS, m, first)[0]
         mu = cast(mean[here], mt)
         rs = cast(rstd[here], mt)

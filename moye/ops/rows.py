@@ -595,7 +595,7 @@ def kept_bytes(p, params, sums=0):
     """The shared memory of a block of plan `p` keeping `params` (kept_param)
     and `sums` fragments of the math type (zeros with KEEP): its threads' chunks
     of each."""
-    size = sum(param_size(w) for w in params) + sums * (8 if p.dtype == "float64" else 4)
+    size = sum(param_size(w) for w in params) + sums * _SIZES[stats_dtype(p.dtype)]
     return size * p.vec * p.chunks * p.threads
 
 
