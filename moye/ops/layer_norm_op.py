@@ -399,7 +399,7 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
         # 32,768, 0.77 and 0.73 of the copy's GB/s without, 0.93 and 0.92 with; nothing kept
         # (float32 16,384 to 65,536) it lost 0.01 to 0.03, and 0.09 with the sums kept too
         staged = rows.staged(p, x, 2)
-        count = rows.group_count(p, x, m, FRAGMENTS - keep, 2 if staged else 0,
+        count = rows.group_count(p, x, m, FRAGMENTS - keep, 2 * staged,
                                  rows.kept_bytes(p, (weight,), sums=keep - 1) if keep else 0)
         pw = dx2 if weight is None else rows.empty(x, (count, n), stats)
         pb = rows.empty(x, (count, n), stats)

@@ -242,7 +242,7 @@ def rms_norm_backward(dy, x, weight, rstd):
                  sums, as_scalar(1 / n, name), weight is not None, work)
     else:
         staged = rows.staged(p, x, 2)
-        count = rows.group_count(p, x, m, FRAGMENTS - keep, 2 if staged else 0,
+        count = rows.group_count(p, x, m, FRAGMENTS - keep, 2 * staged,
                                  rows.kept_bytes(p, (weight,)) if keep else 0)
         part = dx2 if weight is None else rows.empty(x, (count, n), rows.stats_dtype(name))
         used = rows.launch_groups(p, rms_norm_backward_registers, count, dx2, part, dy2, x2, w,

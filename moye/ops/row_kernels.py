@@ -288,16 +288,28 @@ def unstage_row(r, s, t, nt, n, fill):
 
 
 @func
-def stage_group(ring, arrays, g, count, WORK, m):
+def stage_group(ring, arrays, g, count, step, WORK, m):
     """Start copying this thread's chunks of row group g's rows of each of
     `arrays` into its places in `ring` (a shared array for each, stage_row),
-    if g < count, and commit them as one cp.async group."""
+    in the ring's stage for g (ring_stage), if g < count, and commit them
+    as one cp.async group."""
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     if g < count:
         row, t, nt, _ = group_place(ROWS, TPR, CLUSTER, THREADS, m, g)
         for s, a in zip(ring, arrays):
-            stage_row(s, a[row, None], t, nt, size(a, 1))
+            stage_row(ring_stage(s, g, step), a[row, None], t, nt, size(a, 1))
     cp_async_commit()
+
+
+@func
+def ring_stage(s, g, step):
+    """The (VEC, THREADS, CHUNKS) stage of the ring's shared array `s` that
+    row group g takes: the groups first, first + step, ... (first < step)
+    take the stages in turn."""
+    stages = size(s, 3)
+    if stages == 1:
+        return s[None, None, None, 0]
+    return s[None, None, None, (g // step) % stages]
 
 
 @func
@@ -334,8 +346,10 @@ def row_groups(arrays, WORK, STAGED, LOOPS, MERGES=True):
             fence_barrier_init()
     ring = None
     if STAGED:
-        ring = tuple(shared_array(a.dtype, Layout((VEC, THREADS, CHUNKS))) for a in arrays)
-        stage_group(ring, arrays, first, count, WORK, m)
+        ring = tuple(shared_array(a.dtype, Layout((VEC, THREADS, CHUNKS, int(STAGED))))
+                     for a in arrays)
+        for k in range(int(STAGED)):
+            stage_group(ring, arrays, first + k * step, count, step, WORK, m)
     if MERGES and CLUSTER > 1:
         cluster_arrive(relaxed=True)
     return first, count, step, t, nt, ring, bars
@@ -391,10 +405,11 @@ def load_group(frags, ring, arrays, g, count, step, t, nt, fill, WORK):
     m, n = size(arrays[0], 0), size(arrays[0], 1)
     row, _, _, mine = group_place(ROWS, TPR, CLUSTER, THREADS, m, g)
     if ring is not None:
-        cp_async_wait(0)
+        stages = size(ring[0], 3)
+        cp_async_wait(stages - 1)
         for r, s in zip(frags, ring):
-            unstage_row(r, s, t, nt, n, fill)
-        stage_group(ring, arrays, g + step, count, WORK, m)
+            unstage_row(r, ring_stage(s, g, step), t, nt, n, fill)
+        stage_group(ring, arrays, g + stages * step, count, step, WORK, m)
     else:
         for r, a in zip(frags, arrays):
             load_row(r, a[row, None], t, nt, n, fill)

@@ -44,6 +44,8 @@ SMALL_BLOCK = 128
 # ran at 1,869 GB/s in float32 (2,831 in 8 blocks of 1,024 threads), 2,155 in bfloat16
 # (2,463); and the threads of a cluster's blocks
 PORTABLE_CLUSTER, MAX_CLUSTER = 8, 16
+# the most stages of a looping kernel's ring of staged rows (staged, plan_options)
+MAX_STAGES = 4
 CLUSTER_THREADS = 256
 _DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16",
            np.dtype(ml_dtypes.bfloat16): "bfloat16", np.dtype(np.float64): "float64"}
@@ -332,9 +334,10 @@ def plan_options(**knobs):
     if unknown:
         raise MoyeTypeError(f"plan_options: unknown knobs {sorted(unknown)}; expected "
                             "max_cluster, elements, max_threads, cluster_threads, staged or keep")
-    if not isinstance(knobs.get("staged", False), bool):
-        raise MoyeTypeError(f"plan_options: staged must be True or False, got "
-                            f"{knobs['staged']!r}")
+    stages = knobs.get("staged", False)
+    if not (isinstance(stages, bool) or isinstance(stages, int) and 1 <= stages <= MAX_STAGES):
+        raise MoyeTypeError(f"plan_options: staged must be True, False or a number of stages "
+                            f"from 1 to {MAX_STAGES}, got {stages!r}")
     keep = knobs.get("keep", False)
     if not (isinstance(keep, bool) or isinstance(keep, str) and keep == "sums"):
         raise MoyeTypeError(f"plan_options: keep must be True, False or 'sums', got "
@@ -511,9 +514,10 @@ def launch(p, registers, loop, out, *args, inputs=1, reduces=True, params=None):
         return
     keep = () if params is None else (keeps(p, out, params, inputs, forward=True),)
     if p.kernel == "registers" and (any(keep) or persists(p, out, inputs, reduces)):
-        ring = inputs if staged(p, out, inputs) else 0
-        count = group_count(p, out, m, inputs, ring, kept_bytes(p, params) if any(keep) else 0)
-        launch_groups(p, registers, count, out, *args, staged=bool(ring), tail=keep)
+        stages = staged(p, out, inputs)
+        count = group_count(p, out, m, inputs, inputs * stages,
+                            kept_bytes(p, params) if any(keep) else 0)
+        launch_groups(p, registers, count, out, *args, staged=stages, tail=keep)
     elif p.kernel == "registers":
         run(p, registers, -(-m // p.rows) * p.cluster, p.threads, out, *args, p.work, False,
             *keep, cluster=p.cluster)
@@ -545,7 +549,7 @@ def keeps(p, x, params, inputs, forward=False, sums=0):
             return False
     if backend_of(x) != "cuda":
         return True
-    ring = ring_bytes(p, inputs) if staged(p, x, inputs) else 0
+    ring = ring_bytes(p, inputs * staged(p, x, inputs))
     return ring + kept_bytes(p, params, sums) + MERGE_SHARED <= _cuda_device(x.device.index)[2]
 
 
@@ -566,18 +570,26 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
     plan for the fragments left in registers with kept 1 (the weight in
     shared memory) or 1 + sums (the sums too, only where the weight alone
     leaves no registers plan, or plan_options(keep="sums")). By default
-    only for 16-bit rows, or where keeping is what leaves a registers plan.
-    On an H100 (bfloat16, 2**27 elements, GB/s as a share of the copy's),
-    rms_norm's backward went from 0.91, 0.90, 0.57 and 0.49 to 0.96, 0.94,
-    0.84 and 0.78 at 16,384, 65,536, 131,072 and 262,144; layer_norm's from
-    0.48 and 0.39 to 0.62 and 0.55 at 131,072 and 262,144 keeping its dbias
-    sums too (at 65,536 0.47 with them kept, 0.84 without); in float32
-    keeping lost up to 0.03 (its column partials grow with the groups that
-    fit)."""
+    only for 16-bit rows, or where keeping is what leaves a registers plan;
+    a row that plan_fitting sends to the loop plan takes WIDE_KNOBS' plan
+    over the device's largest cluster where it keeps the weight, and the
+    sums too where they fit. On an H100 (2**27 elements, GB/s as a share of
+    the copy's), rms_norm's bfloat16 backward went from 0.91, 0.90 and 0.57
+    to 0.96, 0.94 and 0.84 at 16,384, 65,536 and 131,072 keeping the weight;
+    at 262,144, wide, rms_norm's from 0.78 (bfloat16, kept in 16 blocks of
+    256) and 0.58 (float32, the slab kernels) to 0.81 and 0.92, and
+    layer_norm's from 0.55 and 0.52 to 0.60 and 0.60 (the weight alone
+    kept); in float32 keeping lost up to 0.03 elsewhere (its column
+    partials grow with the groups that fit)."""
     plain = plan_fitting(x, dtype, n, fragments)
     wanted = "keep" in _OPTIONS or _SIZES[dtype] < 4 or plain.kernel != "registers"
     if weight is None or not wanted:
         return plain, 0
+    if plain.kernel != "registers" and not _plan_knobs() and backend_of(x) == "cuda":
+        q = plan(dtype, n, "cuda", max_cluster(x, portable=False), **WIDE_KNOBS)
+        for kept in range(sums + 1, 0, -1) if q.kernel == "registers" else ():
+            if keeps(q, x, (weight,), 2, sums=kept - 1):
+                return q, kept
     most = _OPTIONS.get("keep") == "sums"
     for kept in range(sums + 1, 0, -1) if most else range(1, sums + 2):
         q = plan_fitting(x, dtype, n, fragments - kept)
@@ -713,6 +725,12 @@ def registers_of(p, fragments, elements=None):
 FITTING_KNOBS = {"elements": ELEMENTS // 2, "max_threads": 512}
 
 
+# the plan of a backward whose row no registers plan holds (plan_fitting gives the loop
+# plan): blocks of 1,024 over the device's largest cluster, 16 elements a thread, keeping
+# the weight and the column sums in shared memory (ptxas, sm_90a: 64 registers, no spills)
+WIDE_KNOBS = {"elements": ELEMENTS // 2, "max_threads": MAX_THREADS}
+
+
 def plan_fitting(x, dtype, n, fragments):
     """plan_for(), unless on a CUDA device its blocks would need more
     registers than an SM has for `fragments` fragments per thread (NVRTC
@@ -771,7 +789,7 @@ def group_count(p, x, m, fragments=0, staged=0, kept=0):
     device (parallel_blocks), no more than there are groups of p.rows rows.
     `fragments`: how many (vec, chunks) fragments a thread keeps
     (registers_of estimates its registers); `staged`: how many arrays its
-    blocks stage in a shared ring (ring_bytes), 0 for none; `kept`: the
+    blocks stage in a shared ring, times its stages (ring_bytes), 0 for none; `kept`: the
     shared bytes of its kept parameters (kept_bytes). A cluster plan that
     keeps some on a CUDA device is counted by threads and shared memory
     alone: launch_groups takes no more clusters than the driver runs at once
@@ -787,31 +805,31 @@ def group_count(p, x, m, fragments=0, staged=0, kept=0):
 
 
 def staged(p, x, arrays):
-    """Whether plan `p`'s "registers" kernel, looping over row groups, stages
-    the next group's rows of its `arrays` inputs in shared memory while it
-    works on this one (row_kernels.row_groups: cp.async into a ring of one
-    stage): for a row in a cluster on a CUDA device whose blocks can take
-    the ring (on an H100: rms_norm's backward, float32 at 65,536, 2,670 GB/s
-    unstaged, 2,900 staged; bfloat16 1,830 and 2,270; no gain for rows in
-    one block), or as plan_options(staged=) says.
+    """The stages of the ring in which plan `p`'s "registers" kernel,
+    looping over row groups, stages the next groups' rows of its `arrays`
+    inputs in shared memory while it works on this one (row_kernels.row_groups:
+    cp.async), 0 for none: one for a row in a cluster on a CUDA device whose
+    blocks can take the ring (on an H100: rms_norm's backward, float32 at
+    65,536, 2,670 GB/s unstaged, 2,900 staged; bfloat16 1,830 and 2,270; no
+    gain for rows in one block), or as plan_options(staged=) says (True: 1).
         >>> staged(plan("float32", 4096, "cuda"), np.zeros(1, np.float32), 1)
-        False
+        0
     """
     if "staged" in _OPTIONS:
-        return p.kernel == "registers" and _OPTIONS["staged"]
+        return int(_OPTIONS["staged"]) if p.kernel == "registers" else 0
     if p.kernel != "registers" or p.cluster == 1 or backend_of(x) != "cuda":
-        return False
-    return ring_bytes(p, arrays) <= _cuda_device(x.device.index)[2]
+        return 0
+    return int(ring_bytes(p, arrays) <= _cuda_device(x.device.index)[2])
 
 
 def ring_bytes(p, arrays):
     """The shared memory of a staged kernel's ring (row_kernels.row_groups):
-    for each of `arrays` inputs, a row's chunks for each of the block's
-    threads."""
+    for each of `arrays` inputs times stages, a row's chunks for each of the
+    block's threads."""
     return arrays * p.vec * p.chunks * p.threads * _SIZES[p.dtype]
 
 
-def launch_groups(p, registers, count, out, *args, staged=False, tail=()):
+def launch_groups(p, registers, count, out, *args, staged=0, tail=()):
     """Run plan `p`'s looping "registers" kernel with up to `count` row
     groups (group_count): registers[groups * cluster, threads, cluster](out,
     *args, p.work, staged, *tail); each group loops over rows first, first +

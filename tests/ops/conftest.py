@@ -8,19 +8,19 @@ from moye.ops import rows
 # plan_options per kernel: the defaults (registers, a block or a few lanes per
 # row); a small register budget, so that rows of a few thousand take the loop
 # kernel; clusters of small blocks, so that they take the cluster path; and
-# the registers kernels again, staging their rows in shared memory (in clusters
-# of up to 16 blocks, the H100's non-portable size, where the norms keep their
-# weight and bias in shared memory, and again with layer_norm's backward
-# keeping its dbias sums there too)
+# the registers kernels again, staging their rows in shared memory (in a ring of
+# two stages; in clusters of up to 16 blocks, the H100's non-portable size, in
+# one stage, where the norms keep their weight and bias in shared memory, and
+# in three with layer_norm's backward keeping its dbias sums there too)
 PATHS = {
     "registers": {},
     "loop": {"elements": 4, "max_threads": 32},
     "cluster": {"elements": 8, "max_threads": 32, "max_cluster": 8},
-    "staged": {"staged": True},
+    "staged": {"staged": 2},
     "cluster_staged": {"elements": 4, "max_threads": 32, "max_cluster": 16, "staged": True,
                        "keep": True},
     "cluster_sums_staged": {"elements": 4, "max_threads": 32, "max_cluster": 16,
-                            "staged": True, "keep": "sums"},
+                            "staged": 3, "keep": "sums"},
 }
 
 

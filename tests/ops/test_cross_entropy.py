@@ -101,7 +101,7 @@ def test_each_kernel_path(path, dtype, shape):
     p = rows.plan_for(x, np.dtype(dtype).name, shape[-1])
     assert p.kernel == ("loop" if path == "loop" else "registers")
     assert (p.cluster > 1) == path.startswith("cluster")
-    assert rows.staged(p, x, 1) == path.endswith("staged")
+    assert bool(rows.staged(p, x, 1)) == path.endswith("staged")
     t = targets(rng, int(np.prod(shape[:-1])), shape[-1]).reshape(shape[:-1])
     check(x, t, dtype)
 

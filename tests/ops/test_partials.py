@@ -144,17 +144,19 @@ def test_slab_plan():
 
 
 def test_plan_options_refuse_bad_knobs():
-    """An unknown knob, a staged that is not a bool or a keep that is not one
-    nor "sums", or a size the kernels' reductions cannot take (blocks of
-    whole warps, clusters of a power of two) is named; the options in force
-    are left as they were."""
+    """An unknown knob, a staged that is not a bool nor a number of stages
+    from 1 to 4, a keep that is not a bool nor "sums", or a size the
+    kernels' reductions cannot take (blocks of whole warps, clusters of a
+    power of two) is named; the options in force are left as they were."""
     x = np.ones((1, 4096), np.float32)
     before = rows.plan_for(x, "float32", 4096)
     with pytest.raises(moye.MoyeTypeError, match=r"unknown knobs \['stages'\]"):
         with rows.plan_options(stages=2):
             pass
-    for knob, want in (("staged", "True or False"), ("keep", "True, False or 'sums'")):
-        for bad in (1, "yes", None, np.ones(2), "sums" if knob == "staged" else "Sums"):
+    for knob, want, bads in (
+            ("staged", "True, False or a number of stages from 1 to 4", (0, 5, -1, 2.0, "sums")),
+            ("keep", "True, False or 'sums'", (1, "Sums"))):
+        for bad in bads + ("yes", None, np.ones(2)):
             with pytest.raises(moye.MoyeTypeError, match=re.escape(f"{knob} must be {want}, "
                                                                    f"got {bad!r}")):
                 with rows.plan_options(**{knob: bad}):
@@ -166,9 +168,12 @@ def test_plan_options_refuse_bad_knobs():
             with rows.plan_options(**{knob: bad}):
                 pass
     assert rows.plan_for(x, "float32", 4096) is before
-    assert not rows.staged(before, x, 1)
+    assert rows.staged(before, x, 1) == 0
     with rows.plan_options(staged=True):
-        assert rows.staged(before, x, 1) and not rows.staged(rows.plan("float32", 262144, "cpu"), x, 1)
+        assert rows.staged(before, x, 1) == 1
+        assert rows.staged(rows.plan("float32", 262144, "cpu"), x, 1) == 0
+    with rows.plan_options(staged=3):
+        assert rows.staged(before, x, 2) == 3
 
 
 def test_kept_parameters_only_where_asked_off_the_gpu():
@@ -223,30 +228,41 @@ def test_only_staged_launches_persist_off_the_gpu():
 def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     """A backward of 16-bit rows keeps its weight in shared memory in a
     cluster (kept 1); layer_norm's keeps its dbias sums there too (kept 2)
-    only where the weight alone leaves no registers plan: at bfloat16
-    131,072 and 262,144, off the slab kernels (16 blocks of 256 at 262,144,
-    the kept bytes and the ring within the 227 KB a block may take). A
-    float32 row keeps nothing unless plan_options(keep=True); no weight,
-    nothing kept. A forward keeps its parameters in a cluster where they
-    take 64 or more elements a thread or its launch persists anyway, and
-    fit. A cluster's looping launch that keeps them is counted by threads
-    and shared memory, not registers."""
+    only where the weight alone leaves no registers plan. A row that no
+    registers plan holds unkept (bfloat16 131,072 and 262,144, float32
+    262,144) takes the wide plan: blocks of 1,024 (512 at bfloat16 131,072)
+    over 16, 16 elements a thread, the weight and the sums kept where they
+    fit beside the ring (the 227 KB a block may take: not layer_norm's sums
+    in float32). A float32 row keeps nothing elsewhere unless
+    plan_options(keep=True); no weight, nothing kept. A forward keeps its
+    parameters in a cluster where they take 64 or more elements a thread or
+    its launch persists anyway, and fit. A cluster's looping launch that
+    keeps them is counted by threads and shared memory, not registers."""
     x = h100(monkeypatch)
     w16, w32 = np.ones(4, ml_dtypes.bfloat16), np.ones(4, np.float32)
+
+    def shape(p):
+        return p.kernel, p.cluster, p.threads, p.vec * p.chunks
+
+    for dtype, n in (("bfloat16", 131072), ("bfloat16", 262144), ("float32", 262144)):
+        assert rows.plan_fitting(x, dtype, n, 4).kernel == "loop"
     p, kept = rows.backward_plan(x, "bfloat16", 262144, 4, w16)
-    assert kept == 1 and (p.kernel, p.cluster, p.threads, p.vec * p.chunks) == (
-        "registers", 16, 256, 64)
+    assert kept == 1 and shape(p) == ("registers", 16, 1024, 16)
     q, kept = rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)
     assert kept == 2 and q is p
     assert rows.ring_bytes(p, 2) + rows.kept_bytes(p, (w32,), 1) == 192 * 1024
     q, kept = rows.backward_plan(x, "bfloat16", 131072, 5, w32, sums=1)
-    assert kept == 2 and (q.kernel, q.cluster, q.threads, q.vec * q.chunks) == (
-        "registers", 8, 256, 64)
-    assert rows.plan_fitting(x, "bfloat16", 131072, 4).kernel == "loop"
-    assert rows.backward_plan(x, "float32", 262144, 4, w32) == (
-        rows.plan_fitting(x, "float32", 262144, 4), 0)
+    assert kept == 2 and shape(q) == ("registers", 16, 512, 16)
+    p, kept = rows.backward_plan(x, "float32", 262144, 4, w32)
+    assert kept == 1 and shape(p) == ("registers", 16, 1024, 16)
+    q, kept = rows.backward_plan(x, "float32", 262144, 5, w32, sums=1)
+    assert kept == 1 and q is p
+    assert rows.ring_bytes(p, 2) + rows.kept_bytes(p, (w32,), 1) > 227 * 1024
     assert rows.backward_plan(x, "bfloat16", 262144, 4, None) == (
         rows.plan_fitting(x, "bfloat16", 262144, 4), 0)
+    with rows.plan_options(keep="sums", max_cluster=16, max_threads=256, elements=64):
+        p, kept = rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)
+        assert kept == 2 and shape(p) == ("registers", 16, 256, 64)
     assert rows.backward_plan(x, "bfloat16", 8192, 4, w16)[1] == 0       # one block a row
     p, kept = rows.backward_plan(x, "bfloat16", 65536, 5, w32, sums=1)
     assert kept == 1 and (p.cluster, p.threads, p.vec * p.chunks) == (8, 256, 32)

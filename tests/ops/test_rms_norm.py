@@ -109,7 +109,7 @@ def test_each_kernel_path(path, dtype, shape, weighted):
     if shape[-1] > 300:
         assert p.kernel == ("loop" if path == "loop" else "registers")
         assert (p.cluster > 1) == path.startswith("cluster")
-        assert rows.staged(p, x, 2) == path.endswith("staged")
+        assert bool(rows.staged(p, x, 2)) == path.endswith("staged")
     check(x, data(rng, shape[-1:], dtype, 1.0, 1.0) if weighted else None, 1e-5)
 
 
