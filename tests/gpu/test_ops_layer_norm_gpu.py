@@ -68,8 +68,9 @@ def test_float32_parameters_with_bfloat16_input(torch, n):
     ({"elements": 8, "max_threads": 32, "max_cluster": 8}, "registers", True),
     ({"elements": 8, "max_threads": 32, "max_cluster": 8, "staged": False}, "registers", True),
     ({"elements": 8, "max_threads": 32, "max_cluster": 8, "keep": True}, "registers", True),
-    ({"elements": 8, "max_threads": 32, "max_cluster": 8, "keep": "sums"}, "registers", True),
-    ({"staged": True}, "registers", False),
+    ({"elements": 8, "max_threads": 32, "max_cluster": 8, "keep": "sums", "staged": 3},
+     "registers", True),
+    ({"staged": 2}, "registers", False),
     ({"keep": True}, "registers", False),
     ({"elements": 4, "max_threads": 32, "max_cluster": 1}, "loop", False),
     ({}, "registers", False)])
