@@ -572,8 +572,7 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
     leaves no registers plan, or plan_options(keep="sums")). By default
     only for 16-bit rows, or where keeping is what leaves a registers plan;
     a row that plan_fitting sends to the loop plan takes WIDE_KNOBS' plan
-    over the device's largest cluster where it keeps the weight, and the
-    sums too where they fit. On an H100 (2**27 elements, GB/s as a share of
+    over the device's largest cluster where it keeps the weight. On an H100 (2**27 elements, GB/s as a share of
     the copy's), rms_norm's bfloat16 backward went from 0.91, 0.90 and 0.57
     to 0.96, 0.94 and 0.84 at 16,384, 65,536 and 131,072 keeping the weight;
     at 262,144, wide, rms_norm's from 0.78 (bfloat16, kept in 16 blocks of
@@ -587,9 +586,8 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
         return plain, 0
     if plain.kernel != "registers" and not _plan_knobs() and backend_of(x) == "cuda":
         q = plan(dtype, n, "cuda", max_cluster(x, portable=False), **WIDE_KNOBS)
-        for kept in range(sums + 1, 0, -1) if q.kernel == "registers" else ():
-            if keeps(q, x, (weight,), 2, sums=kept - 1):
-                return q, kept
+        if q.kernel == "registers" and keeps(q, x, (weight,), 2):
+            return q, 1
     most = _OPTIONS.get("keep") == "sums"
     for kept in range(sums + 1, 0, -1) if most else range(1, sums + 2):
         q = plan_fitting(x, dtype, n, fragments - kept)
@@ -726,8 +724,10 @@ FITTING_KNOBS = {"elements": ELEMENTS // 2, "max_threads": 512}
 
 
 # the plan of a backward whose row no registers plan holds (plan_fitting gives the loop
-# plan): blocks of 1,024 over the device's largest cluster, 16 elements a thread, keeping
-# the weight and the column sums in shared memory (ptxas, sm_90a: 64 registers, no spills)
+# plan): blocks of 1,024 over the device's largest cluster, 16 elements a thread, keeping the
+# weight in shared memory (ptxas, sm_90a: rms_norm's 64 registers, no spills; layer_norm's
+# spill 132-180 bytes, none with its dbias sums kept too, which did not fit in float32 and
+# were not measured in bfloat16)
 WIDE_KNOBS = {"elements": ELEMENTS // 2, "max_threads": MAX_THREADS}
 
 
