@@ -570,30 +570,36 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
     plan for the fragments left in registers with kept 1 (the weight in
     shared memory) or 1 + sums (the sums too, only where the weight alone
     leaves no registers plan, or plan_options(keep="sums")). By default
-    only for 16-bit rows, or where keeping is what leaves a registers plan;
-    a row that plan_fitting sends to the loop plan takes WIDE_KNOBS' plan
-    over the device's largest cluster where it keeps the weight. On an H100 (2**27 elements, GB/s as a share of
-    the copy's), rms_norm's bfloat16 backward went from 0.91, 0.90 and 0.57
-    to 0.96, 0.94 and 0.84 at 16,384, 65,536 and 131,072 keeping the weight;
-    at 262,144, wide, rms_norm's from 0.78 (bfloat16, kept in 16 blocks of
-    256) and 0.58 (float32, the slab kernels) to 0.81 and 0.92, and
-    layer_norm's from 0.55 and 0.52 to 0.60 and 0.60 (the weight alone
-    kept); in float32 keeping lost up to 0.03 elsewhere (its column
-    partials grow with the groups that fit)."""
+    only for 16-bit rows, or where keeping is what leaves a registers plan.
+    A row that no portable cluster holds even so (the loop plan, or one
+    over more than PORTABLE_CLUSTER blocks) takes the wide plan instead
+    (WIDE_KNOBS over the device's largest cluster), keeping the weight. On
+    an H100 (2**27 elements, GB/s as a share of the copy's), rms_norm's
+    bfloat16 backward went from 0.91, 0.90 and 0.57 to 0.96, 0.94 and 0.84
+    at 16,384, 65,536 and 131,072 keeping the weight; at 262,144, wide,
+    rms_norm's from 0.78 (bfloat16, kept in 16 blocks of 256) and 0.58
+    (float32, the slab kernels) to 0.81 and 0.92, layer_norm's from 0.55
+    (its sums kept too) and 0.52 to 0.60 and 0.60; in float32 keeping lost
+    up to 0.03 elsewhere (its column partials grow with the groups that
+    fit)."""
     plain = plan_fitting(x, dtype, n, fragments)
     wanted = "keep" in _OPTIONS or _SIZES[dtype] < 4 or plain.kernel != "registers"
     if weight is None or not wanted:
         return plain, 0
-    if plain.kernel != "registers" and not _plan_knobs() and backend_of(x) == "cuda":
-        q = plan(dtype, n, "cuda", max_cluster(x, portable=False), **WIDE_KNOBS)
-        if q.kernel == "registers" and keeps(q, x, (weight,), 2):
-            return q, 1
+    chosen = plain, 0
     most = _OPTIONS.get("keep") == "sums"
     for kept in range(sums + 1, 0, -1) if most else range(1, sums + 2):
         q = plan_fitting(x, dtype, n, fragments - kept)
         if keeps(q, x, (weight,), 2, sums=kept - 1):
-            return q, kept
-    return plain, 0
+            chosen = q, kept
+            break
+    p = chosen[0]
+    if (p.kernel != "registers" or p.cluster > PORTABLE_CLUSTER) and not _plan_knobs() and (
+            backend_of(x) == "cuda"):
+        q = plan(dtype, n, "cuda", max_cluster(x, portable=False), **WIDE_KNOBS)
+        if q.kernel == "registers" and keeps(q, x, (weight,), 2):
+            return q, 1
+    return chosen
 
 
 def param_size(w):
@@ -723,8 +729,7 @@ def registers_of(p, fragments, elements=None):
 FITTING_KNOBS = {"elements": ELEMENTS // 2, "max_threads": 512}
 
 
-# the plan of a backward whose row no registers plan holds (plan_fitting gives the loop
-# plan): blocks of 1,024 over the device's largest cluster, 16 elements a thread, keeping the
+# the plan of a backward whose row no portable cluster holds (backward_plan): blocks of 1,024 over the device's largest cluster, 16 elements a thread, keeping the
 # weight in shared memory (ptxas, sm_90a: rms_norm's 64 registers, no spills; layer_norm's
 # spill 132-180 bytes, none with its dbias sums kept too, which did not fit in float32 and
 # were not measured in bfloat16)

@@ -228,12 +228,13 @@ def test_only_staged_launches_persist_off_the_gpu():
 def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     """A backward of 16-bit rows keeps its weight in shared memory in a
     cluster (kept 1); layer_norm's keeps its dbias sums there too (kept 2)
-    only where the weight alone leaves no registers plan. A row that no
-    registers plan holds unkept (bfloat16 131,072 and 262,144, float32
-    262,144) takes the wide plan: blocks of 1,024 (512 at bfloat16 131,072)
-    over 16, 16 elements a thread, the weight kept (layer_norm's sums would
-    not fit beside it and the ring in float32: the 227 KB a block may take).
-    A float32 row keeps nothing elsewhere unless
+    only where the weight alone leaves no registers plan (bfloat16 131,072:
+    8 blocks of 256). A row that no portable cluster holds even so
+    (262,144: 16 blocks of 256 kept, or in float32 the loop plan) takes the
+    wide plan: blocks of 1,024 over 16, 16 elements a thread, the weight
+    kept (layer_norm's sums would not fit beside it and the ring in
+    float32: the 227 KB a block may take). A float32 row keeps nothing
+    elsewhere unless
     plan_options(keep=True); no weight, nothing kept. A forward keeps its
     parameters in a cluster where they take 64 or more elements a thread or
     its launch persists anyway, and fit. A cluster's looping launch that
@@ -251,7 +252,9 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     q, kept = rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)
     assert kept == 1 and q is p
     q, kept = rows.backward_plan(x, "bfloat16", 131072, 5, w32, sums=1)
-    assert kept == 1 and shape(q) == ("registers", 16, 512, 16)
+    assert kept == 2 and shape(q) == ("registers", 8, 256, 64)
+    q, kept = rows.backward_plan(x, "bfloat16", 131072, 4, w16)
+    assert kept == 1 and shape(q) == ("registers", 8, 256, 64)
     p, kept = rows.backward_plan(x, "float32", 262144, 4, w32)
     assert kept == 1 and shape(p) == ("registers", 16, 1024, 16)
     q, kept = rows.backward_plan(x, "float32", 262144, 5, w32, sums=1)
