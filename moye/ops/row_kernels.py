@@ -225,6 +225,24 @@ def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, KEEP, t, nt, n):
             store_chunk(g, c, r, k)
 
 
+def thread_chunks(dtype, VEC, THREADS, CHUNKS):
+    """The layout of a shared array in which each of THREADS threads keeps
+    CHUNKS chunks of VEC elements of `dtype` (a row's, a parameter's, its
+    column sums), indexed (element, thread, chunk): each chunk in 16-byte
+    pieces, a piece's threads side by side, so that a warp's 16-byte loads
+    and stores of one piece meet no bank conflict (a 32-byte chunk in one
+    place, as float32 parameters beside bfloat16 rows are, would take two
+    passes for each of them); a chunk of 16 bytes or less stays whole.
+        >>> thread_chunks(Float32, 8, 256, 2)
+        ((4,2),256,2):((1,1024),4,2048)
+    """
+    piece = max(1, min(VEC, 16 // (dtype.bits // 8)))
+    if piece == VEC:
+        return Layout((VEC, THREADS, CHUNKS))
+    return Layout(((piece, VEC // piece), THREADS, CHUNKS),
+                  ((1, piece * THREADS), piece, VEC * THREADS))
+
+
 @func
 def kept_param(w, KEEP, WORK, t, nt, n):
     """With KEEP, this thread's chunks of the (N,) parameter `w` (a norm's
@@ -238,7 +256,7 @@ def kept_param(w, KEEP, WORK, t, nt, n):
     if not KEEP:
         return w
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
-    s = shared_array(w.dtype, Layout((VEC, THREADS, CHUNKS)))
+    s = shared_array(w.dtype, thread_chunks(w.dtype, VEC, THREADS, CHUNKS))
     stage_row(s, w, t, nt, n, 1.0)
     cp_async_commit()
     cp_async_wait(0)
@@ -384,7 +402,8 @@ def zeros(WORK, dtype, KEEP=False):
         accb = zeros(WORK, Float32, KEEP)
     """
     if KEEP:
-        r = shared_array(dtype, Layout((WORK[0], WORK[-1], WORK[1])))[None, thread_idx.x, None]
+        chunks = thread_chunks(dtype, WORK[0], WORK[-1], WORK[1])
+        r = shared_array(dtype, chunks)[None, thread_idx.x, None]
     else:
         r = fragment(WORK, dtype)
     for k in range(size(r, 1)):

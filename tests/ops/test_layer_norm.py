@@ -95,6 +95,15 @@ def test_float32_parameters_with_other_inputs(dtype):
           data(rng, (96,), np.float32))
 
 
+def test_float32_parameters_beside_bfloat16_rows_on_each_path(path):
+    """Float32 weight and bias (and, kept, the float32 dbias sums) in shared
+    memory beside bfloat16 rows: chunks of eight in two 16-byte pieces
+    (row_kernels.thread_chunks)."""
+    rng = np.random.default_rng(7)
+    check(data(rng, (5, 704), BF16), data(rng, (704,), np.float32, 1.0, 1.0),
+          data(rng, (704,), np.float32))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(3, 700), (1, 2000), (2, 3, 301), (37, 96)])
 @pytest.mark.parametrize("affine", [True, False])

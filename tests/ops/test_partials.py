@@ -10,10 +10,11 @@ import pytest
 
 import moye
 from moye.compiler.frontend import BACKENDS
-from moye.ops import rows
+from moye.ops import row_kernels, rows
 from moye.ops.layer_norm_op import layer_norm_forward
 from moye.ops.row_kernels import COLUMN_LANES, COLUMNS, column_sum
 from moye.ops.softmax_op import softmax
+from moye.types import BFloat16, Float32
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (1, 70), (37, 1), (5, 33), (300, 65)])
@@ -298,3 +299,27 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
         assert not rows.keeps(big, x, (w32, w32), 1, forward=True)
     with rows.plan_options(keep=False):
         assert not rows.keeps(big, x, (w16,), 1, forward=True)
+
+
+def test_thread_chunks_put_each_warps_16_byte_pieces_side_by_side():
+    """thread_chunks: element e of thread t's chunk k at e % piece + piece *
+    t + (e // piece) * piece * THREADS + k * VEC * THREADS, piece = 16
+    bytes of the type (at most VEC): every offset once, and the 16-byte
+    pieces of a quarter-warp's eight threads one 128-byte run (no bank
+    conflict); a chunk of 16 bytes or less stays whole."""
+    VEC, THREADS, CHUNKS = 8, 64, 3
+    layout = row_kernels.thread_chunks(Float32, VEC, THREADS, CHUNKS)
+    offsets = [[[layout((e, t, k)) for e in range(VEC)] for t in range(THREADS)]
+               for k in range(CHUNKS)]
+    assert sorted(o for k in offsets for t in k for o in t) == list(range(VEC * THREADS * CHUNKS))
+    for k in range(CHUNKS):
+        for t in range(THREADS):
+            assert offsets[k][t] == [e % 4 + 4 * t + (e // 4) * 4 * THREADS + k * VEC * THREADS
+                                     for e in range(VEC)]
+        for half in range(2):
+            for quarter in range(0, THREADS, 8):
+                piece = sorted(o for t in range(quarter, quarter + 8)
+                               for o in offsets[k][t][4 * half:4 * half + 4])
+                assert piece == list(range(piece[0], piece[0] + 32))
+    whole = row_kernels.thread_chunks(BFloat16, VEC, THREADS, CHUNKS)
+    assert [whole((e, 5, 1)) for e in range(VEC)] == [e + 8 * 5 + 8 * THREADS for e in range(VEC)]

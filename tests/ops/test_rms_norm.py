@@ -99,6 +99,13 @@ def test_float32_weight_with_other_inputs(dtype):
     check(data(rng, (7, 96), dtype), data(rng, (96,), np.float32, 1.0, 1.0))
 
 
+def test_float32_weight_beside_bfloat16_rows_on_each_path(path):
+    """A float32 weight kept in shared memory beside bfloat16 rows: its
+    chunks of eight take two 16-byte pieces (row_kernels.thread_chunks)."""
+    rng = np.random.default_rng(4)
+    check(data(rng, (5, 704), BF16), data(rng, (704,), np.float32, 1.0, 1.0))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(3, 700), (1, 2000), (2, 3, 301), (37, 96)])
 @pytest.mark.parametrize("weighted", [True, False])
