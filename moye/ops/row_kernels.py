@@ -337,9 +337,10 @@ def row_groups(arrays, WORK, STAGED, LOOPS, MERGES=True):
     groups (groups(); with LOOPS False, the launch has a block or cluster
     per group, and the loop takes one trip that NVCC sees as one: count is
     first + 1), this thread's index t among its row's nt threads, and the
-    ring: with STAGED, a (VEC, THREADS, CHUNKS) shared array of each
-    array's type, the first group's rows in flight into it (load_group
-    reads them and starts the next group's); else None; and `bars`: with
+    ring: with STAGED (a number of stages; True is one), a (VEC, THREADS,
+    CHUNKS, STAGED) shared array of each array's type, the first STAGED
+    groups' rows in flight into it (load_group reads a group's and starts
+    the one STAGED groups on); else None; and `bars`: with
     MERGES (the kernel calls row_merge), in a cluster, row_merge's two
     mbarriers, initialized here, with an arrival at the cluster barrier that
     the first row_merge waits for before it reaches a peer's; else None.

@@ -729,10 +729,11 @@ def registers_of(p, fragments, elements=None):
 FITTING_KNOBS = {"elements": ELEMENTS // 2, "max_threads": 512}
 
 
-# the plan of a backward whose row no portable cluster holds (backward_plan): blocks of 1,024 over the device's largest cluster, 16 elements a thread, keeping the
-# weight in shared memory (ptxas, sm_90a: rms_norm's 64 registers, no spills; layer_norm's
-# spill 132-180 bytes, none with its dbias sums kept too, which did not fit in float32 and
-# were not measured in bfloat16)
+# the plan of a backward whose row no portable cluster holds (backward_plan): blocks of
+# 1,024 over the device's largest cluster, 16 elements a thread, keeping the weight in shared
+# memory (ptxas, sm_90a: rms_norm's 64 registers, no spills; layer_norm's spill 132-180
+# bytes, none with its dbias sums kept too, which did not fit in float32 and were not
+# measured in bfloat16)
 WIDE_KNOBS = {"elements": ELEMENTS // 2, "max_threads": MAX_THREADS}
 
 
@@ -794,8 +795,8 @@ def group_count(p, x, m, fragments=0, staged=0, kept=0):
     device (parallel_blocks), no more than there are groups of p.rows rows.
     `fragments`: how many (vec, chunks) fragments a thread keeps
     (registers_of estimates its registers); `staged`: how many arrays its
-    blocks stage in a shared ring, times its stages (ring_bytes), 0 for none; `kept`: the
-    shared bytes of its kept parameters (kept_bytes). A cluster plan that
+    blocks stage in a shared ring, times its stages (ring_bytes), 0 for
+    none; `kept`: the shared bytes of its kept parameters (kept_bytes). A cluster plan that
     keeps some on a CUDA device is counted by threads and shared memory
     alone: launch_groups takes no more clusters than the driver runs at once
     (from the compiled kernel), and registers_of misses by a block an SM
