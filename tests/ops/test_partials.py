@@ -235,11 +235,11 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     wide plan: blocks of 1,024 over 16, 16 elements a thread, the weight
     kept (layer_norm's sums would not fit beside it and the ring in
     float32: the 227 KB a block may take). A float32 row keeps nothing
-    elsewhere unless
-    plan_options(keep=True); no weight, nothing kept. A forward keeps its
-    parameters in a cluster where they take 64 or more elements a thread or
-    its launch persists anyway, and fit. A cluster's looping launch that
-    keeps them is counted by threads and shared memory, not registers."""
+    elsewhere unless plan_options(keep=True); no weight, nothing kept. A
+    forward keeps its parameters in a cluster where they take 64 or more
+    elements a thread or its launch persists anyway, and fit. A cluster's
+    looping launch that keeps them is counted by threads and shared memory,
+    not registers."""
     x = h100(monkeypatch)
     w16, w32 = np.ones(4, ml_dtypes.bfloat16), np.ones(4, np.float32)
 
