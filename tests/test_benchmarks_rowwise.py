@@ -145,8 +145,9 @@ def test_a_tiny_run_on_cpu_tensors(tmp_path, capsys):
 def test_a_run_under_plan_options(tmp_path, capsys):
     """--plan runs moye's ops under those plan_options (here layer_norm
     keeping its weight and bias in shared memory, and its backward the
-    dbias sums, its launches looping over staged row groups), checked against the reference as ever; the options
-    are recorded and gone afterwards."""
+    dbias sums, its launches looping over staged row groups), checked
+    against the reference as ever; the options are recorded and gone
+    afterwards."""
     pytest.importorskip("torch")
     from moye.ops import rows
     out = tmp_path / "rowwise.json"

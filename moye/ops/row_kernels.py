@@ -227,8 +227,9 @@ def store_normalized(g, r, scale, w, b, HAS_W, HAS_B, KEEP, t, nt, n):
 
 def thread_chunks(dtype, VEC, THREADS, CHUNKS):
     """The layout of a shared array in which each of THREADS threads keeps
-    CHUNKS chunks of VEC elements of `dtype` (a row's, a parameter's, its
-    column sums), indexed (element, thread, chunk): each chunk in 16-byte
+    CHUNKS chunks of VEC elements of `dtype` (a kept parameter's, kept
+    column sums; the ring's rows take 16 bytes a chunk at most, so stay
+    whole), indexed (element, thread, chunk): each chunk in 16-byte
     pieces, a piece's threads side by side, so that a warp's 16-byte loads
     and stores of one piece meet no bank conflict (a 32-byte chunk in one
     place, as float32 parameters beside bfloat16 rows are, would take two

@@ -796,13 +796,13 @@ def group_count(p, x, m, fragments=0, staged=0, kept=0):
     `fragments`: how many (vec, chunks) fragments a thread keeps
     (registers_of estimates its registers); `staged`: how many arrays its
     blocks stage in a shared ring, times its stages (ring_bytes), 0 for
-    none; `kept`: the shared bytes of its kept parameters (kept_bytes). A cluster plan that
-    keeps some on a CUDA device is counted by threads and shared memory
-    alone: launch_groups takes no more clusters than the driver runs at once
-    (from the compiled kernel), and registers_of misses by a block an SM
-    there (NVRTC's sm_90a cubins of the norms' backwards at bfloat16 65,536,
-    kept: 127-128 registers a thread, the estimate 136: one block of 256
-    threads an SM where two run)."""
+    none; `kept`: the shared bytes of its kept parameters (kept_bytes). A
+    cluster plan that keeps some on a CUDA device is counted by threads and
+    shared memory alone: launch_groups takes no more clusters than the
+    driver runs at once (from the compiled kernel), and registers_of misses
+    by a block an SM there (NVRTC's sm_90a cubins of the norms' backwards
+    at bfloat16 65,536, kept: 127-128 registers a thread, the estimate 136:
+    one block of 256 threads an SM where two run)."""
     shared = ring_bytes(p, staged) + kept
     exact = kept and p.cluster > 1 and p.backend == "cuda"
     fill = parallel_blocks(x, p.threads, 0 if exact else registers_of(p, fragments),
@@ -813,8 +813,8 @@ def group_count(p, x, m, fragments=0, staged=0, kept=0):
 def staged(p, x, arrays):
     """The stages of the ring in which plan `p`'s "registers" kernel,
     looping over row groups, stages the next groups' rows of its `arrays`
-    inputs in shared memory while it works on this one (row_kernels.row_groups:
-    cp.async), 0 for none: one for a row in a cluster on a CUDA device whose
+    inputs in shared memory while it works on this one
+    (row_kernels.row_groups: cp.async), 0 for none: one for a row in a cluster on a CUDA device whose
     blocks can take the ring (on an H100: rms_norm's backward, float32 at
     65,536, 2,670 GB/s unstaged, 2,900 staged; bfloat16 1,830 and 2,270; no
     gain for rows in one block), or as plan_options(staged=) says (True: 1).
