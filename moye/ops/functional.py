@@ -188,10 +188,11 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
 
 @replay.replayed(autograd=True)
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean"):
-    """Cross-entropy of `logits` (M, N) against class indices `target` (M,
-    int64), float32: per row ("none"; 0 where target == ignore_index), summed
-    ("sum"), or averaged over the rows not ignored ("mean"; nan if all are).
-    torch: `torch.nn.functional.cross_entropy`.
+    """Cross-entropy of `logits` (..., N: the classes last) against class
+    indices `target` (..., int64 or int32), float32: per row ("none"; 0
+    where target == ignore_index), summed ("sum"), or averaged over the rows
+    not ignored ("mean"; nan if all are). torch:
+    `torch.nn.functional.cross_entropy`, whose classes are in dimension 1.
 
         >>> import numpy as np
         >>> logits = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], np.float32)
