@@ -24,16 +24,16 @@ per row group and slab).
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, func, kernel
-from ..device import (block_idx, block_reduce, cast, grid_dim, maximum, minimum, rsqrt,
-                      thread_idx)
+from ..device import (block_idx, block_reduce, cast, grid_dim, maximum, minimum, reduce,
+                      rsqrt, thread_idx)
 from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (fragment, group_place, group_start, kept_param, load_chunk,
+from .row_kernels import (SUM_LANES, fragment, group_place, group_start, kept_param, load_chunk,
                           load_group, math_type, row_groups, row_merge, slab_fragment, slab_place,
                           slab_total, store_chunk, store_normalized, store_partial, store_row,
-                          store_slab, sums, zeros)
+                          store_slab, sum_lanes, sums, zeros)
 
 OP = "layer_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and two sums
@@ -63,13 +63,13 @@ def squared_deviations(r, mu, t, nt, n):
     """The sum of (x - mu)^2 over this thread's elements of the row in the
     (VEC, CHUNKS) fragment `r` (not the fill past the row's end)."""
     VEC = size(r, 0)
-    v = cast(0.0, r.dtype)
+    v = sum_lanes(r.dtype)
     for k in range(size(r, 1)):
         if (k * nt + t) * VEC < n:
             for e in range(VEC):
                 d = r[e, k] - mu
-                v = v + d * d
-    return v
+                v[e % SUM_LANES] = v[e % SUM_LANES] + d * d
+    return reduce(v, "sum")
 
 
 @func
@@ -82,14 +82,14 @@ def thread_moments(r, c, t, nt, n):
     fast_math's division gives."""
     VEC = size(r, 0)
     count = cast(0.0, r.dtype)
-    s = cast(0.0, r.dtype)
+    s = sum_lanes(r.dtype)
     for k in range(size(r, 1)):
         if (k * nt + t) * VEC < n:
             count = count + VEC
             for e in range(VEC):
                 r[e, k] = r[e, k] - c
-                s = s + r[e, k]
-    mu = s / maximum(count, cast(1.0, r.dtype))
+                s[e % SUM_LANES] = s[e % SUM_LANES] + r[e, k]
+    mu = reduce(s, "sum") / maximum(count, cast(1.0, r.dtype))
     return count, mu, squared_deviations(r, mu, t, nt, n)
 
 
@@ -215,14 +215,15 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
         if not AHEAD:
             mu = cast(mean[row], mt)
             rs = cast(rstd[row], mt)
-        sg = cast(0.0, mt)
-        sgx = cast(0.0, mt)
+        sg = sum_lanes(mt)
+        sgx = sum_lanes(mt)
         for k in range(CHUNKS):
             for e in range(VEC):
                 rx[e, k] = (rx[e, k] - mu) * rs       # xhat (the fill's is never used)
-                sg = sg + rdy[e, k] * rw[e, k]
-                sgx = sgx + rdy[e, k] * rw[e, k] * rx[e, k]
-        sg, sgx = row_merge((sg, sgx), sums, nth, TPR, CLUSTER, THREADS, bars)
+                sg[e % SUM_LANES] = sg[e % SUM_LANES] + rdy[e, k] * rw[e, k]
+                sgx[e % SUM_LANES] = sgx[e % SUM_LANES] + rdy[e, k] * rw[e, k] * rx[e, k]
+        sg, sgx = row_merge((reduce(sg, "sum"), reduce(sgx, "sum")), sums, nth, TPR, CLUSTER,
+                            THREADS, bars)
         sg = sg * rn
         sgx = sgx * rn
         if mine:

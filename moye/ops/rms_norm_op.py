@@ -23,15 +23,15 @@ On row_kernels' skeleton (rows.Plan picks the kernel):
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import block_idx, block_reduce, cast, grid_dim, rsqrt, thread_idx
+from ..device import block_idx, block_reduce, cast, grid_dim, reduce, rsqrt, thread_idx
 from ..layout import Layout, size
 
 from . import replay, rows
 from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
-from .row_kernels import (fragment, group_start, kept_param, load_chunk, load_group,
+from .row_kernels import (SUM_LANES, fragment, group_start, kept_param, load_chunk, load_group,
                           math_type, row_groups, row_merge, slab_fragment, slab_place, slab_total,
                           store_chunk, store_normalized, store_partial, store_row, store_slab,
-                          sums, zeros)
+                          sum_lanes, sums, zeros)
 
 OP = "rms_norm"
 # the (VEC, CHUNKS) fragments a thread of the backward keeps: x, dy, weight and the sums
@@ -52,11 +52,12 @@ def rms_norm_registers(y, rstd, x, w, eps, rn, HAS_W: Constexpr, WORK: Constexpr
     nth = 0
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, 0.0, WORK)
-        s = cast(0.0, r.dtype)
+        s = sum_lanes(r.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
-                s = s + r[e, k] * r[e, k]
-        inv = rsqrt(row_merge((s,), sums, nth, TPR, CLUSTER, THREADS, bars)[0] * rn + eps)
+                s[e % SUM_LANES] = s[e % SUM_LANES] + r[e, k] * r[e, k]
+        s = row_merge((reduce(s, "sum"),), sums, nth, TPR, CLUSTER, THREADS, bars)[0]
+        inv = rsqrt(s * rn + eps)
         if mine:
             if t == 0:
                 rstd[row] = inv
@@ -105,12 +106,13 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
     for g in range(first, count, step):
         row, mine = load_group((rx, rdy), ring, (x, dy), g, count, step, t, nt, 0.0, WORK)
         rs = cast(rstd[row], mt)
-        d = cast(0.0, mt)
+        d = sum_lanes(mt)
         for k in range(CHUNKS):
             for e in range(VEC):
-                d = d + rdy[e, k] * rw[e, k] * rx[e, k]
+                d[e % SUM_LANES] = d[e % SUM_LANES] + rdy[e, k] * rw[e, k] * rx[e, k]
         # d = rstd^2 * mean(g * xhat), so that dx = rstd * g - x * d
-        d = row_merge((d,), sums, nth, TPR, CLUSTER, THREADS, bars)[0] * rs * rs * rs * rn
+        d = row_merge((reduce(d, "sum"),), sums, nth, TPR, CLUSTER, THREADS,
+                      bars)[0] * rs * rs * rs * rn
         if mine:
             for k in range(CHUNKS):
                 for e in range(VEC):

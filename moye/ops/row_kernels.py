@@ -395,6 +395,28 @@ def group_start(x, dy, w, HAS_W, WORK, STAGED, KEEP=False):
     return first, count, step, t, nt, rw, ring, bars
 
 
+# a thread's sum over its chunks runs in this many accumulators (element e of a chunk into
+# lane e % SUM_LANES): that many short chains of dependent adds instead of one of VEC *
+# CHUNKS, 4 cycles each (FFMA's latency; a warp issues one a cycle)
+SUM_LANES = 4
+
+
+@func
+def sum_lanes(dtype):
+    """SUM_LANES accumulators of `dtype`, all 0, for a thread's sum over its
+    chunks; `reduce(acc, "sum")` adds them pairwise at the end.
+        acc = sum_lanes(r.dtype)
+        for k in range(CHUNKS):
+            for e in range(VEC):
+                acc[e % SUM_LANES] = acc[e % SUM_LANES] + r[e, k] * r[e, k]
+        s = reduce(acc, "sum")
+    """
+    acc = make_fragment_like(Layout((SUM_LANES,)), dtype)
+    for i in range(SUM_LANES):
+        acc[i] = cast(0.0, dtype)
+    return acc
+
+
 @func
 def zeros(WORK, dtype, KEEP=False):
     """A new (VEC, CHUNKS) fragment of `dtype` (the first two of WORK or
