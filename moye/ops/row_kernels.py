@@ -37,7 +37,7 @@ from ..device import (atomic_add, block_idx, block_rank_in_cluster, cast, cluste
                       cluster_grid_dim, cluster_idx, cluster_wait, cp_async_commit,
                       cp_async_wait, cucopyto, exp2, fence_barrier_init, grid_dim, ifelse, log2,
                       maximum, mbarrier_array, mbarrier_arrive_expect_tx, mbarrier_init,
-                      mbarrier_wait, minimum, peer_shared, shared_array, store_async,
+                      mbarrier_wait, minimum, peer_shared, reduce, shared_array, store_async,
                       sync_threads, thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
@@ -470,11 +470,13 @@ def fragment(WORK, dtype):
 def fragment_max(r):
     """The max of this thread's fragment `r` (no less than lowest(): finite,
     so that exp2(x - max) is 0 for a -inf fill, not NaN)."""
-    m = cast(lowest(r.dtype), r.dtype)
+    m = sum_lanes(r.dtype)
+    for i in range(SUM_LANES):
+        m[i] = cast(lowest(r.dtype), r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
-            m = maximum(m, r[e, k])
-    return m
+            m[e % SUM_LANES] = maximum(m[e % SUM_LANES], r[e, k])
+    return reduce(m, "max")
 
 
 @func
@@ -486,11 +488,11 @@ def row_logsumexp(r, nth, TPR, CLUSTER, THREADS, bars):
     for each thread's max, one for its sum of exp2((x - max) log2(e)), then
     one row_merge of the threads' (max, sum) pairs (`nth`, `bars`: row_merge's)."""
     m = fragment_max(r)
-    s = cast(0.0, r.dtype)
+    s = sum_lanes(r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
-            s = s + exp2((r[e, k] - m) * LOG2E)
-    big, total = row_merge((m, s), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
+            s[e % SUM_LANES] = s[e % SUM_LANES] + exp2((r[e, k] - m) * LOG2E)
+    big, total = row_merge((m, reduce(s, "sum")), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
     return big, log2(total) * LN2
 
 

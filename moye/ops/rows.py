@@ -814,10 +814,11 @@ def staged(p, x, arrays):
     """The stages of the ring in which plan `p`'s "registers" kernel,
     looping over row groups, stages the next groups' rows of its `arrays`
     inputs in shared memory while it works on this one
-    (row_kernels.row_groups: cp.async), 0 for none: one for a row in a cluster on a CUDA device whose
-    blocks can take the ring (on an H100: rms_norm's backward, float32 at
-    65,536, 2,670 GB/s unstaged, 2,900 staged; bfloat16 1,830 and 2,270; no
-    gain for rows in one block), or as plan_options(staged=) says (True: 1).
+    (row_kernels.row_groups: cp.async), 0 for none: one for a row in a
+    cluster on a CUDA device whose blocks can take the ring (on an H100:
+    rms_norm's backward, float32 at 65,536, 2,670 GB/s unstaged, 2,900
+    staged; bfloat16 1,830 and 2,270; no gain for rows in one block), or as
+    plan_options(staged=) says (True: 1).
         >>> staged(plan("float32", 4096, "cuda"), np.zeros(1, np.float32), 1)
         0
     """
