@@ -215,15 +215,14 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
         if not AHEAD:
             mu = cast(mean[row], mt)
             rs = cast(rstd[row], mt)
-        sg = sum_lanes(mt)
-        sgx = sum_lanes(mt)
+        sg = cast(0.0, mt)
+        sgx = cast(0.0, mt)
         for k in range(CHUNKS):
             for e in range(VEC):
                 rx[e, k] = (rx[e, k] - mu) * rs       # xhat (the fill's is never used)
-                sg[e % SUM_LANES] = sg[e % SUM_LANES] + rdy[e, k] * rw[e, k]
-                sgx[e % SUM_LANES] = sgx[e % SUM_LANES] + rdy[e, k] * rw[e, k] * rx[e, k]
-        sg, sgx = row_merge((reduce(sg, "sum"), reduce(sgx, "sum")), sums, nth, TPR, CLUSTER,
-                            THREADS, bars)
+                sg = sg + rdy[e, k] * rw[e, k]
+                sgx = sgx + rdy[e, k] * rw[e, k] * rx[e, k]
+        sg, sgx = row_merge((sg, sgx), sums, nth, TPR, CLUSTER, THREADS, bars)
         sg = sg * rn
         sgx = sgx * rn
         if mine:

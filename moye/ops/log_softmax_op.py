@@ -13,13 +13,13 @@ Two kernels each, on row_kernels' skeleton (rows.Plan says which):
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import block_idx, block_reduce, cast, exp2, reduce, thread_idx
+from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
 from . import replay, rows
-from .row_kernels import (LOG2E, SUM_LANES, fragment, load_chunk, load_group, loop_logsumexp,
+from .row_kernels import (LOG2E, fragment, load_chunk, load_group, loop_logsumexp,
                           math_type, row_groups, row_logsumexp, row_merge, store_chunk, store_row,
-                          sum_lanes, sums)
+                          sums)
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -64,11 +64,11 @@ def log_softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr
     nth = 0
     for g in range(first, count, step):
         row, mine = load_group((ry, rdy), ring, (y, dy), g, count, step, t, nt, 0.0, WORK)
-        s = sum_lanes(ry.dtype)
+        s = cast(0.0, ry.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
-                s[e % SUM_LANES] = s[e % SUM_LANES] + rdy[e, k]
-        s = row_merge((reduce(s, "sum"),), sums, nth, TPR, CLUSTER, THREADS, bars)[0]
+                s = s + rdy[e, k]
+        s = row_merge((s,), sums, nth, TPR, CLUSTER, THREADS, bars)[0]
         for k in range(CHUNKS):
             for e in range(VEC):
                 ry[e, k] = rdy[e, k] - exp2(ry[e, k] * LOG2E) * s

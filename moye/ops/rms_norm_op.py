@@ -106,13 +106,12 @@ def rms_norm_backward_registers(dx, part, dy, x, w, rstd, rn, HAS_W: Constexpr,
     for g in range(first, count, step):
         row, mine = load_group((rx, rdy), ring, (x, dy), g, count, step, t, nt, 0.0, WORK)
         rs = cast(rstd[row], mt)
-        d = sum_lanes(mt)
+        d = cast(0.0, mt)
         for k in range(CHUNKS):
             for e in range(VEC):
-                d[e % SUM_LANES] = d[e % SUM_LANES] + rdy[e, k] * rw[e, k] * rx[e, k]
+                d = d + rdy[e, k] * rw[e, k] * rx[e, k]
         # d = rstd^2 * mean(g * xhat), so that dx = rstd * g - x * d
-        d = row_merge((reduce(d, "sum"),), sums, nth, TPR, CLUSTER, THREADS,
-                      bars)[0] * rs * rs * rs * rn
+        d = row_merge((d,), sums, nth, TPR, CLUSTER, THREADS, bars)[0] * rs * rs * rs * rn
         if mine:
             for k in range(CHUNKS):
                 for e in range(VEC):

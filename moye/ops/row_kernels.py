@@ -37,7 +37,7 @@ from ..device import (atomic_add, block_idx, block_rank_in_cluster, cast, cluste
                       cluster_grid_dim, cluster_idx, cluster_wait, cp_async_commit,
                       cp_async_wait, cucopyto, exp2, fence_barrier_init, grid_dim, ifelse, log2,
                       maximum, mbarrier_array, mbarrier_arrive_expect_tx, mbarrier_init,
-                      mbarrier_wait, minimum, peer_shared, reduce, shared_array, store_async,
+                      mbarrier_wait, minimum, peer_shared, shared_array, store_async,
                       sync_threads, thread_idx, warp_reduce)
 from ..layout import Layout, size
 from ..tiled import copyto
@@ -395,9 +395,13 @@ def group_start(x, dy, w, HAS_W, WORK, STAGED, KEEP=False):
     return first, count, step, t, nt, rw, ring, bars
 
 
-# a thread's sum over its chunks runs in this many accumulators (element e of a chunk into
-# lane e % SUM_LANES): that many short chains of dependent adds instead of one of VEC *
-# CHUNKS, 4 cycles each (FFMA's latency; a warp issues one a cycle)
+# the norms' forwards sum a thread's chunks in this many accumulators (element e of a chunk
+# into lane e % SUM_LANES): that many short chains of dependent adds instead of one of VEC *
+# CHUNKS, 4 cycles each (FFMA's latency), where 8 warps an SM hide little (bfloat16 at
+# 131,072: 64 elements a thread). Their registers are free there (ptxas, sm_90a: the same
+# counts); in the backwards and softmax's kernels they cost registers and spills (layer_norm's
+# backward at bfloat16 131,072: 0 to 8 bytes spilled, at 262,144: 132 to 160), so those keep
+# one chain
 SUM_LANES = 4
 
 
@@ -470,13 +474,11 @@ def fragment(WORK, dtype):
 def fragment_max(r):
     """The max of this thread's fragment `r` (no less than lowest(): finite,
     so that exp2(x - max) is 0 for a -inf fill, not NaN)."""
-    m = sum_lanes(r.dtype)
-    for i in range(SUM_LANES):
-        m[i] = cast(lowest(r.dtype), r.dtype)
+    m = cast(lowest(r.dtype), r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
-            m[e % SUM_LANES] = maximum(m[e % SUM_LANES], r[e, k])
-    return reduce(m, "max")
+            m = maximum(m, r[e, k])
+    return m
 
 
 @func
@@ -488,11 +490,11 @@ def row_logsumexp(r, nth, TPR, CLUSTER, THREADS, bars):
     for each thread's max, one for its sum of exp2((x - max) log2(e)), then
     one row_merge of the threads' (max, sum) pairs (`nth`, `bars`: row_merge's)."""
     m = fragment_max(r)
-    s = sum_lanes(r.dtype)
+    s = cast(0.0, r.dtype)
     for k in range(size(r, 1)):
         for e in range(size(r, 0)):
-            s[e % SUM_LANES] = s[e % SUM_LANES] + exp2((r[e, k] - m) * LOG2E)
-    big, total = row_merge((m, reduce(s, "sum")), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
+            s = s + exp2((r[e, k] - m) * LOG2E)
+    big, total = row_merge((m, s), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
     return big, log2(total) * LN2
 
 

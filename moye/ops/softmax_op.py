@@ -14,13 +14,13 @@ Two kernels each, on row_kernels' skeleton (rows.Plan says which):
 """
 from ..array import make_fragment_like
 from ..compiler import Constexpr, kernel
-from ..device import block_idx, block_reduce, cast, exp2, reduce, thread_idx
+from ..device import block_idx, block_reduce, cast, exp2, thread_idx
 from ..layout import Layout, size
 
 from . import replay, rows
-from .row_kernels import (LOG2E, SUM_LANES, fragment, fragment_max, load_chunk, load_group,
+from .row_kernels import (LOG2E, fragment, fragment_max, load_chunk, load_group,
                           loop_logsumexp, math_type, max_sumexp, row_groups, row_merge,
-                          store_chunk, store_row, sum_lanes, sums)
+                          store_chunk, store_row, sums)
 
 # -- kernels ---------------------------------------------------------------------------------
 
@@ -33,13 +33,13 @@ def softmax_registers(y, x, WORK: Constexpr, STAGED: Constexpr):
     for g in range(first, count, step):
         row, mine = load_group((r,), ring, (x,), g, count, step, t, nt, -float("inf"), WORK)
         m = fragment_max(r)
-        s = sum_lanes(r.dtype)
+        s = cast(0.0, r.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
                 p = exp2((r[e, k] - m) * LOG2E)
                 r[e, k] = p
-                s[e % SUM_LANES] = s[e % SUM_LANES] + p
-        big, total = row_merge((m, reduce(s, "sum")), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
+                s = s + p
+        big, total = row_merge((m, s), max_sumexp, nth, TPR, CLUSTER, THREADS, bars)
         scale = exp2((m - big) * LOG2E) / total        # this thread's exp(x - m) to y
         for k in range(CHUNKS):
             for e in range(VEC):
@@ -71,11 +71,11 @@ def softmax_backward_registers(dx, y, dy, WORK: Constexpr, STAGED: Constexpr):
     nth = 0
     for g in range(first, count, step):
         row, mine = load_group((ry, rdy), ring, (y, dy), g, count, step, t, nt, 0.0, WORK)
-        d = sum_lanes(ry.dtype)
+        d = cast(0.0, ry.dtype)
         for k in range(CHUNKS):
             for e in range(VEC):
-                d[e % SUM_LANES] = d[e % SUM_LANES] + ry[e, k] * rdy[e, k]
-        d = row_merge((reduce(d, "sum"),), sums, nth, TPR, CLUSTER, THREADS, bars)[0]
+                d = d + ry[e, k] * rdy[e, k]
+        d = row_merge((d,), sums, nth, TPR, CLUSTER, THREADS, bars)[0]
         for k in range(CHUNKS):
             for e in range(VEC):
                 ry[e, k] = ry[e, k] * (rdy[e, k] - d)
