@@ -573,8 +573,10 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
     only for 16-bit rows, or where keeping is what leaves a registers plan.
     A row that no portable cluster holds even so (the loop plan, or one
     over more than PORTABLE_CLUSTER blocks) takes the wide plan instead
-    (WIDE_KNOBS over the device's largest cluster), keeping the weight. On
-    an H100 (2**27 elements, GB/s as a share of the copy's), rms_norm's
+    (WIDE_KNOBS over the device's largest cluster), keeping the weight and,
+    wherever they fit, the sums too: its threads' 64 registers spill them
+    otherwise, reloaded and stored at every row (ptxas, sm_90a: layer_norm's
+    at bfloat16 262,144, 132 bytes; none with the sums kept). On an H100 (2**27 elements, GB/s as a share of the copy's), rms_norm's
     bfloat16 backward went from 0.91, 0.90 and 0.57 to 0.96, 0.94 and 0.84
     at 16,384, 65,536 and 131,072 keeping the weight; at 262,144, wide,
     rms_norm's from 0.78 (bfloat16, kept in 16 blocks of 256) and 0.58
@@ -597,8 +599,10 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
     if (p.kernel != "registers" or p.cluster > PORTABLE_CLUSTER) and not _plan_knobs() and (
             backend_of(x) == "cuda"):
         q = plan(dtype, n, "cuda", max_cluster(x, portable=False), **WIDE_KNOBS)
-        if q.kernel == "registers" and keeps(q, x, (weight,), 2):
-            return q, 1
+        if q.kernel == "registers":
+            for kept in range(sums + 1, 0, -1):     # its sums too, wherever they fit
+                if keeps(q, x, (weight,), 2, sums=kept - 1):
+                    return q, kept
     return chosen
 
 
@@ -714,14 +718,19 @@ def sum_columns(part, dtype):
 BASE_REGISTERS = 40
 
 
-def registers_of(p, fragments, elements=None):
+# the same for softmax's and log_softmax's backwards, which keep two fragments (ptxas,
+# sm_90a: 12 to 20 registers besides them)
+PAIR_REGISTERS = 24
+
+
+def registers_of(p, fragments, elements=None, base=BASE_REGISTERS):
     """An estimate of the registers a thread of plan `p` needs when it keeps
     `fragments` fragments of `elements` (default: p.vec * p.chunks) in the
-    math type (0: unknown)."""
+    math type, besides `base` others (0: unknown)."""
     if not fragments:
         return 0
     elements = p.vec * p.chunks if elements is None else elements
-    return fragments * elements * (2 if p.dtype == "float64" else 1) + BASE_REGISTERS
+    return fragments * elements * (2 if p.dtype == "float64" else 1) + base
 
 
 # the knobs of the plan for kernels whose threads keep more fragments than the
@@ -759,16 +768,21 @@ def plan_fitting(x, dtype, n, fragments):
 
 def pair_plan(x, p):
     """The plan of a backward that keeps two fragments per thread (softmax's
-    and log_softmax's) for rows of `x`: plan `p`, unless its blocks of
-    1,024 threads (64 registers each) would spill them; then its
-    largest_cluster_plan at ELEMENTS per thread, where there is one. H100,
-    GB/s of softmax's / log_softmax's backward in float32 at 262,144: 2,515
-    / 2,729 to 2,915 / 2,883. Elsewhere clusters of 16 lost up to 16%
-    (bfloat16 at 100,000) though they won up to 42% at 131,072.
+    and log_softmax's) for rows of `x`: plan `p`, unless on a CUDA device
+    its blocks would spill them (fits, PAIR_REGISTERS); then its
+    largest_cluster_plan at ELEMENTS per thread, where there is one. The
+    plans that spill (ptxas, sm_90a): float32 at 262,144 (8 x 1,024 x 32),
+    both at 32,768 (one block of 1,024 x 32; 20 to 64 bytes) and 16-bit
+    rows at 262,144 (8 x 512 x 64; 80 to 84 bytes, reloaded in the row
+    loop, one before its barrier). H100, GB/s of softmax's / log_softmax's
+    backward in float32 at 262,144: 2,515 / 2,729 to 2,915 / 2,883; H200,
+    softmax's in bfloat16 at 262,144, 0.82 to 0.93 of the copy in clusters
+    of 16. Clusters of 16 for plans that fit lost up to 16% (bfloat16 at
+    100,000).
         >>> pair_plan(np.zeros(1), plan("float32", 4096, "cpu")).threads
         256
     """
-    if _plan_knobs() or p.cluster == 1 or p.threads < MAX_THREADS or fits(p, 2):
+    if _plan_knobs() or p.backend != "cuda" or fits(p, 2, PAIR_REGISTERS):
         return p
     return largest_cluster_plan(x, p, ELEMENTS) or p
 
@@ -783,10 +797,10 @@ def largest_cluster_plan(x, p, elements=None):
     return q if q.kernel == "registers" else None
 
 
-def fits(p, fragments):
+def fits(p, fragments, base=BASE_REGISTERS):
     """Whether an SM holds the registers of a block of plan `p` whose threads
-    keep `fragments` fragments (registers_of)."""
-    return registers_of(p, fragments) * p.threads <= SM_REGISTERS
+    keep `fragments` fragments besides `base` registers (registers_of)."""
+    return registers_of(p, fragments, base=base) * p.threads <= SM_REGISTERS
 
 
 def group_count(p, x, m, fragments=0, staged=0, kept=0):

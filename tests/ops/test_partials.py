@@ -88,10 +88,12 @@ def h100(monkeypatch, most=16):
 
 def test_clusters_of_16_take_only_what_8_blocks_would_spill(monkeypatch):
     """Plans stay within the portable cluster of 8 blocks, except a
-    backward's row that 8 blocks would spill: softmax's (two fragments) in
-    float32 at 262,144 (blocks of 1,024 threads) goes to 16 blocks of 512,
-    staged; a norm's (four) at 131,072 to 16 blocks of 256. Not in
-    bfloat16, nor where the device runs 8 at most, nor under plan_options."""
+    backward's row that 8 blocks would spill: softmax's (two fragments) at
+    262,144 (float32 in blocks of 1,024 threads, bfloat16 in blocks of 512
+    at 64 elements a thread) goes to 16 blocks of 512, 32 elements a thread,
+    staged; one block of 1,024 at 32,768 to a cluster of 4; a
+    norm's (four) at 131,072 to 16 blocks of 256. Not where they fit, nor
+    where the device runs 8 at most, nor under plan_options."""
     x = h100(monkeypatch)
     assert rows.max_cluster(x) == 8 and rows.max_cluster(x, portable=False) == 16
     for n in (256, 4096, 65536, 131072, 262144):
@@ -104,9 +106,18 @@ def test_clusters_of_16_take_only_what_8_blocks_would_spill(monkeypatch):
     assert rows.fits(q, 2) and q.threads * q.cluster * q.vec * q.chunks >= 262144
     assert rows.persists(q, x, 2, True) and not rows.persists(q, x, 2, False)
     half = rows.plan_for(x, "bfloat16", 262144)
-    assert rows.pair_plan(x, half) is half and not rows.persists(half, x, 2, True)
-    small = rows.plan_for(x, "float32", 65536)
-    assert rows.pair_plan(x, small) is small                   # fits
+    assert (half.threads, half.cluster, half.vec * half.chunks) == (512, 8, 64)
+    q = rows.pair_plan(x, half)
+    assert (q.kernel, q.threads, q.cluster, q.vec * q.chunks) == ("registers", 512, 16, 32)
+    assert rows.persists(q, x, 2, True) and not rows.persists(half, x, 2, True)
+    for dtype in ("float32", "bfloat16"):
+        one = rows.plan_for(x, dtype, 32768)
+        assert (one.threads, one.cluster, one.vec * one.chunks) == (1024, 1, 32)
+        q = rows.pair_plan(x, one)
+        assert (q.kernel, q.threads, q.cluster, q.vec * q.chunks) == ("registers", 256, 4, 32)
+    for dtype, n in (("float32", 65536), ("bfloat16", 131072), ("bfloat16", 16384)):
+        small = rows.plan_for(x, dtype, n)
+        assert rows.pair_plan(x, small) is small               # fits
     q = rows.plan_fitting(x, "float32", 131072, 4)
     assert (q.kernel, q.threads, q.cluster, q.vec * q.chunks) == ("registers", 256, 16, 32)
     assert rows.fits(q, 4) and not rows.fits(rows.plan_for(x, "float32", 131072), 4)
@@ -233,8 +244,8 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     8 blocks of 256). A row that no portable cluster holds even so
     (262,144: 16 blocks of 256 kept, or in float32 the loop plan) takes the
     wide plan: blocks of 1,024 over 16, 16 elements a thread, the weight
-    kept (layer_norm's sums would not fit beside it and the ring in
-    float32: the 227 KB a block may take). A float32 row keeps nothing
+    kept, and layer_norm's sums in bfloat16 (in float32 they would not fit
+    beside it and the ring: the 227 KB a block may take). A float32 row keeps nothing
     elsewhere unless plan_options(keep=True); no weight, nothing kept. A
     forward keeps its parameters in a cluster where they take 64 or more
     elements a thread or its launch persists anyway, and fit. A cluster's
@@ -251,7 +262,8 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     p, kept = rows.backward_plan(x, "bfloat16", 262144, 4, w16)
     assert kept == 1 and shape(p) == ("registers", 16, 1024, 16)
     q, kept = rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)
-    assert kept == 1 and q is p
+    assert kept == 2 and q is p
+    assert rows.ring_bytes(p, 2) + rows.kept_bytes(p, (w32,), 1) <= 227 * 1024
     q, kept = rows.backward_plan(x, "bfloat16", 131072, 5, w32, sums=1)
     assert kept == 2 and shape(q) == ("registers", 8, 256, 64)
     q, kept = rows.backward_plan(x, "bfloat16", 131072, 4, w16)
