@@ -733,6 +733,14 @@ def registers_of(p, fragments, elements=None, base=BASE_REGISTERS):
     return fragments * elements * (2 if p.dtype == "float64" else 1) + base
 
 
+# the chunks a thread's fragment has in the plans BASE_REGISTERS was read from (16 bytes a
+# chunk: bfloat16 at 64 elements a thread); in a norm's backward, each chunk past them (rows
+# whose length allows only narrower chunks) costs about CHUNK_REGISTERS more, its addresses
+# and bound (ptxas, sm_90a: rms_norm's at bfloat16 131,071, 64 chunks of one element,
+# spilled 432 bytes at 255 registers where 131,072's 8 chunks took 242)
+BASE_CHUNKS, CHUNK_REGISTERS = 8, 2
+
+
 # the knobs of the plan for kernels whose threads keep more fragments than the
 # forward's one (the backwards): half the elements, blocks of at most 512
 FITTING_KNOBS = {"elements": ELEMENTS // 2, "max_threads": 512}
@@ -758,10 +766,11 @@ def plan_fitting(x, dtype, n, fragments):
     none fits the loop plan (the backwards' slab kernels; on an H100,
     rms_norm's backward in bfloat16 at 262,144 ran at 316 GB/s spilling)."""
     p = plan_for(x, dtype, n)
-    if _plan_knobs() or p.backend != "cuda" or p.kernel != "registers" or fits(p, fragments):
+    if _plan_knobs() or p.backend != "cuda" or p.kernel != "registers" or fits(
+            p, fragments, chunk=CHUNK_REGISTERS):
         return p
     q = largest_cluster_plan(x, p) if p.cluster > 1 else None
-    if q is not None and fits(q, fragments):
+    if q is not None and fits(q, fragments, chunk=CHUNK_REGISTERS):
         return q
     return plan(dtype, n, p.backend, max_cluster(x), **FITTING_KNOBS)
 
@@ -797,10 +806,12 @@ def largest_cluster_plan(x, p, elements=None):
     return q if q.kernel == "registers" else None
 
 
-def fits(p, fragments, base=BASE_REGISTERS):
+def fits(p, fragments, base=BASE_REGISTERS, chunk=0):
     """Whether an SM holds the registers of a block of plan `p` whose threads
-    keep `fragments` fragments besides `base` registers (registers_of)."""
-    return registers_of(p, fragments, base=base) * p.threads <= SM_REGISTERS
+    keep `fragments` fragments besides `base` registers (registers_of), and
+    `chunk` more for each chunk past BASE_CHUNKS."""
+    narrow = chunk * max(0, p.chunks - BASE_CHUNKS)
+    return (registers_of(p, fragments, base=base) + narrow) * p.threads <= SM_REGISTERS
 
 
 def group_count(p, x, m, fragments=0, staged=0, kept=0):

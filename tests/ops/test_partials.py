@@ -237,6 +237,26 @@ def test_only_staged_launches_persist_off_the_gpu():
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
+def test_narrow_chunks_count_in_a_backward_s_registers(monkeypatch):
+    """A row whose length allows only narrow chunks (131,071: one element a
+    chunk) gives a thread 64 chunks where 131,072 gives 8: plan_fitting
+    counts CHUNK_REGISTERS for each past BASE_CHUNKS, so a norm's backward
+    there takes the wide plan (16 blocks of 512, 16 elements a thread),
+    where 8 blocks of 256 spilled (ptxas: 432 bytes); 131,072 keeps its
+    plan."""
+    x = h100(monkeypatch)
+    p = rows.plan_for(x, "bfloat16", 131071)
+    assert (p.vec, p.chunks, p.cluster, p.threads) == (1, 64, 8, 256)
+    assert rows.fits(p, 3) and not rows.fits(p, 3, chunk=rows.CHUNK_REGISTERS)
+    assert rows.plan_fitting(x, "bfloat16", 131071, 3).kernel == "loop"
+    w = np.ones(4, ml_dtypes.bfloat16)
+    q, kept = rows.backward_plan(x, "bfloat16", 131071, 4, w)
+    assert kept == 1 and (q.cluster, q.threads, q.vec * q.chunks) == (16, 512, 16)
+    q, kept = rows.backward_plan(x, "bfloat16", 131072, 4, w)
+    assert kept == 1 and (q.cluster, q.threads, q.vec * q.chunks) == (8, 256, 64)
+    assert rows.fits(q, 3, chunk=rows.CHUNK_REGISTERS)
+
+
 def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     """A backward of 16-bit rows keeps its weight in shared memory in a
     cluster (kept 1); layer_norm's keeps its dbias sums there too (kept 2)
