@@ -2,7 +2,7 @@
 them on an H100, from ptxas through NVRTC for sm_90a: no GPU needed.
 
     python benchmarks/row_registers.py [--ops OP ...] [--directions fwd bwd]
-        [--dtypes float32 bfloat16] [--ns N ...] [--plan KNOB=VALUE ...]
+        [--dtypes float32 bfloat16] [--ns N ...] [--plan KNOB=VALUE ...] [--json out.json]
 
 Each op's raw host function runs on CPU torch tensors that the plans take
 for CUDA tensors of an H100 (132 SMs, 227 KB of shared memory a block may
@@ -17,6 +17,7 @@ rms_norm, float32 for layer_norm; int64 targets).
 """
 import argparse
 import contextlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -134,6 +135,7 @@ def parse_args(argv=None):
     parser.add_argument("--ns", nargs="+", type=int, default=list(NS))
     parser.add_argument("--plan", nargs="+", type=_knob, default=[], metavar="KNOB=VALUE",
                         help="under moye.ops.rows.plan_options(KNOB=VALUE, ...), e.g. keep=sums")
+    parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
     args.plan = dict(args.plan)
     return args
@@ -145,6 +147,11 @@ def main(argv=None):
     for op, direction, dtype, n, kernel, grid, threads, cluster, registers, spilled in found:
         print(f"{op:13} {direction} {dtype:8} {n:7}  {kernel:34} {cluster:2} x {threads:<5} "
               f"{registers:3} regs {spilled:4} B")
+    if args.json:
+        keys = ("op", "direction", "dtype", "N", "kernel", "blocks", "threads", "cluster",
+                "registers", "spilled")
+        Path(args.json).write_text(json.dumps({"plan": args.plan, "rows": [
+            dict(zip(keys, row)) for row in found]}, indent=1))
     return found
 
 

@@ -717,10 +717,19 @@ def sum_columns(part, dtype):
 # (addresses, indices, sums), from NVRTC's sm_90a cubins of the norms' backwards
 BASE_REGISTERS = 40
 
+# the chunks a thread's fragment has in the plans BASE_REGISTERS was read from (16 bytes a
+# chunk: bfloat16 at 64 elements a thread); in a norm's backward, each chunk past them (rows
+# whose length allows only narrower chunks) costs about CHUNK_REGISTERS more, its addresses
+# and bound (ptxas, sm_90a: rms_norm's at bfloat16 131,071, 64 chunks of one element,
+# spilled 432 bytes at 255 registers where 131,072's 8 chunks took 242)
+BASE_CHUNKS, CHUNK_REGISTERS = 8, 2
+
 
 # the same for softmax's and log_softmax's backwards, which keep two fragments (ptxas,
-# sm_90a: 12 to 20 registers besides them)
-PAIR_REGISTERS = 24
+# sm_90a: 12 to 20 registers besides them), and what each of their chunks past BASE_CHUNKS
+# costs (bfloat16 at 200,001, 49 chunks of one element in blocks of 512: 24 and 92 bytes
+# spilled at 128 registers)
+PAIR_REGISTERS, PAIR_CHUNK_REGISTERS = 24, 1
 
 
 def registers_of(p, fragments, elements=None, base=BASE_REGISTERS):
@@ -731,14 +740,6 @@ def registers_of(p, fragments, elements=None, base=BASE_REGISTERS):
         return 0
     elements = p.vec * p.chunks if elements is None else elements
     return fragments * elements * (2 if p.dtype == "float64" else 1) + base
-
-
-# the chunks a thread's fragment has in the plans BASE_REGISTERS was read from (16 bytes a
-# chunk: bfloat16 at 64 elements a thread); in a norm's backward, each chunk past them (rows
-# whose length allows only narrower chunks) costs about CHUNK_REGISTERS more, its addresses
-# and bound (ptxas, sm_90a: rms_norm's at bfloat16 131,071, 64 chunks of one element,
-# spilled 432 bytes at 255 registers where 131,072's 8 chunks took 242)
-BASE_CHUNKS, CHUNK_REGISTERS = 8, 2
 
 
 # the knobs of the plan for kernels whose threads keep more fragments than the
@@ -778,7 +779,8 @@ def plan_fitting(x, dtype, n, fragments):
 def pair_plan(x, p):
     """The plan of a backward that keeps two fragments per thread (softmax's
     and log_softmax's) for rows of `x`: plan `p`, unless on a CUDA device
-    its blocks would spill them (fits, PAIR_REGISTERS); then its
+    its blocks would spill them (fits, PAIR_REGISTERS and
+    PAIR_CHUNK_REGISTERS); then its
     largest_cluster_plan at ELEMENTS per thread, where there is one. The
     plans that spill (ptxas, sm_90a): float32 at 262,144 (8 x 1,024 x 32),
     both at 32,768 (one block of 1,024 x 32; 20 to 64 bytes) and 16-bit
@@ -791,7 +793,7 @@ def pair_plan(x, p):
         >>> pair_plan(np.zeros(1), plan("float32", 4096, "cpu")).threads
         256
     """
-    if _plan_knobs() or p.backend != "cuda" or fits(p, 2, PAIR_REGISTERS):
+    if _plan_knobs() or p.backend != "cuda" or fits(p, 2, PAIR_REGISTERS, PAIR_CHUNK_REGISTERS):
         return p
     return largest_cluster_plan(x, p, ELEMENTS) or p
 
