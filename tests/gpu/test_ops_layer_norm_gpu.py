@@ -56,10 +56,11 @@ def test_forward_and_backward(torch, dtype, n, affine):
     check(torch, x, w, b)
 
 
-@pytest.mark.parametrize("n", [4096, 65536])
+@pytest.mark.parametrize("n", [4096, 65536, 262144])
 def test_float32_parameters_with_bfloat16_input(torch, n):
     """At 65,536 on sm_90 in a cluster, whose backward keeps the float32
-    weight in shared memory (rows.backward_plan)."""
+    weight in shared memory (rows.backward_plan); at 262,144 in the wide
+    plan, the dbias sums kept too."""
     x = torch.randn(77, n, device="cuda").bfloat16()
     check(torch, x, torch.randn(n, device="cuda") + 1, torch.randn(n, device="cuda"))
 

@@ -11,7 +11,7 @@ from moye.ops.rms_norm_op import rms_norm, rms_norm_backward, rms_norm_forward
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("poisoned_ops_outputs")]
 
 TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-12}
-NS = [1, 33, 1000, 4097, 16_384, 65_536, 262_144]
+NS = [1, 33, 1000, 4097, 16_384, 65_536, 131_071, 262_144]
 
 
 
