@@ -576,7 +576,8 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
     (WIDE_KNOBS over the device's largest cluster), keeping the weight and,
     wherever they fit, the sums too: its threads' 64 registers spill them
     otherwise, reloaded and stored at every row (ptxas, sm_90a: layer_norm's
-    at bfloat16 262,144, 132 bytes; none with the sums kept). On an H100 (2**27 elements, GB/s as a share of the copy's), rms_norm's
+    at bfloat16 262,144, 132 bytes; none with the sums kept). On an H100
+    (2**27 elements, GB/s as a share of the copy's), rms_norm's
     bfloat16 backward went from 0.91, 0.90 and 0.57 to 0.96, 0.94 and 0.84
     at 16,384, 65,536 and 131,072 keeping the weight; at 262,144, wide,
     rms_norm's from 0.78 (bfloat16, kept in 16 blocks of 256) and 0.58
@@ -777,19 +778,18 @@ def plan_fitting(x, dtype, n, fragments):
 
 
 def pair_plan(x, p):
-    """The plan of a backward that keeps two fragments per thread (softmax's
-    and log_softmax's) for rows of `x`: plan `p`, unless on a CUDA device
-    its blocks would spill them (fits, PAIR_REGISTERS and
-    PAIR_CHUNK_REGISTERS); then its
-    largest_cluster_plan at ELEMENTS per thread, where there is one. The
-    plans that spill (ptxas, sm_90a): float32 at 262,144 (8 x 1,024 x 32),
-    both at 32,768 (one block of 1,024 x 32; 20 to 64 bytes) and 16-bit
-    rows at 262,144 (8 x 512 x 64; 80 to 84 bytes, reloaded in the row
-    loop, one before its barrier). H100, GB/s of softmax's / log_softmax's
-    backward in float32 at 262,144: 2,515 / 2,729 to 2,915 / 2,883; H200,
-    softmax's in bfloat16 at 262,144, 0.82 to 0.93 of the copy in clusters
-    of 16. Clusters of 16 for plans that fit lost up to 16% (bfloat16 at
-    100,000).
+    """The plan of a backward that keeps two fragments per thread (softmax's and
+    log_softmax's) for rows of `x`: plan `p`, unless on a CUDA device its
+    blocks would spill them (fits, PAIR_REGISTERS and PAIR_CHUNK_REGISTERS);
+    then its largest_cluster_plan at ELEMENTS per thread, where there is
+    one. The plans that spill (ptxas, sm_90a): float32 at 262,144 (8 x 1,024
+    x 32), both at 32,768 (one block of 1,024 x 32; 20 to 64 bytes) and
+    16-bit rows at 262,144 (8 x 512 x 64; 80 to 84 bytes, reloaded in the
+    row loop, one before its barrier). H100, GB/s of softmax's /
+    log_softmax's backward in float32 at 262,144: 2,515 / 2,729 to 2,915 /
+    2,883; H200, softmax's in bfloat16 at 262,144, 0.82 to 0.93 of the copy
+    in clusters of 16. Clusters of 16 for plans that fit lost up to 16%
+    (bfloat16 at 100,000).
         >>> pair_plan(np.zeros(1), plan("float32", 4096, "cpu")).threads
         256
     """
