@@ -5,6 +5,7 @@ the same tensors (issue 18, outcome 4).
     python benchmarks/rowwise.py [--json out.json] [--quick] [--ops OP ...]
         [--dtypes float32 bfloat16] [--ns N ...] [--elements 268435456] [--rounds 3]
     python benchmarks/rowwise.py --merge f32.json bf16.json [--json all.json]
+    python benchmarks/rowwise.py --compare here_1.json ref_1.json here_2.json ref_2.json
 
 For each op (softmax, log_softmax, rms_norm, layer_norm, cross_entropy),
 direction (fwd, bwd), dtype and row length N, M = elements // N rows (the
@@ -182,6 +183,9 @@ def parse_args(argv=None):
     p.add_argument("--merge", nargs="+", metavar="JSON",
                    help="run nothing: merge these runs' results (--json writes them), print "
                         "the table")
+    p.add_argument("--compare", nargs="+", metavar="JSON",
+                   help="run nothing: moye/copy of each row in each of these runs, side by "
+                        "side (an A/B of two trees or plans, in alternating runs)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help=argparse.SUPPRESS)     # cpu: the tests' smoke run, any --elements
     a = p.parse_args(argv)
@@ -749,8 +753,41 @@ def merge(paths):
     return merged
 
 
+def compare(paths):
+    """A Markdown table of moye's GB/s as a share of the copy's in each run of
+    `paths` (columns named by the files' stems), a row per case any of them
+    ran ("-" where one did not, "n/a" where moye's call failed), and the
+    columns' means over the cases every run has a figure for."""
+    runs = [json.loads(Path(path).read_text()) for path in paths]
+    devices = {r["device"] for r in runs}
+    if len(devices) > 1:
+        raise SystemExit(f"rowwise --compare: the runs are of several devices: "
+                         f"{sorted(devices)}")
+    shares = [{(r["op"], r["direction"], r["dtype"], r["N"]): ratios(r)["copy"]
+               for r in run["rows"]} for run in runs]
+    cases = sorted(set().union(*shares), key=lambda k: (
+        OPS.index(k[0]), DIRECTIONS.index(k[1]), DTYPES.index(k[2]), k[3]))
+    names = [Path(path).stem for path in paths]
+    lines = [f"moye/copy on {devices.pop()}", "",
+             "| op | dir | dtype | N | " + " | ".join(names) + " |",
+             "| --- | --- | --- | ---: |" + " ---: |" * len(names)]
+    for case in cases:
+        lines.append("| " + " | ".join(map(str, case)) + " | " + " | ".join(
+            "-" if case not in s else _fmt(s[case], ".3f") for s in shares)
+            + " |")
+    common = [c for c in cases if all(s.get(c) is not None for s in shares)]
+    if common:
+        means = [sum(s[c] for c in common) / len(common) for s in shares]
+        lines.append(f"| mean of {len(common)} | | | | "
+                     + " | ".join(f"{m:.3f}" for m in means) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.compare:
+        print(compare(args.compare))
+        return None
     if args.merge:
         results = merge(args.merge)
         report(results)

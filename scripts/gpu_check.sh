@@ -2,7 +2,7 @@
 # Everything that needs a GPU, in one call on the device machine; logs under $OUT.
 #   scripts/gpu_check.sh [all|backend|tests|examples|bench|gemm|sgemm|matmuls|attention|compile|
 #                         hopper|cutlass|cutedsl|rowwise|shapes|calltiming|kerneltimes|
-#                         attnops]...
+#                         attnops|rowwise_ab]...
 #                         (default: all)
 #     backend   the driver/NVRTC GPU tests (pytest -m gpu tests/backend)
 #     tests     every GPU test (pytest -m gpu tests)
@@ -37,6 +37,11 @@
 #               plot_rowwise.py A.json B.json). QuACK needs .cute_dsl1, .cute_dsl2
 #               (scripts/fetch_cute_dsl.sh) and .cute_dsl3 (scripts/fetch_quack.sh)
 #               carried, as for 'cutedsl'; without .cute_dsl3 its column reads n/a
+#     rowwise_ab benchmarks/rowwise.py's moye column (no host times) on this tree and on the
+#               reference tree AB_TREE (scripts/ab_tree.sh REV: moye/ and benchmarks/ of
+#               a revision, carried), alternating, AB_ROUNDS rounds (default 2), with
+#               ROWWISE_ARGS each; then rowwise.py --compare of the runs:
+#               rowwise_ab.log and ab_{here,ref}_ROUND.json under $OUT. Not part of 'all'
 #     shapes    benchmarks/matmul_shapes.py: moye.ops.matmul and linear against cuBLAS on
 #               issue 19's shapes (SHAPES_ARGS, e.g. --dtypes bfloat16), then its plot:
 #               $SHAPES_NAME.json, .log and .png under $OUT (default name: matmul_shapes).
@@ -220,6 +225,24 @@ if [[ " ${stages[*]} " == *" rowwise "* ]]; then
       -o "$OUT/$name.png"
     exit $rc
   } 2>&1 | tee "$OUT/${ROWWISE_NAME:-rowwise}.log" || status=1
+fi
+if [[ " ${stages[*]} " == *" rowwise_ab "* ]]; then
+  {
+    [[ -f ${AB_TREE:-}/benchmarks/rowwise.py ]] || {
+      echo "rowwise_ab: AB_TREE=${AB_TREE:-} is no tree from scripts/ab_tree.sh (carried?)"
+      exit 1
+    }
+    rc=0
+    for round in $(seq "${AB_ROUNDS:-2}"); do
+      python3 benchmarks/rowwise.py --contenders moye --no-host ${ROWWISE_ARGS:-} \
+        --json "$OUT/ab_here_$round.json" || rc=1
+      # the reference tree's rowwise.py puts its own moye first on sys.path
+      python3 "$AB_TREE/benchmarks/rowwise.py" --contenders moye --no-host ${ROWWISE_ARGS:-} \
+        --json "$OUT/ab_ref_$round.json" || rc=1
+    done
+    python3 benchmarks/rowwise.py --compare "$OUT"/ab_here_*.json "$OUT"/ab_ref_*.json
+    exit $rc
+  } 2>&1 | tee "$OUT/rowwise_ab.log" || status=1
 fi
 if [[ " ${stages[*]} " == *" shapes "* ]]; then
   {

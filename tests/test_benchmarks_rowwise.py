@@ -206,6 +206,32 @@ def test_merge_joins_runs_in_table_order(tmp_path, capsys):
         rw.merge([a, other])
 
 
+def test_compare_puts_runs_side_by_side(tmp_path, capsys):
+    """--compare: moye/copy of each case in each run, columns by file stem,
+    "-" for a case a run lacks, "n/a" where moye failed, the means over the
+    cases every run has; runs of several devices refused."""
+    def run(name, rows, device="H"):
+        path = tmp_path / name
+        path.write_text(json.dumps({"device": device, "rows": rows}))
+        return path
+
+    def row(N, moye, direction="fwd"):
+        return {"op": "layer_norm", "direction": direction, "dtype": "bfloat16", "N": N,
+                "M": 2, "bytes": 8 * N, "GB/s": {"copy": 4.0, "moye": moye}}
+    here = run("here_1.json", [row(4096, 3.0), row(65536, 2.0), row(256, None, "bwd")])
+    ref = run("ref_1.json", [row(65536, 3.6), row(4096, 4.0)])
+    assert rw.main(["--compare", str(here), str(ref)]) is None
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "moye/copy on H"
+    assert "| op | dir | dtype | N | here_1 | ref_1 |" in printed
+    assert "| layer_norm | fwd | bfloat16 | 4096 | 0.750 | 1.000 |" in printed
+    assert "| layer_norm | fwd | bfloat16 | 65536 | 0.500 | 0.900 |" in printed
+    assert "| layer_norm | bwd | bfloat16 | 256 | n/a | - |" in printed
+    assert printed[-1] == "| mean of 2 | | | | 0.625 | 0.950 |"
+    with pytest.raises(SystemExit, match="several devices"):
+        rw.compare([here, run("g.json", [], device="G")])
+
+
 def test_plot_groups_rows_by_op_direction_and_dtype():
     rows = [{"op": "softmax", "direction": d, "dtype": "float32", "N": n,
              "GB/s": {"moye": n / 2, "copy": 3000.0}} for n in (4096, 256) for d in ("fwd", "bwd")]
