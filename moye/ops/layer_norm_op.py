@@ -18,7 +18,8 @@ and backwards that loop over row groups, keeping dweight and dbias
 columns in registers for row_kernels.column_sum (in a cluster,
 staging the next group's x and dy in shared memory, and for 16-bit rows
 keeping the weight there too, the dbias columns as well where that alone
-leaves no registers plan: rows.backward_plan), or, for rows the loop
+leaves no registers plan, and under plan_options(keep="sums") the dweight
+columns too: rows.backward_plan), or, for rows the loop
 plan takes, two slab kernels (the slabs' sums of g and g * xhat, then dx
 per row group and slab).
 """
@@ -189,7 +190,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
     """dx of row groups first, first + step, ... and each group's dweight and
     dbias partial sums (pw[first], pb[first]); KEEP (rows.backward_plan): 0,
     the weight and both sums in registers; 1, the weight in shared memory;
-    2, the dbias sums there too. With AHEAD, each row's mean and rstd are
+    2, the dbias sums there too; 3, the dweight sums as well. With AHEAD, each row's mean and rstd are
     loaded a group ahead (xhat needs them before the reductions)."""
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
@@ -198,7 +199,7 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
     mt = math_type(x.dtype)
     rx = fragment(WORK, mt)
     rdy = fragment(WORK, mt)
-    accw = zeros(WORK, mt)
+    accw = zeros(WORK, mt, KEEP > 2)
     accb = zeros(WORK, mt, KEEP > 1)
     if AHEAD:
         m = size(x, 0)
@@ -381,7 +382,7 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
                 s[...] = 0
             sums.append(s)
         return dx, sums[0], sums[1]
-    p, keep = rows.backward_plan(x, name, n, FRAGMENTS, weight, sums=1)
+    p, keep = rows.backward_plan(x, name, n, FRAGMENTS, weight, sums=2)
     dx2, w = dx.reshape(m, n), x2 if weight is None else weight
     stats = rows.stats_dtype(name)
     if p.kernel == "loop":              # rows too long for registers: two kernels over slabs

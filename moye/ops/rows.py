@@ -566,17 +566,19 @@ MERGE_SHARED = 4096
 def backward_plan(x, dtype, n, fragments, weight, sums=0):
     """(plan, kept) of a norm's backward whose threads keep `fragments`
     fragments, one of them the weight's and `sums` of them column sums that
-    may move too: plan_fitting's and kept 0, or, where keeps() them, the
-    plan for the fragments left in registers with kept 1 (the weight in
-    shared memory) or 1 + sums (the sums too, only where the weight alone
-    leaves no registers plan, or plan_options(keep="sums")). By default
-    only for 16-bit rows, or where keeping is what leaves a registers plan.
-    A row that no portable cluster holds even so (the loop plan, or one
-    over more than PORTABLE_CLUSTER blocks) takes the wide plan instead
-    (WIDE_KNOBS over the device's largest cluster), keeping the weight and,
-    wherever they fit, the sums too: its threads' 64 registers spill them
-    otherwise, reloaded and stored at every row (ptxas, sm_90a: layer_norm's
-    at bfloat16 262,144, 132 bytes; none with the sums kept). On an H100
+    may move too (in order: layer_norm's dbias, then dweight sums):
+    plan_fitting's and kept 0, or, where keeps() them, the plan for the
+    fragments left in registers with kept 1 (the weight in shared memory)
+    or 1 + k (the first k sums too: the fewest that leave a registers plan;
+    as many as fit under plan_options(keep="sums")). By default only for
+    16-bit rows, or where keeping is what leaves a registers plan. A row
+    that no portable cluster holds even so (the loop plan, or one over more
+    than PORTABLE_CLUSTER blocks) takes the wide plan instead (WIDE_KNOBS
+    over the device's largest cluster), keeping the weight and, in blocks
+    of MAX_THREADS, as many sums as fit: their threads' 64 registers spill
+    them otherwise, reloaded and stored at every row (ptxas, sm_90a:
+    layer_norm's at bfloat16 262,144, 132 bytes; none with the dbias sums
+    kept). On an H100
     (2**27 elements, GB/s as a share of the copy's), rms_norm's
     bfloat16 backward went from 0.91, 0.90 and 0.57 to 0.96, 0.94 and 0.84
     at 16,384, 65,536 and 131,072 keeping the weight; at 262,144, wide,
@@ -591,7 +593,8 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
         return plain, 0
     chosen = plain, 0
     most = _OPTIONS.get("keep") == "sums"
-    for kept in range(sums + 1, 0, -1) if most else range(1, sums + 2):
+    fewest_first, most_first = range(1, sums + 2), range(sums + 1, 0, -1)
+    for kept in most_first if most else fewest_first:
         q = plan_fitting(x, dtype, n, fragments - kept)
         if keeps(q, x, (weight,), 2, sums=kept - 1):
             chosen = q, kept
@@ -601,7 +604,7 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
             backend_of(x) == "cuda"):
         q = plan(dtype, n, "cuda", max_cluster(x, portable=False), **WIDE_KNOBS)
         if q.kernel == "registers":
-            for kept in range(sums + 1, 0, -1):     # its sums too, wherever they fit
+            for kept in most_first if most or q.threads == MAX_THREADS else fewest_first:
                 if keeps(q, x, (weight,), 2, sums=kept - 1):
                     return q, kept
     return chosen

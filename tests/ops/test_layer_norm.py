@@ -116,8 +116,8 @@ def test_each_kernel_path(path, dtype, shape, affine):
         assert (p.cluster > 1) == path.startswith("cluster")
         assert bool(rows.staged(p, x, 2)) == path.endswith("staged")
         kept = rows.backward_plan(x, np.dtype(dtype).name, shape[-1], layer_norm_op.FRAGMENTS,
-                                  np.ones(1, np.float32), sums=1)[1]
-        assert kept == {"cluster_staged": 1, "cluster_sums_staged": 2}.get(path, 0)
+                                  np.ones(1, np.float32), sums=2)[1]
+        assert kept == {"cluster_staged": 1, "cluster_sums_staged": 3}.get(path, 0)
     n = shape[-1]
     check(x, data(rng, (n,), dtype, 1.0, 1.0) if affine else None,
           data(rng, (n,), dtype) if affine else None)
@@ -137,9 +137,28 @@ def test_the_backward_loads_mean_and_rstd_ahead_only_with_the_weight_alone_kept(
     rng = np.random.default_rng(12)
     x = data(rng, (9, 700), np.float32)
     check(x, data(rng, (700,), np.float32, 1.0, 1.0), data(rng, (700,), np.float32))
-    kept = {"cluster_staged": 1, "cluster_sums_staged": 2}.get(path, 0)
+    kept = {"cluster_staged": 1, "cluster_sums_staged": 3}.get(path, 0)
     backward = [t for kernel, t in tails if kernel is layer_norm_op.layer_norm_backward_registers]
     assert backward == ([] if path == "loop" else [(kept, kept == 1)])
+
+
+@pytest.mark.parametrize("kept", [2, 3])
+def test_the_backward_keeps_its_sums_in_shared_memory(kept, monkeypatch):
+    """KEEP 2 (the dbias sums in shared memory beside the weight: the
+    default where the weight alone leaves no registers plan, and in the
+    wide plan) and 3 (the dweight sums too: plan_options(keep="sums")) on
+    the staged cluster path, float32 parameters beside bfloat16 rows: dx and
+    both sums right."""
+    plan, launch, tails = rows.backward_plan, rows.launch_groups, []
+    monkeypatch.setattr(rows, "backward_plan", lambda *a, **k: (plan(*a, **k)[0], kept))
+    monkeypatch.setattr(rows, "launch_groups",
+                        lambda p, kernel, *a, tail=(), **k: tails.append((kernel, tail))
+                        or launch(p, kernel, *a, tail=tail, **k))
+    rng = np.random.default_rng(kept)
+    with rows.plan_options(elements=4, max_threads=32, max_cluster=16, staged=2, keep=True):
+        check(data(rng, (7, 704), BF16), data(rng, (704,), np.float32, 1.0, 1.0),
+              data(rng, (704,), np.float32))
+    assert (layer_norm_op.layer_norm_backward_registers, (kept, False)) in tails
 
 
 def test_clusters_take_uneven_numbers_of_rows():
@@ -268,8 +287,8 @@ def _variants():
                                                    p.work, p.cluster > 1, j % 2 == 1), p
                     yield m.layer_norm_backward_registers, (a, part, part, a, a, w, s, s,
                                                             1e-3, has_w, has_b, p.work,
-                                                            j % 2 == 0, (i + j) % 3,
-                                                            (i + j) % 3 == 1), p
+                                                            j % 2 == 0, (i + j) % 4,
+                                                            (i + j) % 4 == 1), p
                 else:
                     yield m.layer_norm_loop, (a, s, s, a, w, w, 1e-5, 1e-3, has_w, has_b, p.vec,
                                               p.threads), p
@@ -293,7 +312,7 @@ def test_variants_cover_every_path():
     assert kept == {(False, False), (False, True), (True, False), (True, True)}
     kept = {(p.cluster > 1, args[-2], args[-1]) for k, args, p in _variants()
             if k is layer_norm_op.layer_norm_backward_registers}
-    assert kept == {(c, k, k == 1) for c in (False, True) for k in (0, 1, 2)}   # the host's
+    assert kept == {(c, k, k == 1) for c in (False, True) for k in (0, 1, 2, 3)}  # the host's
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])

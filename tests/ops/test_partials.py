@@ -298,6 +298,12 @@ def test_what_the_norms_keep_in_shared_memory_on_an_h100(monkeypatch):
     with rows.plan_options(keep="sums", max_cluster=16, max_threads=256, elements=64):
         p, kept = rows.backward_plan(x, "bfloat16", 262144, 5, w32, sums=1)
         assert kept == 2 and shape(p) == ("registers", 16, 256, 64)
+    q, kept = rows.backward_plan(x, "float32", 262144, 5, w32, sums=2)
+    assert kept == 1 and shape(q) == ("registers", 16, 1024, 16)     # nothing else fits
+    with rows.plan_options(keep="sums", staged=False):      # both sums, in the ring's place
+        q, kept = rows.backward_plan(x, "float32", 262144, 5, w32, sums=2)
+        assert kept == 3 and shape(q) == ("registers", 16, 1024, 16)
+        assert rows.staged(q, x, 2) == 0 and rows.keeps(q, x, (w32,), 2, sums=2)
     assert rows.backward_plan(x, "bfloat16", 8192, 4, w16)[1] == 0       # one block a row
     p, kept = rows.backward_plan(x, "bfloat16", 65536, 5, w32, sums=1)
     assert kept == 1 and (p.cluster, p.threads, p.vec * p.chunks) == (8, 256, 32)
