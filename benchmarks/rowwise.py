@@ -47,8 +47,9 @@ median. Compilations (torch.compile, QuACK's, moye's) happen in the checking
 call, outside the timing, once per shape. Then the host time of each moye op
 and of torch eager's: the mean wall time of 1000 back-to-back calls on 8 x
 1024 float32, the two alternated in HOST_ROUNDS rounds, the median (target:
-10 us; --host-only measures these alone). The table ends with how many rows meet issue 18's targets (moye/copy
->= 0.93, moye/compile >= 1, moye/QuACK >= 1). The JSON is rewritten after
+10 us; --host-only measures these alone). The table ends with how many rows
+meet issue 18's targets (moye/copy >= 0.93, moye/compile >= 1, moye/QuACK >=
+1). The JSON is rewritten after
 every row, so a run cut short keeps what it measured; runs split by dtype or
 op (the GPU machine allows 10 minutes a call) join with --merge.
 """

@@ -190,8 +190,9 @@ def layer_norm_backward_registers(dx, pw, pb, dy, x, w, mean, rstd, rn, HAS_W: C
     """dx of row groups first, first + step, ... and each group's dweight and
     dbias partial sums (pw[first], pb[first]); KEEP (rows.backward_plan): 0,
     the weight and both sums in registers; 1, the weight in shared memory;
-    2, the dbias sums there too; 3, the dweight sums as well. With AHEAD, each row's mean and rstd are
-    loaded a group ahead (xhat needs them before the reductions)."""
+    2, the dbias sums there too; 3, the dweight sums as well. With AHEAD,
+    each row's mean and rstd are loaded a group ahead (xhat needs them
+    before the reductions)."""
     VEC, CHUNKS, ROWS, TPR, CLUSTER, THREADS = WORK
     n = size(x, 1)
     first, count, step, t, nt, rw, ring, bars = group_start(x, dy, w, HAS_W, WORK, STAGED,
