@@ -30,7 +30,7 @@ from ..device import (block_idx, block_reduce, cast, grid_dim, maximum, minimum,
 from ..layout import Layout, size
 
 from . import replay, rows
-from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
+from .norm_args import as_scalar, check_eps, check_param, check_stat, norm_rows
 from .row_kernels import (SUM_LANES, fragment, group_place, group_start, kept_param, load_chunk,
                           load_group, math_type, row_groups, row_merge, slab_fragment, slab_place,
                           slab_total, store_chunk, store_normalized, store_partial, store_row,
@@ -323,10 +323,7 @@ def layer_norm_forward(x, weight, bias, eps):
         >>> np.round(y.astype(float), 4).tolist(), mean.tolist(), np.round(rstd, 4).tolist()
         ([[-1.0, 1.0]], [2.0], [1.0])
     """
-    name = rows.dtype_name(x, "x", OP)
-    rows.check_dim(x, -1, "x", OP)
-    x2, m, n = rows.as_rows(x, "x", OP)
-    weight = check_param(weight, "weight", x, name, n, OP)
+    name, m, n, x2, _, weight = norm_rows(OP, x, weight)
     bias = check_param(bias, "bias", x, name, n, OP)
     eps = check_eps(eps, OP)
     y = rows.empty_like(x)
@@ -364,12 +361,7 @@ def layer_norm_backward(dy, x, weight, mean, rstd):
         ([[0.0, 0.0], [0.0, 0.0]], None, [2.0, 2.0])
     """
     op = "layer_norm_backward"
-    name = rows.dtype_name(x, "x", op)
-    rows.check_dim(x, -1, "x", op)
-    check_like(dy, "dy", x, name, op)
-    x2, m, n = rows.as_rows(x, "x", op)
-    dy2, _, _ = rows.as_rows(dy, "dy", op)
-    weight = check_param(weight, "weight", x, name, n, op)
+    name, m, n, x2, dy2, weight = norm_rows(op, x, weight, dy)
     mean1 = check_stat(mean, "mean", x, name, op)
     rstd1 = check_stat(rstd, "rstd", x, name, op)
     pname = name if weight is None else rows.dtype_name(weight, "weight", op)

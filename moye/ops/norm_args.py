@@ -47,6 +47,24 @@ def check_eps(eps, op):
     return float(eps)
 
 
+def norm_rows(op, x, weight, *dy):
+    """The checks every norm's host function starts with: x's dtype, its
+    last dimension reduced, a backward's `dy` (one, even None) like x, both
+    as (M, N) views, `weight` checked: (name, m, n, x2, dy2, weight), dy2
+    None for a forward (no dy given).
+        >>> import numpy as np
+        >>> norm_rows("rms_norm", np.ones((2, 3, 4), np.float32), None)[:3]
+        ('float32', 6, 4)
+    """
+    name = rows.dtype_name(x, "x", op)
+    rows.check_dim(x, -1, "x", op)
+    for grad in dy:
+        check_like(grad, "dy", x, name, op)
+    x2, m, n = rows.as_rows(x, "x", op)
+    dy2 = rows.as_rows(dy[0], "dy", op)[0] if dy else None
+    return name, m, n, x2, dy2, check_param(weight, "weight", x, name, n, op)
+
+
 def check_like(a, what, x, name, op):
     """`a` (dy) of x's shape, dtype and device."""
     aname = rows.dtype_name(a, what, op)

@@ -27,7 +27,7 @@ from ..device import block_idx, block_reduce, cast, grid_dim, reduce, rsqrt, thr
 from ..layout import Layout, size
 
 from . import replay, rows
-from .norm_args import as_scalar, check_eps, check_like, check_param, check_stat
+from .norm_args import as_scalar, check_eps, check_stat, norm_rows
 from .row_kernels import (SUM_LANES, fragment, group_start, kept_param, load_chunk, load_group,
                           math_type, row_groups, row_merge, slab_fragment, slab_place, slab_total,
                           store_chunk, store_normalized, store_partial, store_row, store_slab,
@@ -183,10 +183,7 @@ def rms_norm_forward(x, weight, eps):
         >>> np.round(y.astype(float), 4).tolist(), np.round(rstd.astype(float), 4).tolist()
         ([[0.8485, 1.1314]], [0.2828])
     """
-    name = rows.dtype_name(x, "x", OP)
-    rows.check_dim(x, -1, "x", OP)
-    x2, m, n = rows.as_rows(x, "x", OP)
-    weight = check_param(weight, "weight", x, name, n, OP)
+    name, m, n, x2, _, weight = norm_rows(OP, x, weight)
     eps = check_eps(eps, OP)
     y = rows.empty_like(x)
     rstd = rows.empty(x, tuple(x.shape[:-1]), rows.stats_dtype(name))
@@ -217,12 +214,7 @@ def rms_norm_backward(dy, x, weight, rstd):
         ([[0.181, -0.1358]], None)
     """
     op = "rms_norm_backward"
-    name = rows.dtype_name(x, "x", op)
-    rows.check_dim(x, -1, "x", op)
-    check_like(dy, "dy", x, name, op)
-    x2, m, n = rows.as_rows(x, "x", op)
-    dy2, _, _ = rows.as_rows(dy, "dy", op)
-    weight = check_param(weight, "weight", x, name, n, op)
+    name, m, n, x2, dy2, weight = norm_rows(op, x, weight, dy)
     rstd1 = check_stat(rstd, "rstd", x, name, op)
     dx = rows.empty_like(x)
     if m == 0 or n == 0:
