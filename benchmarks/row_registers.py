@@ -30,7 +30,7 @@ from moye.backend.cuda import nvrtc  # noqa: E402
 from moye.compiler.frontend import BACKENDS  # noqa: E402
 from moye.ops import (cross_entropy_op, layer_norm_op, log_softmax_op, replay,  # noqa: E402
                       rms_norm_op, rows, softmax_op)
-from rowwise import OPS, _knob  # noqa: E402
+from rowwise import DIRECTIONS, DTYPES, MAX_N, OPS, _knob  # noqa: E402
 
 NS = (1024, 4096, 16384, 65536, 262144)
 # an H100's (SMs, shared memory an SM has, shared memory a block may take, major), and its
@@ -96,17 +96,28 @@ def op_calls(torch, op, direction, dtype, n, m=64):
         w = torch.randn(n)
         return (lambda: layer_norm_op.layer_norm_forward(x, w, w, 1e-5)) if direction == "fwd" \
             else (lambda: layer_norm_op.layer_norm_backward(x, x, w, stat, stat))
-    target = torch.randint(0, n, (m,))
-    return (lambda: cross_entropy_op.cross_entropy_forward(x, target, -100)) \
-        if direction == "fwd" else (
-            lambda: cross_entropy_op.cross_entropy_backward(stat, x, target, stat, -100))
+    if op == "cross_entropy":
+        target = torch.randint(0, n, (m,))
+        return (lambda: cross_entropy_op.cross_entropy_forward(x, target, -100)) \
+            if direction == "fwd" else (
+                lambda: cross_entropy_op.cross_entropy_backward(stat, x, target, stat, -100))
+    raise ValueError(f"row_registers: op {op!r} is none of {OPS}")
 
 
-def survey(ops=OPS, directions=("fwd", "bwd"), dtypes=("bfloat16", "float32"), ns=NS,
+def survey(ops=OPS, directions=DIRECTIONS, dtypes=("bfloat16", "float32"), ns=NS,
            plan=None):
     """Rows (op, direction, dtype, N, kernel, blocks, threads, cluster,
     registers, spilled) of every kernel each case launches on an H100 under
     plan_options(**plan), the column sums (rows.sum_columns) left out."""
+    for what, given, allowed in (("ops", ops, OPS), ("directions", directions, DIRECTIONS),
+                                 ("dtypes", dtypes, DTYPES)):
+        unknown = [v for v in given if v not in allowed]
+        if unknown:
+            raise ValueError(f"row_registers: {what} {unknown} are none of {allowed}")
+    outside = [n for n in ns if isinstance(n, bool) or not isinstance(n, int)
+               or not 1 <= n <= MAX_N]
+    if outside:
+        raise ValueError(f"row_registers: row lengths {outside} are not ints from 1 to {MAX_N}")
     import torch
     found = []
     with launches_on_h100() as launched, rows.plan_options(**(plan or {})):
@@ -129,9 +140,9 @@ def survey(ops=OPS, directions=("fwd", "bwd"), dtypes=("bfloat16", "float32"), n
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
-    parser.add_argument("--directions", nargs="+", choices=("fwd", "bwd"), default=["fwd", "bwd"])
-    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16", "float16"),
-                        default=["bfloat16", "float32"])
+    parser.add_argument("--directions", nargs="+", choices=DIRECTIONS,
+                        default=list(DIRECTIONS))
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["bfloat16", "float32"])
     parser.add_argument("--ns", nargs="+", type=int, default=list(NS))
     parser.add_argument("--plan", nargs="+", type=_knob, default=[], metavar="KNOB=VALUE",
                         help="under moye.ops.rows.plan_options(KNOB=VALUE, ...), e.g. keep=sums")

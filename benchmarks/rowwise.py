@@ -728,6 +728,17 @@ def report(results):
         print(f"\n{results['seconds']:.0f} s")
 
 
+def case(row):
+    """A result row's (op, direction, dtype, N)."""
+    return row["op"], row["direction"], row["dtype"], row["N"]
+
+
+def table_order(key):
+    """The sort key of a case (op, direction, dtype, N): the table's order."""
+    op, direction, dtype, n = key
+    return OPS.index(op), DIRECTIONS.index(direction), DTYPES.index(dtype), n
+
+
 def merge(paths):
     """The results of several runs (e.g. one per dtype, each inside the GPU
     machine's 10-minute call) as one: their rows, a later run's replacing an
@@ -744,13 +755,12 @@ def merge(paths):
         merged["runs"].append({"file": str(path), "args": r.get("args"),
                                "seconds": r.get("seconds"), "quack": r.get("quack")})
         for row in r["rows"]:
-            rows[row["op"], row["direction"], row["dtype"], row["N"]] = row
+            rows[case(row)] = row
         if r.get("host"):
             merged["host"] = r["host"]
     merged.pop("seconds", None)
     merged.pop("args", None)
-    merged["rows"] = [rows[k] for k in sorted(rows, key=lambda k: (
-        OPS.index(k[0]), DIRECTIONS.index(k[1]), DTYPES.index(k[2]), k[3]))]
+    merged["rows"] = [rows[k] for k in sorted(rows, key=table_order)]
     return merged
 
 
@@ -764,17 +774,15 @@ def compare(paths):
     if len(devices) > 1:
         raise SystemExit(f"rowwise --compare: the runs are of several devices: "
                          f"{sorted(devices)}")
-    shares = [{(r["op"], r["direction"], r["dtype"], r["N"]): ratios(r)["copy"]
-               for r in run["rows"]} for run in runs]
-    cases = sorted(set().union(*shares), key=lambda k: (
-        OPS.index(k[0]), DIRECTIONS.index(k[1]), DTYPES.index(k[2]), k[3]))
+    shares = [{case(r): ratios(r)["copy"] for r in run["rows"]} for run in runs]
+    cases = sorted(set().union(*shares), key=table_order)
     names = [Path(path).stem for path in paths]
     lines = [f"moye/copy on {devices.pop()}", "",
              "| op | dir | dtype | N | " + " | ".join(names) + " |",
              "| --- | --- | --- | ---: |" + " ---: |" * len(names)]
-    for case in cases:
-        lines.append("| " + " | ".join(map(str, case)) + " | " + " | ".join(
-            "-" if case not in s else _fmt(s[case], ".3f") for s in shares)
+    for key in cases:
+        lines.append("| " + " | ".join(map(str, key)) + " | " + " | ".join(
+            "-" if key not in s else _fmt(s[key], ".3f") for s in shares)
             + " |")
     common = [c for c in cases if all(s.get(c) is not None for s in shares)]
     if common:

@@ -271,13 +271,27 @@ def test_row_kernels_spill_nothing_on_an_h100(op):
     pytest.importorskip("torch")
     import row_registers
     from moye.ops import rows
-    found = row_registers.survey(ops=(op,), ns=(1024, 4096, 16384, 65536, 262144))
+    found = row_registers.survey(ops=(op,))
+    assert row_registers.NS == (1024, 4096, 16384, 65536, 262144)
     assert len({row[:4] for row in found}) == 2 * 2 * 5          # every case launched
     spilling = {row[:4] for row in found if row[-1] > 0}
     assert spilling == {case for case in SPILLS if case[0] == op}, found
     assert rows.backend_of(np.ones(2)) == "cpu"                  # the stand-in is gone
     for *_, cluster, registers, _ in found:
         assert 1 <= cluster <= 16 and 16 <= registers <= 255
+
+
+@pytest.mark.parametrize("keywords, match", [
+    ({"ops": ("layernorm",)}, r"ops \['layernorm'\] are none of"),
+    ({"directions": ("forward",)}, r"directions \['forward'\]"),
+    ({"dtypes": ("float64",)}, r"dtypes \['float64'\]"),
+    ({"ns": (0, 300000, 4.5, True)}, r"row lengths \[0, 300000, 4.5, True\]"),
+])
+def test_row_registers_refuses_unknown_cases(keywords, match):
+    """survey() names what it cannot run, before planning anything."""
+    import row_registers
+    with pytest.raises(ValueError, match=match):
+        row_registers.survey(**keywords)
 
 
 def test_norm_backwards_of_narrow_chunks_spill_nothing_on_an_h100():
