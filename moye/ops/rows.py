@@ -578,9 +578,8 @@ def backward_plan(x, dtype, n, fragments, weight, sums=0):
     of MAX_THREADS, as many sums as fit: their threads' 64 registers spill
     them otherwise, reloaded and stored at every row (ptxas, sm_90a:
     layer_norm's at bfloat16 262,144, 132 bytes; none with the dbias sums
-    kept). On an H100
-    (2**27 elements, GB/s as a share of the copy's), rms_norm's
-    bfloat16 backward went from 0.91, 0.90 and 0.57 to 0.96, 0.94 and 0.84
+    kept). On an H100 (2**27 elements, GB/s as a share of the copy's),
+    rms_norm's bfloat16 backward went from 0.91, 0.90 and 0.57 to 0.96, 0.94 and 0.84
     at 16,384, 65,536 and 131,072 keeping the weight; at 262,144, wide,
     rms_norm's from 0.78 (bfloat16, kept in 16 blocks of 256) and 0.58
     (float32, the slab kernels) to 0.81 and 0.92, layer_norm's from 0.55
@@ -753,9 +752,9 @@ FITTING_KNOBS = {"elements": ELEMENTS // 2, "max_threads": 512}
 
 # the plan of a backward whose row no portable cluster holds (backward_plan): blocks of
 # 1,024 over the device's largest cluster, 16 elements a thread, keeping the weight in shared
-# memory (ptxas, sm_90a: rms_norm's 64 registers, no spills; layer_norm's spill 132-180
-# bytes, none with its dbias sums kept too, which did not fit in float32 and were not
-# measured in bfloat16)
+# memory, and layer_norm's sums where they fit (ptxas, sm_90a: rms_norm's 64 registers, no
+# spills; layer_norm's dbias sums kept in bfloat16, no spills; in float32 they do not fit
+# beside the ring, and it spills 180 bytes)
 WIDE_KNOBS = {"elements": ELEMENTS // 2, "max_threads": MAX_THREADS}
 
 
